@@ -1,0 +1,147 @@
+"""The face engine of one node: analysis models and one swapper, shared by all sessions.
+
+Built-in models are used unless a user models directory provides neural ones: SCRFD for
+still-image detection, ArcFace + inswapper for the swap. Per-stream state (tracking,
+smoothing, options) lives with the caller; this object holds only what is loaded once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from gpu.analysis.blazeface import BlazeFaceDetector, BlazeFaceRange
+from gpu.analysis.face_mesh import FaceMesh, FaceTracker
+from gpu.analysis.identity import DlibIdentity
+from gpu.errors import ManyFacesError, ModelFileError, NoFaceError
+from gpu.models.builtin import BuiltinModels
+from gpu.swappers.base import Swapper
+from gpu.types import Face
+
+SwapperName = Literal["auto", "mesh", "inswapper"]
+
+# A face region is cut out this much larger than its detection box before the mesh runs on
+# it, so the mesh's own detector sees the whole head.
+_MESH_CONTEXT = 1.8
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    swapper: SwapperName = "auto"  # auto = inswapper when the models directory has it, else mesh
+    models_dir: Path | None = None
+    prefer_fp16: bool = False
+    crop_size: int = 256  # mesh swapper's aligned crop (inswapper is fixed at 128)
+    max_faces: int = 4  # per frame, when tracking video
+    detector_range: BlazeFaceRange = "full"  # BlazeFace model for still images
+
+
+@dataclass(frozen=True)
+class SourceFace:
+    """A registered source: where it was found, who it is, and the swapper's own data."""
+
+    face: Face
+    identity: np.ndarray  # dlib 128-d descriptor
+    payload: Any  # what the swapper's register() returned
+
+
+class FaceEngine:
+    """Loads the models once; gives sessions source registration, still-image analysis
+    and per-stream trackers."""
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        builtin = BuiltinModels.locate()
+        self._identity = DlibIdentity(builtin.dlib_landmarks_68, builtin.dlib_identity)
+        self._mesh = FaceMesh(max_faces=1)
+        self._detector = self._make_detector()
+        self.swapper: Swapper = self._make_swapper()
+
+    @property
+    def detector_name(self) -> str:
+        return getattr(self._detector, "name", type(self._detector).__name__)
+
+    def _user_models(self):
+        from gpu.models.user_models import UserModels
+
+        if self.settings.models_dir is None:
+            return None
+        return UserModels.discover(self.settings.models_dir, prefer_fp16=self.settings.prefer_fp16)
+
+    def _make_detector(self):
+        models = self._user_models()
+        if models is not None and models.detector is not None:
+            from gpu.analysis.scrfd import ScrfdDetector
+
+            return ScrfdDetector(models.detector)
+        return BlazeFaceDetector(self.settings.detector_range)
+
+    def _make_swapper(self) -> Swapper:
+        choice = self.settings.swapper
+        models = self._user_models()
+        has_inswapper = models is not None and models.swapper is not None
+        if choice == "inswapper" or (choice == "auto" and has_inswapper):
+            if models is None or models.swapper is None:
+                where = self.settings.models_dir or "(no --models directory given)"
+                raise ModelFileError(where, "swapper 'inswapper' needs inswapper_128.onnx or inswapper_128_fp16.onnx")
+            if models.embedder is None:
+                raise ModelFileError(models.directory, "inswapper needs the ArcFace model w600k_r50.onnx beside it")
+            from gpu.analysis.arcface import ArcFaceEmbedder
+            from gpu.swappers.inswapper import InswapperSwapper
+
+            return InswapperSwapper(models.swapper, ArcFaceEmbedder(models.embedder))
+        from gpu.swappers.mesh import MeshSwapper
+
+        return MeshSwapper(crop_size=self.settings.crop_size)
+
+    def analyse_image(self, image: np.ndarray) -> list[Face]:
+        """Faces in a still RGB image, largest first, each with a mesh where one was found:
+        detector first (finds small faces), then the mesh on a region around each face."""
+        faces = sorted(self._detector.detect(image), key=lambda f: f.area, reverse=True)
+        return [self._with_mesh(image, face) for face in faces]
+
+    def _with_mesh(self, image: np.ndarray, face: Face) -> Face:
+        height, width = image.shape[:2]
+        cx, cy = face.center
+        half = max(face.box[2] - face.box[0], face.box[3] - face.box[1]) * _MESH_CONTEXT / 2
+        x0, y0 = int(max(0, cx - half)), int(max(0, cy - half))
+        x1, y1 = int(min(width, cx + half)), int(min(height, cy + half))
+        found = self._mesh.detect(image[y0:y1, x0:x1]) if x1 > x0 and y1 > y0 else []
+        if not found:
+            return face
+        mesh = found[0].mesh + np.array([x0, y0], dtype=np.float32)
+        return Face(box=face.box, kps=found[0].kps + np.array([x0, y0], np.float32), score=face.score, mesh=mesh)
+
+    def identity(self, image: np.ndarray, face: Face) -> np.ndarray:
+        """dlib identity descriptor: for reference selection and scoring (~60 ms)."""
+        return self._identity.embed(image, face)
+
+    def register_source(self, image: np.ndarray, index: int | None = None, label: str = "source image") -> SourceFace:
+        """Pick the source face (the only one, or ``index`` counted from the largest) and
+        prepare everything the swapper needs, once."""
+        face = self.pick_face(image, index, label)
+        if face.mesh is None and self.swapper.name == "mesh":
+            raise NoFaceError(f"{label}: a face was detected but its landmarks could not be found; use a clearer, frontal photo")
+        return SourceFace(face=face, identity=self.identity(image, face), payload=self.swapper.register(image, face))
+
+    def pick_face(self, image: np.ndarray, index: int | None, label: str) -> Face:
+        faces = self.analyse_image(image)
+        if not faces:
+            raise NoFaceError(f"{label}: no face found")
+        if index is None:
+            if len(faces) > 1:
+                raise ManyFacesError(
+                    f"{label}: {len(faces)} faces found; choose one with --source-face-index 0..{len(faces) - 1} "
+                    "(0 = largest)",
+                    len(faces),
+                )
+            return faces[0]
+        if not 0 <= index < len(faces):
+            raise ManyFacesError(f"{label}: face index {index} out of range, {len(faces)} face(s) found", len(faces))
+        return faces[index]
+
+    def tracker(self, smoothing: bool = True) -> FaceTracker:
+        """A new per-stream tracker (each video stream needs its own state)."""
+        return FaceTracker(max_faces=self.settings.max_faces, smoothing=smoothing)

@@ -1,0 +1,58 @@
+"""Batched face crop and paste-back: the CPU twins of the device kernels.
+
+The GPU plane runs these as one launch over every face of every session; on CPU they loop
+over OpenCV calls. Their signatures are the contract both implementations keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+
+def crop_faces(frames: Sequence[np.ndarray], matrices: np.ndarray, size: int) -> np.ndarray:
+    """Warp one aligned ``size``x``size`` crop per face.
+
+    ``frames[i]`` is the (H, W, 3) uint8 frame face ``i`` comes from (the same array may be
+    repeated); ``matrices`` is (N, 2, 3), frame pixels -> crop pixels. Returns (N, S, S, 3) uint8.
+    """
+    out = np.empty((len(matrices), size, size, 3), dtype=np.uint8)
+    for i, (frame, matrix) in enumerate(zip(frames, matrices, strict=True)):
+        cv2.warpAffine(
+            frame, matrix, (size, size), dst=out[i], flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+        )
+    return out
+
+
+def paste_back(frame: np.ndarray, crop: np.ndarray, mask: np.ndarray, matrix: np.ndarray) -> None:
+    """Blend ``crop`` (S, S, 3) into ``frame`` in place through ``mask`` (S, S) in [0, 1].
+
+    ``matrix`` maps frame pixels to crop pixels. Only the frame region the mask can reach is
+    touched, so the cost follows the face size, not the frame size.
+    """
+    ys, xs = np.nonzero(mask > 1e-3)
+    if len(xs) == 0:
+        return
+    corners = np.array(
+        [[xs.min(), ys.min()], [xs.max() + 1, ys.min()], [xs.min(), ys.max() + 1], [xs.max() + 1, ys.max() + 1]],
+        dtype=np.float32,
+    )
+    inverse = cv2.invertAffineTransform(matrix)
+    spots = corners @ inverse[:, :2].T + inverse[:, 2]
+    height, width = frame.shape[:2]
+    x0 = int(max(0, np.floor(spots[:, 0].min()) - 1))
+    y0 = int(max(0, np.floor(spots[:, 1].min()) - 1))
+    x1 = int(min(width, np.ceil(spots[:, 0].max()) + 2))
+    y1 = int(min(height, np.ceil(spots[:, 1].max()) + 2))
+    if x1 <= x0 or y1 <= y0:
+        return
+    roi_to_crop = matrix.astype(np.float64).copy()
+    roi_to_crop[:, 2] += roi_to_crop[:, :2] @ np.array([x0, y0], dtype=np.float64)
+    size = (x1 - x0, y1 - y0)
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    face = cv2.warpAffine(crop, roi_to_crop, size, flags=flags, borderMode=cv2.BORDER_REPLICATE)
+    alpha = cv2.warpAffine(mask.astype(np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
+    region = frame[y0:y1, x0:x1]
+    region[...] = cv2.blendLinear(face, region, alpha, 1.0 - alpha)

@@ -1,0 +1,52 @@
+"""Find the model files a user already has (FaceFusion / insightface layout); never download.
+
+insightface keeps ``det_10g.onnx`` and ``w600k_r50.onnx`` in a pack folder
+(``models/buffalo_l/``) next to ``inswapper_128.onnx``; FaceFusion keeps them all in one
+folder. So a file is looked for in the directory first, then one level down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu.errors import ModelFileError
+
+DETECTOR_FILE = "det_10g.onnx"
+EMBEDDER_FILE = "w600k_r50.onnx"
+SWAPPER_FILE = "inswapper_128.onnx"
+SWAPPER_FP16_FILE = "inswapper_128_fp16.onnx"
+
+
+@dataclass(frozen=True)
+class UserModels:
+    """Paths of the user's model files; ``None`` where the directory has no such file."""
+
+    directory: Path
+    detector: Path | None = None
+    embedder: Path | None = None
+    swapper: Path | None = None
+
+    @classmethod
+    def discover(cls, directory: str | Path, *, prefer_fp16: bool = False) -> UserModels:
+        """Locate the files in ``directory``; ``prefer_fp16`` picks inswapper_128_fp16 when
+        both swapper files are there (half the size and memory, same results on GPU)."""
+        directory = Path(directory).expanduser()
+        if not directory.exists():
+            raise ModelFileError(directory, "models directory not found")
+        if not directory.is_dir():
+            raise ModelFileError(directory, "not a directory (expected the folder holding the .onnx files)")
+        swappers = (SWAPPER_FP16_FILE, SWAPPER_FILE) if prefer_fp16 else (SWAPPER_FILE, SWAPPER_FP16_FILE)
+        return cls(
+            directory=directory,
+            detector=_find(directory, DETECTOR_FILE),
+            embedder=_find(directory, EMBEDDER_FILE),
+            swapper=next((p for p in (_find(directory, name) for name in swappers) if p), None),
+        )
+
+
+def _find(directory: Path, name: str) -> Path | None:
+    direct = directory / name
+    if direct.is_file():
+        return direct
+    return next((p for p in sorted(directory.glob(f"*/{name}")) if p.is_file()), None)

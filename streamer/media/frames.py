@@ -1,0 +1,51 @@
+"""Reading a few frames out of a video (scoring, benchmarks, thumbnails)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import av
+import numpy as np
+
+from streamer.media.errors import VideoError
+
+
+def read_frames(path: str | os.PathLike[str], limit: int | None = None) -> list[np.ndarray]:
+    """Decode up to ``limit`` frames (all when None) as RGB uint8."""
+    path = Path(path)
+    frames: list[np.ndarray] = []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoError(f"{path}: has no video stream")
+            for frame in container.decode(video=0):
+                frames.append(frame.to_ndarray(format="rgb24"))
+                if limit is not None and len(frames) >= limit:
+                    break
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"{path}: cannot be decoded ({exc})") from None
+    return frames
+
+
+def sample_frames(path: str | os.PathLike[str], count: int) -> list[tuple[int, np.ndarray]]:
+    """``count`` frames spread evenly over the whole video, with their frame numbers.
+
+    Decodes the whole file once (robust for any codec and VFR) but keeps only the samples."""
+    path = Path(path)
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoError(f"{path}: has no video stream")
+            total = container.streams.video[0].frames or 0
+            if total <= 0:
+                total = sum(1 for _ in container.decode(video=0))
+                container.seek(0)
+            wanted = set(np.linspace(0, max(total - 1, 0), num=min(count, max(total, 1))).round().astype(int).tolist())
+            picked = []
+            for index, frame in enumerate(container.decode(video=0)):
+                if index in wanted:
+                    picked.append((index, frame.to_ndarray(format="rgb24")))
+            return picked
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"{path}: cannot be decoded ({exc})") from None

@@ -1,0 +1,126 @@
+"""Per-stream face swap: track faces, choose which to swap, run the swapper, paste back.
+
+One instance per stream (a live session, a file being rendered): it owns that stream's
+tracker and per-track identities; the engine's models are shared."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from gpu.analysis.identity import identity_distance
+from gpu.engine import FaceEngine, SourceFace
+from gpu.options import SwapOptions
+from gpu.swappers.base import run_jobs
+from gpu.types import Face
+
+
+@dataclass
+class StageTimes:
+    """Milliseconds spent per stage on one frame (feeds stats, metrics and benchmarks)."""
+
+    track: float = 0.0
+    identity: float = 0.0
+    prepare: float = 0.0
+    run: float = 0.0
+    paste: float = 0.0
+    faces_seen: int = 0
+    faces_swapped: int = 0
+
+    @property
+    def total(self) -> float:
+        return self.track + self.identity + self.prepare + self.run + self.paste
+
+
+@dataclass
+class FrameSwapper:
+    engine: FaceEngine
+    source: SourceFace | None
+    options: SwapOptions = field(default_factory=SwapOptions)
+    reference: np.ndarray | None = None  # identity of the person to swap when selection == "reference"
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.options.face_selection == "reference" and self.reference is None:
+            raise ValueError("face selection 'reference' needs a reference identity")
+        self._tracker = self.engine.tracker(smoothing=self.options.smoothing)
+        self._track_identity: dict[int, np.ndarray] = {}
+
+    def update(self, **changes) -> None:
+        """Change options live (no renegotiation, no reload)."""
+        self.options = replace(self.options, **changes)
+        self._tracker.smoothing = self.options.smoothing
+
+    def process(self, frame: np.ndarray, timestamp: float) -> StageTimes:
+        """Swap faces in one video frame in place; ``timestamp`` in seconds drives smoothing."""
+        times = StageTimes()
+        started = time.perf_counter()
+        faces = self._tracker.process(frame, timestamp)
+        times.track = _ms_since(started)
+        self._forget_ended_tracks(faces)
+        return self._swap(frame, faces, times)
+
+    def process_still(self, image: np.ndarray) -> StageTimes:
+        """Swap faces in one still image in place (detector + mesh, no tracking)."""
+        times = StageTimes()
+        started = time.perf_counter()
+        faces = self.engine.analyse_image(image)
+        times.track = _ms_since(started)
+        if self.engine.swapper.name == "mesh":
+            faces = [f for f in faces if f.mesh is not None]
+        for number, face in enumerate(faces):
+            face.track_id = -(number + 1)  # still images: identities are never reused
+        return self._swap(image, faces, times)
+
+    def _swap(self, frame: np.ndarray, faces: list[Face], times: StageTimes) -> StageTimes:
+        times.faces_seen = len(faces)
+        if not self.enabled or self.source is None or not faces or self.options.blend <= 0:
+            return times
+        started = time.perf_counter()
+        chosen = self._select(frame, faces)
+        times.identity = _ms_since(started)
+        if not chosen:
+            return times
+        swapper = self.engine.swapper
+        started = time.perf_counter()
+        jobs = [swapper.prepare(frame, face, self.source.payload, self.options) for face in chosen]
+        times.prepare = _ms_since(started)
+        started = time.perf_counter()
+        rows = run_jobs(swapper.runner, jobs)
+        times.run = _ms_since(started)
+        started = time.perf_counter()
+        for job, row in zip(jobs, rows, strict=True):
+            swapper.finish(frame, job, row)
+        times.paste = _ms_since(started)
+        times.faces_swapped = len(chosen)
+        return times
+
+    def _select(self, frame: np.ndarray, faces: list[Face]) -> list[Face]:
+        selection = self.options.face_selection
+        if selection == "all":
+            return faces
+        if selection == "largest":
+            return [max(faces, key=lambda f: f.area)]
+        # reference: identity is computed once per track (~60 ms), when the track starts
+        distances = []
+        for face in faces:
+            key = face.track_id if face.track_id is not None else id(face)
+            if key not in self._track_identity:
+                self._track_identity[key] = self.engine.identity(frame, face)
+            distances.append((identity_distance(self._track_identity[key], self.reference), face))
+        matches = [(d, f) for d, f in distances if d < self.options.reference_threshold]
+        return [min(matches, key=lambda m: m[0])[1]] if matches else []
+
+    def _forget_ended_tracks(self, faces: list[Face]) -> None:
+        live = {f.track_id for f in faces}
+        for key in [k for k in self._track_identity if k not in live]:
+            del self._track_identity[key]
+
+    def close(self) -> None:
+        self._tracker.close()
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000.0

@@ -1,0 +1,59 @@
+"""``swapcast`` command line: one parser, one sub-command module each.
+
+Bad input (a ``SwapcastError``) ends with its message on stderr and exit code 2, never a
+traceback; an interrupted run exits 130."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from gpu.errors import SwapcastError
+
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from swapcast.commands import bench, doctor, score, serve, swap
+
+    parser = argparse.ArgumentParser(prog="swapcast", description="Real-time face-swap media server.")
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (default: embedded defaults; env SWAPCAST_CONFIG)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (serve, swap, score, bench, doctor):
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _quiet_native_logs()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.run(args) or 0)
+    except SwapcastError as exc:
+        print(f"swapcast {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _quiet_native_logs() -> None:
+    """mediapipe (glog/absl) and TensorFlow Lite print setup chatter to stderr; keep only errors."""
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""What several commands share: building the config from flags and the engine from it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from swapcast.config import Config, load_config
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine")
+    group.add_argument("--swapper", choices=["auto", "mesh", "inswapper"], help="swap model (default: auto)")
+    group.add_argument("--models", metavar="DIR", help="folder with user-supplied ONNX models (det_10g, w600k_r50, inswapper_128)")
+    group.add_argument("--fp16", action="store_true", default=None, help="prefer inswapper_128_fp16.onnx")
+
+
+def add_swap_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("swap options")
+    group.add_argument("--faces", choices=["all", "largest", "reference"], help="which target faces to swap (default: all)")
+    group.add_argument("--reference", metavar="IMAGE", help="with --faces reference: a photo of the person to swap")
+    group.add_argument("--reference-threshold", type=float, metavar="D", help="identity distance for --faces reference (default 0.6)")
+    group.add_argument("--mouth-mask", action="store_true", default=None, help="keep the target's own mouth")
+    group.add_argument("--blend", type=float, metavar="0..1", help="swap strength (default 1)")
+    group.add_argument("--feather", type=float, metavar="F", help="mask edge softness, fraction of the face crop (default 0.06)")
+    group.add_argument("--no-colour-match", dest="colour_match", action="store_false", default=None, help="keep the source's own skin colour")
+    group.add_argument("--no-smoothing", dest="smoothing", action="store_false", default=None, help="no temporal landmark smoothing")
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Defaults < config file < environment < these flags."""
+    get = lambda name: getattr(args, name, None)  # noqa: E731 - flags absent from a command are None
+    overrides: dict[str, Any] = {
+        "engine": {"swapper": get("swapper"), "models_dir": get("models"), "prefer_fp16": get("fp16")},
+        "swap": {
+            "face_selection": get("faces"),
+            "reference_threshold": get("reference_threshold"),
+            "mouth_mask": get("mouth_mask"),
+            "blend": get("blend"),
+            "feather": get("feather"),
+            "colour_match": get("colour_match"),
+            "smoothing": get("smoothing"),
+        },
+        "server": {"host": get("host"), "port": get("port")},
+    }
+    return load_config(args.config, overrides=overrides)

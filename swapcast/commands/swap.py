@@ -1,0 +1,92 @@
+"""``swapcast swap``: swap the faces of an image or a video file offline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from gpu.engine import FaceEngine
+from gpu.errors import SwapcastError
+from streamer.media.images import is_image_path, is_video_path, read_image, write_image
+from streamer.media.transcode import transcode_video
+from streamer.pipeline.frame_swapper import FrameSwapper
+from swapcast.commands.common import add_engine_flags, add_swap_flags, config_from_args
+from swapcast.progress import ProgressBar
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "swap",
+        help="swap faces in an image or video file",
+        description="Put the source face onto the faces of a target image or video. Videos keep "
+        "their frame count, timing and audio; the output is H.264.",
+    )
+    parser.add_argument("--source", required=True, metavar="FACE", help="photo of the face to put in")
+    parser.add_argument("--source-face-index", type=int, metavar="I", help="which face of the source photo (0 = largest) when it shows several")
+    parser.add_argument("--target", required=True, metavar="IN", help="image (jpg/png/webp) or video (mp4/mov/mkv/webm/...)")
+    parser.add_argument("--output", required=True, metavar="OUT", help="image for an image target; .mp4/.mov/.mkv for a video")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_swap_flags(parser)
+    add_engine_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    target, output = Path(args.target), Path(args.output)
+    _check_paths(target, output)
+    options = config.swap.options()
+    source_image = read_image(args.source)
+    reference_image = read_image(args.reference) if options.face_selection == "reference" and args.reference else None
+    if options.face_selection == "reference" and reference_image is None:
+        raise SwapcastError("--faces reference needs --reference IMAGE (a photo of the person to swap)")
+
+    engine = FaceEngine(config.engine.settings())
+    source = engine.register_source(source_image, args.source_face_index, label=f"source {args.source}")
+    reference = None
+    if reference_image is not None:
+        face = engine.pick_face(reference_image, None, label=f"reference {args.reference}")
+        reference = engine.identity(reference_image, face)
+    swapper = FrameSwapper(engine, source, options, reference=reference)
+
+    started = time.perf_counter()
+    if is_image_path(target):
+        image = read_image(target)
+        times = swapper.process_still(image)
+        write_image(output, image)
+        print(f"{output}: {times.faces_swapped} of {times.faces_seen} face(s) swapped in {time.perf_counter() - started:.2f} s")
+        return 0
+
+    with ProgressBar(f"swapping {target.name}", enabled=args.progress and sys.stderr.isatty()) as bar:
+
+        def swap_frame(frame, seconds: float):
+            swapper.process(frame, seconds)
+            return frame
+
+        report = transcode_video(
+            target, output, swap_frame, codec=config.encode.codec, preset=config.encode.preset,
+            crf=config.encode.crf, progress=bar.update,
+        )
+    fps = report.frames_out / report.seconds if report.seconds > 0 else 0.0
+    audio = f", audio {report.audio_codec}" if report.audio_codec else ", no audio"
+    print(f"{output}: {report.frames_out} frames ({report.width}x{report.height}, {report.duration_s:.2f} s{audio}) at {fps:.1f} frames/s")
+    return 0
+
+
+def _check_paths(target: Path, output: Path) -> None:
+    if not target.is_file():
+        raise SwapcastError(f"target {target}: no such file")
+    if is_image_path(target):
+        if not is_image_path(output):
+            raise SwapcastError(f"output {output}: an image target needs an image output (.jpg, .png, .webp)")
+    elif is_video_path(target):
+        if output.suffix.lower() not in {".mp4", ".mov", ".mkv", ".m4v"}:
+            raise SwapcastError(f"output {output}: a video target needs a .mp4, .mov or .mkv output")
+    else:
+        raise SwapcastError(f"target {target}: unknown file type {target.suffix or '(no extension)'}; use an image or a video")
+    if output.resolve() == target.resolve():
+        raise SwapcastError("output must not overwrite the target")
+    if not output.parent.is_dir():
+        raise SwapcastError(f"output {output}: folder {output.parent} does not exist")

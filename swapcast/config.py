@@ -1,0 +1,154 @@
+"""The one configuration schema of swapcast.
+
+Precedence (lowest first): the schema's embedded defaults, a YAML file (``--config FILE``
+or ``SWAPCAST_CONFIG``), ``SWAPCAST_*`` environment variables, command-line flags.
+Nested keys use ``__`` in the environment: ``SWAPCAST_ENGINE__MODELS_DIR=/models``,
+``SWAPCAST_SWAP__BLEND=0.8``. Unknown keys are errors, so a typo never passes silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpu.engine import EngineSettings
+from gpu.errors import SwapcastError
+from gpu.options import SwapOptions
+
+ENV_PREFIX = "SWAPCAST_"
+CONFIG_ENV = "SWAPCAST_CONFIG"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineConfig(_Section):
+    swapper: Literal["auto", "mesh", "inswapper"] = "auto"
+    models_dir: Path | None = Field(None, description="folder with det_10g / w600k_r50 / inswapper_128 .onnx files")
+    prefer_fp16: bool = False
+    crop_size: int = Field(256, ge=64, le=1024, multiple_of=32)
+    max_faces: int = Field(4, ge=1, le=16)
+    detector_range: Literal["short", "full"] = "full"
+
+    def settings(self) -> EngineSettings:
+        return EngineSettings(**self.model_dump())
+
+
+class SwapConfig(_Section):
+    face_selection: Literal["all", "largest", "reference"] = "all"
+    reference_threshold: float = Field(0.6, gt=0, le=2)
+    mouth_mask: bool = False
+    blend: float = Field(1.0, ge=0, le=1)
+    feather: float = Field(0.06, ge=0, le=0.5)
+    colour_match: bool = True
+    smoothing: bool = True
+
+    def options(self) -> SwapOptions:
+        return SwapOptions(**self.model_dump())
+
+
+class EncodeConfig(_Section):
+    codec: str = "libx264"
+    preset: str = "veryfast"  # offline render; live sessions use ultrafast/zerolatency
+    crf: int = Field(18, ge=0, le=51)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+
+
+class Config(_Section):
+    engine: EngineConfig = EngineConfig()
+    swap: SwapConfig = SwapConfig()
+    encode: EncodeConfig = EncodeConfig()
+    server: ServerConfig = ServerConfig()
+
+
+class ConfigError(SwapcastError):
+    """The configuration file, environment or flags hold an invalid value."""
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Build the configuration from defaults, file, environment and flag ``overrides``
+    (nested dicts, e.g. ``{"swap": {"blend": 0.5}}``; ``None`` values are ignored)."""
+    environ = os.environ if environ is None else environ
+    path = path or environ.get(CONFIG_ENV)
+    merged: dict[str, Any] = {}
+    source = "defaults"
+    if path:
+        merged = _deep_merge(merged, _read_yaml(Path(path)))
+        source = str(path)
+    merged = _deep_merge(merged, _from_environment(environ))
+    merged = _deep_merge(merged, _drop_none(overrides or {}))
+    try:
+        return Config.model_validate(merged)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration ({source} + environment + flags): {problems}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, not {type(data).__name__}")
+    return data
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``SWAPCAST_SECTION__KEY=value`` -> {"section": {"key": value}}; values are parsed as YAML
+    scalars so ``true``, ``8`` and ``0.5`` arrive typed."""
+    result: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+            continue
+        keys = name[len(ENV_PREFIX) :].lower().split("__")
+        if len(keys) < 2 or not all(keys):
+            raise ConfigError(f"environment variable {name}: expected SWAPCAST_<SECTION>__<KEY>")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        target = result
+        for key in keys[:-1]:
+            target = target.setdefault(key, {})
+        target[keys[-1]] = value
+    return result
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        key: _drop_none(value) if isinstance(value, Mapping) else value
+        for key, value in values.items()
+        if value is not None
+    }

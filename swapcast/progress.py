@@ -1,0 +1,38 @@
+"""A progress bar for long CLI work (tqdm on a terminal, periodic lines otherwise)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tqdm import tqdm
+
+
+class ProgressBar:
+    """``update(done, total)`` as the media layer reports it; a context manager."""
+
+    def __init__(self, label: str, enabled: bool = True, log_every_s: float = 5.0) -> None:
+        self.label = label
+        self.enabled = enabled
+        self.log_every_s = log_every_s
+        self._bar: tqdm | None = None
+        self._last_log = time.monotonic()
+
+    def __enter__(self) -> ProgressBar:
+        if self.enabled:
+            self._bar = tqdm(desc=self.label, unit="frame", dynamic_ncols=True, file=sys.stderr)
+        return self
+
+    def update(self, done: int, total: int | None) -> None:
+        if self._bar is not None:
+            if total and self._bar.total != max(total, done):
+                self._bar.total = max(total, done)
+            self._bar.update(done - self._bar.n)
+        elif time.monotonic() - self._last_log >= self.log_every_s:
+            self._last_log = time.monotonic()
+            share = f"/{total} ({100 * done / total:.0f}%)" if total else ""
+            print(f"{self.label}: {done}{share} frames", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()

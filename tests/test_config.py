@@ -1,0 +1,59 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swapcast.config import Config, ConfigError, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_default_yaml_mirrors_embedded_defaults():
+    on_disk = yaml.safe_load((REPO / "configs" / "default.yaml").read_text())
+    assert on_disk == Config().model_dump(mode="json")
+
+
+def test_precedence_defaults_file_environment_flags(tmp_path):
+    path = tmp_path / "node.yaml"
+    path.write_text("swap:\n  blend: 0.3\n  mouth_mask: true\nserver:\n  port: 9000\n")
+    env = {"SWAPCAST_SWAP__BLEND": "0.5", "SWAPCAST_ENGINE__MAX_FACES": "2"}
+    config = load_config(path, environ=env, overrides={"server": {"port": 9100, "host": None}})
+    assert config.swap.blend == 0.5  # environment beats file
+    assert config.swap.mouth_mask is True  # file beats defaults
+    assert config.engine.max_faces == 2
+    assert config.server.port == 9100  # flags beat everything
+    assert config.server.host == "127.0.0.1"  # a flag left out (None) changes nothing
+
+
+def test_config_file_from_environment(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("engine:\n  swapper: mesh\n")
+    assert load_config(environ={"SWAPCAST_CONFIG": str(path)}).engine.swapper == "mesh"
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "needle"),
+    [
+        ("swap:\n  blend: 2\n", {}, "swap.blend"),
+        ("swap:\n  blnd: 1\n", {}, "swap.blnd"),
+        ("- a list\n", {}, "mapping"),
+        ("", {"SWAPCAST_SWAP__FACE_SELECTION": "everyone"}, "swap.face_selection"),
+        ("", {"SWAPCAST_BLEND": "1"}, "SWAPCAST_<SECTION>__<KEY>"),
+    ],
+)
+def test_bad_configuration_is_a_clear_error(tmp_path, text, env, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("<", "<").replace("[", r"\[")):
+        load_config(path, environ=env)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml", environ={})
+
+
+def test_sections_convert_to_runtime_types():
+    config = load_config(environ={"SWAPCAST_SWAP__MOUTH_MASK": "true", "SWAPCAST_ENGINE__CROP_SIZE": "192"})
+    assert config.swap.options().mouth_mask is True
+    assert config.engine.settings().crop_size == 192
