@@ -23,10 +23,6 @@ from gpu.types import Face
 
 SwapperName = Literal["auto", "mesh", "inswapper"]
 
-# A face region is cut out this much larger than its detection box before the mesh runs on
-# it, so the mesh's own detector sees the whole head.
-_MESH_CONTEXT = 1.8
-
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -55,7 +51,7 @@ class FaceEngine:
         self.settings = settings or EngineSettings()
         builtin = BuiltinModels.locate()
         self._identity = DlibIdentity(builtin.dlib_landmarks_68, builtin.dlib_identity)
-        self._mesh = FaceMesh(max_faces=1)
+        self._mesh = FaceMesh()
         self._detector = self._make_detector()
         self.swapper: Swapper = self._make_swapper()
 
@@ -100,19 +96,7 @@ class FaceEngine:
         """Faces in a still RGB image, largest first, each with a mesh where one was found:
         detector first (finds small faces), then the mesh on a region around each face."""
         faces = sorted(self._detector.detect(image), key=lambda f: f.area, reverse=True)
-        return [self._with_mesh(image, face) for face in faces]
-
-    def _with_mesh(self, image: np.ndarray, face: Face) -> Face:
-        height, width = image.shape[:2]
-        cx, cy = face.center
-        half = max(face.box[2] - face.box[0], face.box[3] - face.box[1]) * _MESH_CONTEXT / 2
-        x0, y0 = int(max(0, cx - half)), int(max(0, cy - half))
-        x1, y1 = int(min(width, cx + half)), int(min(height, cy + half))
-        found = self._mesh.detect(image[y0:y1, x0:x1]) if x1 > x0 and y1 > y0 else []
-        if not found:
-            return face
-        mesh = found[0].mesh + np.array([x0, y0], dtype=np.float32)
-        return Face(box=face.box, kps=found[0].kps + np.array([x0, y0], np.float32), score=face.score, mesh=mesh)
+        return [self._mesh.landmarks(image, face) for face in faces]
 
     def identity(self, image: np.ndarray, face: Face) -> np.ndarray:
         """dlib identity descriptor: for reference selection and scoring (~60 ms)."""
@@ -144,4 +128,6 @@ class FaceEngine:
 
     def tracker(self, smoothing: bool = True) -> FaceTracker:
         """A new per-stream tracker (each video stream needs its own state)."""
-        return FaceTracker(max_faces=self.settings.max_faces, smoothing=smoothing)
+        return FaceTracker(
+            max_faces=self.settings.max_faces, smoothing=smoothing, detector_range=self.settings.detector_range
+        )

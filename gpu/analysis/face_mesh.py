@@ -1,21 +1,25 @@
 """Built-in landmarker: mediapipe's 468-point face mesh, on still images and as a tracker.
 
-The tracking graph re-runs BlazeFace only when it tracks fewer faces than asked for, and
-otherwise follows each face from its previous landmarks; this module adds stable track
-ids (box overlap between frames) and One Euro smoothing per track."""
+Faces are found by BlazeFace (full range finds small faces too) and each face's mesh runs
+on a square region around it, so a face far from the camera is as well landmarked as a
+close one. Video adds stable track ids, re-detection every few frames (new faces enter)
+and One Euro smoothing per track (a still face does not jitter)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import count
 
 import numpy as np
 
+from gpu.analysis.blazeface import BlazeFaceDetector, BlazeFaceRange
 from gpu.analysis.landmarks import five_points
-from gpu.analysis.smoothing import OneEuroFilter
 from gpu.analysis.quiet import QuietGraph
+from gpu.analysis.smoothing import OneEuroFilter
 from gpu.types import Face
 
+# The mesh runs on a square this many times the face box, so the whole head is in view.
+REGION_SCALE = 1.8
 
 # A serialized NormalizedLandmark without visibility/presence is 17 bytes: message tag,
 # length 15, then x, y, z as tagged little-endian floats. Reading the bytes with numpy is
@@ -36,30 +40,48 @@ def _mesh_points(landmarks, width: int, height: int) -> np.ndarray:
     return np.array([(p.x * width, p.y * height) for p in landmarks.landmark[:468]], dtype=np.float32)
 
 
-def _faces_from_result(result, width: int, height: int) -> list[Face]:
-    return [_face_from_mesh(_mesh_points(lm, width, height)) for lm in result.multi_face_landmarks or ()]
-
-
-def _face_from_mesh(mesh: np.ndarray, track_id: int | None = None) -> Face:
+def face_from_mesh(mesh: np.ndarray, track_id: int | None = None, score: float = 1.0) -> Face:
     box = np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)
-    return Face(box=box, kps=five_points(mesh), mesh=mesh, track_id=track_id)
+    return Face(box=box, kps=five_points(mesh), score=score, mesh=mesh, track_id=track_id)
+
+
+def _mesh_graph(tracking: bool) -> QuietGraph:
+    from mediapipe.python.solutions import face_mesh
+
+    return QuietGraph(
+        lambda: face_mesh.FaceMesh(
+            static_image_mode=not tracking, max_num_faces=1, min_detection_confidence=0.5, min_tracking_confidence=0.5
+        )
+    )
+
+
+def mesh_in_region(graph: QuietGraph, image: np.ndarray, box: np.ndarray) -> np.ndarray | None:
+    """The mesh of the face in ``box`` (frame pixels), run on a square region around it."""
+    height, width = image.shape[:2]
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    half = max(box[2] - box[0], box[3] - box[1]) * REGION_SCALE / 2
+    x0, y0 = int(max(0, cx - half)), int(max(0, cy - half))
+    x1, y1 = int(min(width, cx + half)), int(min(height, cy + half))
+    if x1 - x0 < 16 or y1 - y0 < 16:
+        return None
+    result = graph.process(np.ascontiguousarray(image[y0:y1, x0:x1]))
+    if not result.multi_face_landmarks:
+        return None
+    return _mesh_points(result.multi_face_landmarks[0], x1 - x0, y1 - y0) + np.array([x0, y0], dtype=np.float32)
 
 
 class FaceMesh:
-    """Dense landmarks on still images (source faces, reference images)."""
+    """Dense landmarks for faces found on still images (sources, references, scoring)."""
 
-    def __init__(self, max_faces: int = 8, min_score: float = 0.5) -> None:
-        from mediapipe.python.solutions import face_mesh
+    def __init__(self) -> None:
+        self._graph = _mesh_graph(tracking=False)
 
-        self._graph = QuietGraph(
-            lambda: face_mesh.FaceMesh(static_image_mode=True, max_num_faces=max_faces, min_detection_confidence=min_score)
-        )
-
-    def detect(self, image: np.ndarray) -> list[Face]:
-        """Faces with meshes in an RGB uint8 image, largest first."""
-        height, width = image.shape[:2]
-        faces = _faces_from_result(self._graph.process(np.ascontiguousarray(image)), width, height)
-        return sorted(faces, key=lambda face: face.area, reverse=True)
+    def landmarks(self, image: np.ndarray, face: Face) -> Face:
+        """``face`` with its mesh (and mesh-derived keypoints), or unchanged if none is found."""
+        mesh = mesh_in_region(self._graph, image, face.box)
+        if mesh is None:
+            return face
+        return Face(box=face.box, kps=five_points(mesh), score=face.score, mesh=mesh)
 
     def close(self) -> None:
         self._graph.close()
@@ -73,56 +95,90 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     return float(inter / union) if union > 0 else 0.0
 
 
+def _contains(box: np.ndarray, point: np.ndarray) -> bool:
+    return bool(box[0] <= point[0] <= box[2] and box[1] <= point[1] <= box[3])
+
+
 @dataclass
 class _Track:
     track_id: int
     box: np.ndarray
-    smoother: OneEuroFilter = field(default_factory=OneEuroFilter)
+    graph: QuietGraph  # a tracking-mode mesh graph following this face
+    smoother: OneEuroFilter
+    mesh: np.ndarray | None = None
 
 
 class FaceTracker:
-    """Per-session video landmarker: faces with meshes, stable ids and smoothing."""
+    """Per-stream video landmarker: faces with meshes, stable ids and smoothing.
 
-    def __init__(self, max_faces: int = 4, smoothing: bool = True, min_score: float = 0.5) -> None:
-        from mediapipe.python.solutions import face_mesh
+    Each track owns a tracking-mode mesh graph fed with a region around the face's last
+    position; BlazeFace runs every ``detect_every`` frames (every frame while no face is
+    tracked) to pick up faces that enter. Mesh graphs are pooled: creating one costs ~60 ms."""
 
-        self._graph = QuietGraph(
-            lambda: face_mesh.FaceMesh(
-                static_image_mode=False,
-                max_num_faces=max_faces,
-                min_detection_confidence=min_score,
-                min_tracking_confidence=0.5,
-            )
-        )
+    def __init__(
+        self,
+        max_faces: int = 4,
+        smoothing: bool = True,
+        detect_every: int = 8,
+        detector_range: BlazeFaceRange = "full",
+    ) -> None:
+        self.max_faces = max_faces
         self.smoothing = smoothing
+        self.detect_every = detect_every
+        self._detector = BlazeFaceDetector(detector_range)
         self._tracks: list[_Track] = []
+        self._spare_graphs: list[QuietGraph] = []
         self._ids = count(1)
+        self._frames = 0
 
     def process(self, frame: np.ndarray, timestamp: float) -> list[Face]:
         """Faces in this frame (RGB uint8) at ``timestamp`` seconds, with track ids."""
-        height, width = frame.shape[:2]
-        detected = _faces_from_result(self._graph.process(np.ascontiguousarray(frame)), width, height)
-        tracks: list[_Track] = []
-        faces: list[Face] = []
-        free = list(self._tracks)
-        for face in sorted(detected, key=lambda f: f.area, reverse=True):
-            best = max(free, key=lambda t: _iou(t.box, face.box), default=None)
-            if best is not None and _iou(best.box, face.box) > 0.3:
-                free.remove(best)
-                track = best
+        tracks = []
+        for track in self._tracks:
+            track.mesh = mesh_in_region(track.graph, frame, track.box)
+            if track.mesh is None:
+                self._spare_graphs.append(track.graph)
             else:
-                track = _Track(next(self._ids), face.box)
-            mesh = track.smoother(face.mesh, timestamp) if self.smoothing else face.mesh
-            smoothed = _face_from_mesh(mesh, track.track_id)
-            track.box = smoothed.box
-            tracks.append(track)
-            faces.append(smoothed)
-        self._tracks = tracks
+                track.box = np.concatenate([track.mesh.min(0), track.mesh.max(0)])
+                tracks.append(track)
+        if self._frames % self.detect_every == 0 or not tracks:
+            tracks.extend(self._new_tracks(frame, tracks))
+        self._frames += 1
+        self._tracks = self._without_duplicates(tracks)
+        faces = []
+        for track in self._tracks:
+            mesh = track.smoother(track.mesh, timestamp) if self.smoothing else track.mesh
+            faces.append(face_from_mesh(mesh, track.track_id))
         return faces
 
-    def new_track_ids(self, faces: list[Face], known: set[int]) -> list[int]:
-        """Ids among ``faces`` not in ``known``: where identity (dlib) must be computed."""
-        return [f.track_id for f in faces if f.track_id is not None and f.track_id not in known]
+    def _new_tracks(self, frame: np.ndarray, tracks: list[_Track]) -> list[_Track]:
+        found = []
+        for detection in self._detector.detect(frame):
+            if len(tracks) + len(found) >= self.max_faces:
+                break
+            if any(_contains(t.box, detection.center) for t in [*tracks, *found]):
+                continue
+            graph = self._spare_graphs.pop() if self._spare_graphs else _mesh_graph(tracking=True)
+            mesh = mesh_in_region(graph, frame, detection.box)
+            if mesh is None:
+                self._spare_graphs.append(graph)
+                continue
+            box = np.concatenate([mesh.min(0), mesh.max(0)])
+            found.append(_Track(next(self._ids), box, graph, OneEuroFilter(), mesh))
+        return found
+
+    def _without_duplicates(self, tracks: list[_Track]) -> list[_Track]:
+        """Two tracks that converged on one face: the older one stays."""
+        kept: list[_Track] = []
+        for track in sorted(tracks, key=lambda t: t.track_id):
+            if any(_iou(track.box, other.box) > 0.5 for other in kept):
+                self._spare_graphs.append(track.graph)
+            else:
+                kept.append(track)
+        return kept
 
     def close(self) -> None:
-        self._graph.close()
+        for graph in [*self._spare_graphs, *(t.graph for t in self._tracks)]:
+            graph.close()
+        self._detector.close()
+        self._tracks, self._spare_graphs = [], []

@@ -109,7 +109,7 @@ class MeshSwapper:
             "blend": np.full((1, 1, 1), options.blend, dtype=np.float32),
             "colour": np.full((1, 1, 1), 1.0 if options.colour_match else 0.0, dtype=np.float32),
         }
-        return FaceJob(feeds=feeds, matrix=matrix, context={"mask": mask * options.blend})
+        return FaceJob(feeds=feeds, matrix=matrix, context={"mask": mask})
 
     def finish(self, frame: np.ndarray, job: FaceJob, row: Sequence[np.ndarray]) -> None:
         swapped = np.clip(row[0].transpose(1, 2, 0) * 255.0 + 0.5, 0, 255).astype(np.uint8)

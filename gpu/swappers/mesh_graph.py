@@ -8,7 +8,8 @@ Inputs (N = faces, S = crop size, T = source texture size):
   target  [N,3,S,S] float32 RGB in [0,1]   aligned target crop
   source  [N,3,T,T] float32 RGB in [0,1]   aligned source texture
   grid    [N,S,S,2] float32 in [-1,1]      where each target pixel samples the source
-  mask    [N,1,S,S] float32 in [0,1]       feathered face region (colour statistics + blend)
+  mask    [N,1,S,S] float32 in [0,1]       feathered face region: weights the colour
+                                           statistics; outside it (mask = 0) target passes
   blend   [N,1,1,1] float32 in [0,1]       swap strength
   colour  [N,1,1,1] float32 0 or 1         colour match on/off
 Output:
@@ -95,8 +96,9 @@ def build_mesh_swap_graph(name: str = "mesh_swap") -> onnx.ModelProto:
     face_flat = node("Add", [node("MatMul", [matrix_on, flat], "recoloured"), offset_on], "face_flat")
     face = node("Reshape", [face_flat, node("Shape", ["target"], "target_shape")], "face")
 
-    # masked blend: swapped = target + mask * blend * (face - target)
-    alpha = node("Mul", ["mask", "blend"], "alpha")
+    # swapped = target + blend * (face - target) inside the face region (mask > 0); the
+    # feathered edge is applied once, by the paste-back, so blend stays linear.
+    alpha = node("Mul", [node("Ceil", ["mask"], "region"), "blend"], "alpha")
     swapped_raw = node("Add", ["target", node("Mul", [node("Sub", [face, "target"], "face_delta"), alpha], "blend_step")], "swapped_raw")
     node("Clip", [swapped_raw, "zero", "one"], "swapped")
 

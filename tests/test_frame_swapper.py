@@ -1,0 +1,85 @@
+"""Per-stream swapping: pass-through, face selection, live option changes, video tracking."""
+
+import numpy as np
+import pytest
+
+from gpu.options import SwapOptions
+from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.samples import moving_face_frames
+
+
+@pytest.fixture(scope="module")
+def astronaut_source(engine, astronaut_image):
+    return engine.register_source(astronaut_image)
+
+
+def _face_boxes(engine, image):
+    faces = sorted(engine.analyse_image(image), key=lambda f: f.box[0])  # left to right
+    return [f.box.astype(int) for f in faces]
+
+
+def _changed_in(before, after, box):
+    x0, y0, x1, y1 = box
+    return bool(np.any(before[y0:y1, x0:x1] != after[y0:y1, x0:x1]))
+
+
+def test_a_frame_without_a_face_passes_through_unchanged(engine, astronaut_source):
+    swapper = FrameSwapper(engine, astronaut_source)
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 255, (360, 480, 3), dtype=np.uint8)
+    original = frame.copy()
+    times = swapper.process(frame, 0.0)
+    assert times.faces_seen == 0 and times.faces_swapped == 0
+    np.testing.assert_array_equal(frame, original)
+    assert swapper.process_still(frame).faces_swapped == 0
+    np.testing.assert_array_equal(frame, original)
+
+
+def test_all_swaps_every_face_largest_only_the_largest(engine, astronaut_source, two_faces):
+    boxes = _face_boxes(engine, two_faces)  # [astronaut (smaller), grace (larger)]
+    everything = two_faces.copy()
+    assert FrameSwapper(engine, astronaut_source).process_still(everything).faces_swapped == 2
+    largest = two_faces.copy()
+    assert FrameSwapper(engine, astronaut_source, SwapOptions(face_selection="largest")).process_still(largest).faces_swapped == 1
+    assert not _changed_in(two_faces, largest, boxes[0])
+    assert _changed_in(two_faces, largest, boxes[1])
+
+
+def test_reference_swaps_only_the_matching_person(engine, astronaut_source, two_faces, astronaut_image, identity_of):
+    boxes = _face_boxes(engine, two_faces)
+    options = SwapOptions(face_selection="reference")
+    frame = two_faces.copy()
+    swapper = FrameSwapper(engine, astronaut_source, options, reference=identity_of(astronaut_image))
+    assert swapper.process_still(frame).faces_swapped == 1
+    assert _changed_in(two_faces, frame, boxes[0])  # the astronaut, who matches the reference
+    assert not _changed_in(two_faces, frame, boxes[1])
+
+
+def test_reference_without_an_identity_is_refused(engine, astronaut_source):
+    with pytest.raises(ValueError, match="reference"):
+        FrameSwapper(engine, astronaut_source, SwapOptions(face_selection="reference"))
+
+
+def test_live_option_changes_take_effect(engine, astronaut_source, grace_image):
+    swapper = FrameSwapper(engine, astronaut_source)
+    frames = moving_face_frames(grace_image, 6, (480, 360))
+    swapped = frames[0].copy()
+    assert swapper.process(swapped, 0.0).faces_swapped == 1
+    assert np.any(swapped != frames[0])
+    swapper.enabled = False
+    off = frames[1].copy()
+    swapper.process(off, 1 / 30)
+    np.testing.assert_array_equal(off, frames[1])
+    swapper.enabled = True
+    swapper.update(blend=0.0)
+    zero = frames[2].copy()
+    swapper.process(zero, 2 / 30)
+    np.testing.assert_array_equal(zero, frames[2])
+
+
+def test_video_frames_are_tracked_and_swapped_with_stage_times(engine, astronaut_source, grace_image):
+    swapper = FrameSwapper(engine, astronaut_source)
+    results = [swapper.process(frame, i / 30) for i, frame in enumerate(moving_face_frames(grace_image, 15, (640, 480)))]
+    assert all(r.faces_swapped == 1 for r in results)
+    assert all(r.track > 0 and r.prepare > 0 and r.run > 0 and r.paste > 0 for r in results)
+    assert all(r.identity == 0 or r.identity < 1 for r in results)  # no identity work for "all"
