@@ -17,7 +17,7 @@ import numpy as np
 from scipy.spatial import Delaunay
 
 from gpu.align import ARCFACE_TEMPLATE_112, estimate_similarity, transform_points
-from gpu.analysis.landmarks import FACE_OVAL, INNER_LIPS, OUTER_LIPS
+from gpu.analysis.landmarks import FACE_OVAL, INNER_LIPS, LEFT_EYE, MOUTH_LEFT, MOUTH_RIGHT, OUTER_LIPS, RIGHT_EYE
 from gpu.errors import NoFaceError
 from gpu.kernels.warp import crop_faces, paste_back
 from gpu.options import SwapOptions
@@ -30,7 +30,11 @@ from gpu.types import Face
 # layout shrunk so the whole face outline grown by GROW still fits with a margin.
 _ZOOM = 0.78
 _CROP_TEMPLATE = (ARCFACE_TEMPLATE_112 / 112.0 - np.array([0.5, 0.56], dtype=np.float32)) * _ZOOM + 0.5
-GROW = 1.12  # the swapped region reaches this far past the mesh's face outline
+# The swapped region reaches this far past the mesh's face outline: jaw and cheeks carry
+# identity, but the mesh ends mid-forehead where the source's hairline would come along,
+# so the growth fades to GROW_TOP towards the top of the head.
+GROW = 1.1
+GROW_TOP = 1.0
 
 
 @dataclass(frozen=True)
@@ -43,10 +47,16 @@ class MeshSource:
 
 
 def _with_ring(mesh: np.ndarray) -> np.ndarray:
-    """Mesh points plus the face outline pushed out by GROW from the mesh centre."""
+    """Mesh points plus the face outline pushed out from the mesh centre: by GROW below the
+    eyes, fading to GROW_TOP straight up (the head's own up, from mouth to eyes)."""
     oval = mesh[list(FACE_OVAL)]
     centre = mesh.mean(0)
-    return np.concatenate([mesh, centre + (oval - centre) * GROW]).astype(np.float32)
+    up = mesh[list(LEFT_EYE + RIGHT_EYE)].mean(0) - mesh[[MOUTH_LEFT, MOUTH_RIGHT]].mean(0)
+    up /= max(float(np.linalg.norm(up)), 1e-6)
+    offsets = oval - centre
+    upness = np.clip(offsets @ up / np.maximum(np.linalg.norm(offsets, axis=1), 1e-6), 0.0, 1.0)
+    grow = GROW - (GROW - GROW_TOP) * upness
+    return np.concatenate([mesh, centre + offsets * grow[:, None]]).astype(np.float32)
 
 
 def _affines(dst_tris: np.ndarray, src_tris: np.ndarray) -> np.ndarray:
