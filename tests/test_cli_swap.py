@@ -209,7 +209,10 @@ def test_swap_video_keeps_frames_audio_and_duration(ext, video, video_swaps):
     assert (after.width, after.height) == VIDEO_SIZE
     assert after.audio_codecs, "the output lost the audio stream"
     assert abs(after.span_s - before.span_s) <= 1 / VIDEO_FPS
-    assert after.times == pytest.approx(before.times, abs=1e-3), "frame timing changed"
+    # frame intervals survive (Matroska may shift the whole file by the AAC priming delay,
+    # ~21 ms, audio included, so compare times relative to the first frame)
+    relative = lambda times: [t - times[0] for t in times]  # noqa: E731
+    assert relative(after.times) == pytest.approx(relative(before.times), abs=2e-3), "frame timing changed"
     if after.audio_duration_s is not None:
         assert abs(after.audio_duration_s - VIDEO_FRAMES / VIDEO_FPS) <= 1 / VIDEO_FPS
     # no temp files left beside the output
