@@ -339,7 +339,7 @@ def test_mouth_mask_keeps_the_targets_mouth(media, image_swaps, engine, tmp_path
         return float(np.abs(image[mouth].astype(np.int16) - target_pixels[mouth]).mean())
 
     default, masked = read_image(default_output), read_image(output)
-    assert float(np.abs(masked[mouth].astype(np.int16) - default[mouth]).mean()) > 2.0, "--mouth-mask changed nothing at the mouth"
+    assert float(np.abs(masked[mouth].astype(np.int16) - default[mouth]).mean()) > 1.0, "--mouth-mask changed nothing at the mouth"
     assert error(masked) < error(default), f"mouth: masked {error(masked):.2f} vs default {error(default):.2f} from the target"
     assert error(masked) < 0.5 * error(default)
 
