@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from gpu.engine import FaceEngine
-from gpu.errors import SwapcastError
+from gpu.errors import ImageError, SwapcastError
 from streamer.media.images import is_image_path, is_video_path, read_image, write_image
 from streamer.media.transcode import transcode_video
 from streamer.pipeline.frame_swapper import FrameSwapper
@@ -38,10 +38,11 @@ def run(args: argparse.Namespace) -> int:
     target, output = Path(args.target), Path(args.output)
     _check_paths(target, output)
     options = config.swap.options()
-    source_image = read_image(args.source)
-    reference_image = read_image(args.reference) if options.face_selection == "reference" and args.reference else None
+    source_image = _read("source", args.source)
+    reference_image = _read("reference", args.reference) if options.face_selection == "reference" and args.reference else None
     if options.face_selection == "reference" and reference_image is None:
         raise SwapcastError("--faces reference needs --reference IMAGE (a photo of the person to swap)")
+    target_image = _read("target", target) if is_image_path(target) else None  # bad files fail before models load
 
     engine = FaceEngine(config.engine.settings())
     source = engine.register_source(source_image, args.source_face_index, label=f"source {args.source}")
@@ -52,10 +53,9 @@ def run(args: argparse.Namespace) -> int:
     swapper = FrameSwapper(engine, source, options, reference=reference)
 
     started = time.perf_counter()
-    if is_image_path(target):
-        image = read_image(target)
-        times = swapper.process_still(image)
-        write_image(output, image)
+    if target_image is not None:
+        times = swapper.process_still(target_image)
+        write_image(output, target_image)
         print(f"{output}: {times.faces_swapped} of {times.faces_seen} face(s) swapped in {time.perf_counter() - started:.2f} s")
         return 0
 
@@ -73,6 +73,14 @@ def run(args: argparse.Namespace) -> int:
     audio = f", audio {report.audio_codec}" if report.audio_codec else ", no audio"
     print(f"{output}: {report.frames_out} frames ({report.width}x{report.height}, {report.duration_s:.2f} s{audio}) at {fps:.1f} frames/s")
     return 0
+
+
+def _read(role: str, path: str | Path):
+    """Read an image, saying which of the command's files is at fault when it cannot be read."""
+    try:
+        return read_image(path)
+    except ImageError as exc:
+        raise ImageError(f"{role} {exc}") from None
 
 
 def _check_paths(target: Path, output: Path) -> None:
