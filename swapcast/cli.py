@@ -17,13 +17,13 @@ EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from swapcast.commands import bench, doctor, score, serve, swap
+    from swapcast.commands import bench, doctor, keys, score, serve, swap
 
     parser = argparse.ArgumentParser(prog="swapcast", description="Real-time face-swap media server.")
     parser.add_argument("--config", metavar="FILE", help="YAML config file (default: embedded defaults; env SWAPCAST_CONFIG)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, swap, score, bench, doctor):
+    for module in (serve, swap, score, keys, bench, doctor):
         module.register(commands)
     return parser
 

@@ -62,6 +62,23 @@ class EncodeConfig(_Section):
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
+    data_dir: Path = Field(Path("~/.local/share/swapcast"), description="stream keys, stored faces, recordings")
+
+
+class LiveConfig(_Section):
+    """Real-time encoding of live sessions (RTMP re-publish, WebRTC)."""
+
+    preset: str = "ultrafast"  # x264, always with tune=zerolatency
+    bitrate_kbps: int = Field(2500, ge=100, le=50000)
+    keyframe_interval_s: float = Field(2.0, gt=0, le=10)
+    push_retry_initial_s: float = Field(1.0, gt=0)
+    push_retry_max_s: float = Field(30.0, gt=0)
+
+
+class RtmpConfig(_Section):
+    port: int = Field(1935, ge=0, le=65535)  # 0 = any free port (tests)
+    stall_timeout_s: float = Field(5.0, gt=0)
+    chunk_size: int = Field(4096, ge=128, le=65536)
 
 
 class Config(_Section):
@@ -69,6 +86,8 @@ class Config(_Section):
     swap: SwapConfig = SwapConfig()
     encode: EncodeConfig = EncodeConfig()
     server: ServerConfig = ServerConfig()
+    live: LiveConfig = LiveConfig()
+    rtmp: RtmpConfig = RtmpConfig()
 
 
 class ConfigError(SwapcastError):

@@ -27,20 +27,27 @@ def add_swap_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-smoothing", dest="smoothing", action="store_false", default=None, help="no temporal landmark smoothing")
 
 
+def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The swap options given as flags (None = not given)."""
+    get = lambda name: getattr(args, name, None)  # noqa: E731 - flags absent from a command are None
+    values = {
+        "face_selection": get("faces"),
+        "reference_threshold": get("reference_threshold"),
+        "mouth_mask": get("mouth_mask"),
+        "blend": get("blend"),
+        "feather": get("feather"),
+        "colour_match": get("colour_match"),
+        "smoothing": get("smoothing"),
+    }
+    return {key: value for key, value in values.items() if value is not None}
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """Defaults < config file < environment < these flags."""
     get = lambda name: getattr(args, name, None)  # noqa: E731 - flags absent from a command are None
     overrides: dict[str, Any] = {
         "engine": {"swapper": get("swapper"), "models_dir": get("models"), "prefer_fp16": get("fp16")},
-        "swap": {
-            "face_selection": get("faces"),
-            "reference_threshold": get("reference_threshold"),
-            "mouth_mask": get("mouth_mask"),
-            "blend": get("blend"),
-            "feather": get("feather"),
-            "colour_match": get("colour_match"),
-            "smoothing": get("smoothing"),
-        },
+        "swap": swap_overrides(args),
         "server": {"host": get("host"), "port": get("port")},
     }
     return load_config(args.config, overrides=overrides)

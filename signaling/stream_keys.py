@@ -1,0 +1,131 @@
+"""Stream keys: the secret a publisher (OBS over RTMP, or WHIP) presents, bound to a stream
+configuration (source face, swap options, push destinations, recording).
+
+Keys are shown once when created; only their SHA-256 is stored, so a leaked store does not
+leak keys. The store is one JSON file written atomically; source faces are copied next to it
+so a key keeps working if the original photo moves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gpu.errors import SwapcastError
+
+KEY_PREFIX = "sk_"
+
+
+class StreamKeyError(SwapcastError):
+    """A stream key operation was refused (unknown id, bad destination, ...)."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """What a stream key publishes: whose face, with which options, to where."""
+
+    name: str
+    source_face: str  # path of the stored source photo
+    swap: dict = field(default_factory=dict)  # SwapConfig overrides, validated by the app
+    push: tuple[str, ...] = ()  # rtmp:// destinations
+    record: str | None = None  # recording path (a file or a folder)
+
+
+@dataclass(frozen=True)
+class StreamKey:
+    key_id: str  # public handle: shown in lists, used to revoke
+    key_hash: str
+    stream: StreamConfig
+    created: float
+    revoked: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked is None
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def check_destination(url: str) -> str:
+    if not url.startswith(("rtmp://", "rtmps://")) or len(url) < 10:
+        raise StreamKeyError(f"push destination {url!r}: expected rtmp://host[:port]/app/key")
+    return url
+
+
+class StreamKeyStore:
+    """Stream keys persisted in ``<data_dir>/stream-keys.json`` (and faces in ``faces/``)."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.data_dir = Path(data_dir).expanduser()
+        self.path = self.data_dir / "stream-keys.json"
+        self._faces = self.data_dir / "faces"
+
+    def add(self, name: str, source_face: str | Path, *, swap: dict | None = None,
+            push: tuple[str, ...] = (), record: str | None = None) -> tuple[str, StreamKey]:
+        """Create a key; returns (the secret key, shown only now, and its record)."""
+        source = Path(source_face)
+        if not source.is_file():
+            raise StreamKeyError(f"source face {source}: no such file")
+        for url in push:
+            check_destination(url)
+        key = KEY_PREFIX + secrets.token_urlsafe(24)
+        key_id = secrets.token_hex(4)
+        self._faces.mkdir(parents=True, exist_ok=True)
+        stored_face = self._faces / f"{key_id}{source.suffix.lower()}"
+        shutil.copyfile(source, stored_face)
+        record = StreamKey(
+            key_id=key_id,
+            key_hash=hash_key(key),
+            stream=StreamConfig(name=name, source_face=str(stored_face), swap=dict(swap or {}), push=tuple(push), record=record),
+            created=time.time(),
+        )
+        keys = self._load()
+        keys.append(record)
+        self._save(keys)
+        return key, record
+
+    def list(self) -> list[StreamKey]:
+        return self._load()
+
+    def revoke(self, key_id: str) -> StreamKey:
+        keys = self._load()
+        for index, record in enumerate(keys):
+            if record.key_id == key_id:
+                if record.revoked is None:
+                    keys[index] = record = StreamKey(**{**asdict(record), "stream": record.stream, "revoked": time.time()})
+                    self._save(keys)
+                return record
+        raise StreamKeyError(f"no stream key with id {key_id!r} (see 'swapcast keys list')")
+
+    def find(self, key: str) -> StreamKey | None:
+        """The active record for a secret key, or None (unknown or revoked)."""
+        wanted = hash_key(key)
+        return next((r for r in self._load() if r.active and secrets.compare_digest(r.key_hash, wanted)), None)
+
+    def _load(self) -> list[StreamKey]:
+        try:
+            rows = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            raise StreamKeyError(f"stream key store {self.path} is unreadable ({exc})") from None
+        return [
+            StreamKey(**{**row, "stream": StreamConfig(**{**row["stream"], "push": tuple(row["stream"]["push"])})})
+            for row in rows
+        ]
+
+    def _save(self, keys: list[StreamKey]) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(prefix=".stream-keys.", dir=self.data_dir)
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump([asdict(k) for k in keys], out, indent=2)
+        os.chmod(temp, 0o600)
+        os.replace(temp, self.path)

@@ -1,0 +1,166 @@
+"""The live latency policy, for one stream: decode every packet, swap and encode only the
+newest frame, drop the rest.
+
+One thread per stream. Decoding must see every packet (inter-frame prediction), but when
+the swap falls behind, the frames decoded meanwhile are dropped instead of queued, so the
+added latency stays bounded by one frame's processing time however slow the machine is."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import av
+import numpy as np
+
+from streamer.live.h264 import EncodedVideo, H264Decoder, H264Encoder
+from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VideoSample:
+    """One compressed video frame as received (AVCC), times in ms."""
+
+    data: bytes
+    dts: int
+    composition_offset: int = 0
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class SequenceHeader:
+    record: bytes  # avcC
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    preset: str = "ultrafast"
+    bitrate_kbps: int = 2500
+    keyframe_interval_s: float = 2.0
+
+
+# (encoded frame, the encoder's avcC when it is new or changed, else None)
+Emit = Callable[[EncodedVideo, bytes | None], None]
+
+
+class LiveStats:
+    """Counters and recent latencies of one stream; read from any thread."""
+
+    def __init__(self, window: int = 600) -> None:
+        self.frames_in = 0
+        self.frames_out = 0
+        self.frames_dropped = 0
+        self.decode_errors = 0
+        self.latencies_ms: deque[float] = deque(maxlen=window)
+        self.last_stages: StageTimes | None = None
+        self._out_times: deque[float] = deque(maxlen=window)
+
+    def record_output(self, latency_ms: float, stages: StageTimes) -> None:
+        self.frames_out += 1
+        self.latencies_ms.append(latency_ms)
+        self.last_stages = stages
+        self._out_times.append(time.monotonic())
+
+    def snapshot(self) -> dict[str, float | int | None]:
+        latencies = np.array(self.latencies_ms) if self.latencies_ms else None
+        recent = [t for t in self._out_times if t > time.monotonic() - 2.0]
+        stages = self.last_stages
+        return {
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+            "frames_dropped": self.frames_dropped,
+            "decode_errors": self.decode_errors,
+            "fps_out": len(recent) / 2.0,
+            "latency_p50_ms": float(np.percentile(latencies, 50)) if latencies is not None else None,
+            "latency_p99_ms": float(np.percentile(latencies, 99)) if latencies is not None else None,
+            "swap_ms": stages.total if stages else None,
+        }
+
+
+_STOP = object()
+
+
+class LiveSwapWorker:
+    """Runs decode -> swap -> encode for one stream on its own thread."""
+
+    def __init__(self, swapper: FrameSwapper, encoder: EncoderSettings, emit: Emit, name: str = "stream") -> None:
+        self.swapper = swapper
+        self.encoder_settings = encoder
+        self.stats = LiveStats()
+        self._emit = emit
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._decoder = H264Decoder()
+        self._encoder: H264Encoder | None = None
+        self._thread = threading.Thread(target=self._run, name=f"swap-{name}", daemon=True)
+        self._thread.start()
+
+    def push(self, item: VideoSample | SequenceHeader) -> None:
+        """Hand over one message (any thread, never blocks)."""
+        self._inbox.put(item)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._inbox.put(_STOP)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            items = [self._inbox.get()]
+            while not self._inbox.empty():
+                items.append(self._inbox.get_nowait())
+            newest = self._decode_all(item for item in items if item is not _STOP)
+            if newest is not None:
+                self._swap_and_encode(*newest)
+            if any(item is _STOP for item in items):
+                self.swapper.close()
+                return
+
+    def _decode_all(self, items) -> tuple[av.VideoFrame, float] | None:
+        newest = None
+        for item in items:
+            if isinstance(item, SequenceHeader):
+                self._decoder.configure(item.record)
+                continue
+            try:
+                frames = self._decoder.decode(item.data, item.dts, item.composition_offset)
+            except (av.error.FFmpegError, ValueError):
+                self.stats.decode_errors += 1
+                continue
+            for frame in frames:
+                self.stats.frames_in += 1
+                if newest is not None:
+                    self.stats.frames_dropped += 1
+                newest = (frame, item.arrived)
+        return newest
+
+    def _swap_and_encode(self, frame: av.VideoFrame, arrived: float) -> None:
+        rgb = frame.to_ndarray(format="rgb24")
+        pts = int(frame.pts)
+        try:
+            stages = self.swapper.process(rgb, pts / 1000.0)
+        except Exception:  # a swap bug must not end the broadcast: the frame goes out unswapped
+            log.exception("swap failed on a frame; sending it unswapped")
+            stages = StageTimes()
+        encoder = self._encoder_for(rgb)
+        new_header = encoder.sequence_header is None
+        for packet in encoder.encode(rgb, pts):
+            header = encoder.sequence_header if new_header else None
+            new_header = False
+            self._emit(packet, header)
+        self.stats.record_output((time.monotonic() - arrived) * 1000.0, stages)
+
+    def _encoder_for(self, rgb: np.ndarray) -> H264Encoder:
+        height, width = rgb.shape[:2]
+        if self._encoder is None or (self._encoder.width, self._encoder.height) != (width - width % 2, height - height % 2):
+            settings = self.encoder_settings
+            self._encoder = H264Encoder(
+                width, height, preset=settings.preset, bitrate_kbps=settings.bitrate_kbps,
+                keyframe_interval_s=settings.keyframe_interval_s,
+            )
+        return self._encoder

@@ -1,0 +1,66 @@
+"""``swapcast keys add | list | revoke``: stream keys for RTMP and WHIP publishers."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from signaling.stream_keys import StreamKeyStore
+from swapcast.commands.common import add_swap_flags, config_from_args, swap_overrides
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("keys", help="stream keys for OBS/ffmpeg (RTMP) and WHIP publishers")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="create a stream key (printed once)")
+    add.add_argument("--source", required=True, metavar="FACE", help="photo of the face to put on the stream")
+    add.add_argument("--source-face-index", type=int, metavar="I", help="which face of the photo (0 = largest)")
+    add.add_argument("--name", help="a label for lists (default: the photo's name)")
+    add.add_argument("--push", action="append", default=[], metavar="URL", help="re-publish to rtmp://host/app/key (repeatable)")
+    add.add_argument("--record", metavar="PATH", help="record the swapped stream to this file or folder")
+    add_swap_flags(add)
+    add.set_defaults(run=_add)
+    listing = actions.add_parser("list", help="list stream keys (ids, names, state)")
+    listing.set_defaults(run=_list)
+    revoke = actions.add_parser("revoke", help="revoke a stream key by id; its publisher is refused from now on")
+    revoke.add_argument("key_id")
+    revoke.set_defaults(run=_revoke)
+
+
+def _store(args: argparse.Namespace) -> StreamKeyStore:
+    return StreamKeyStore(config_from_args(args).server.data_dir)
+
+
+def _add(args: argparse.Namespace) -> int:
+    from gpu.engine import FaceEngine
+    from streamer.media.images import read_image
+
+    config = config_from_args(args)  # validates the swap flags
+    # A key must carry a usable face: check it now, not when OBS connects.
+    FaceEngine(config.engine.settings()).register_source(read_image(args.source), args.source_face_index, f"source {args.source}")
+    name = args.name or Path(args.source).stem
+    key, record = StreamKeyStore(config.server.data_dir).add(
+        name, args.source, swap=swap_overrides(args), push=tuple(args.push), record=args.record
+    )
+    print(key)
+    print(f"id {record.key_id} · {name} · publish to rtmp://<server>/live/<key> or WHIP with 'Authorization: Bearer <key>'")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    keys = _store(args).list()
+    if not keys:
+        print("no stream keys (create one with 'swapcast keys add --source FACE.jpg')")
+    for record in keys:
+        state = "active" if record.active else f"revoked {time.strftime('%Y-%m-%d %H:%M', time.localtime(record.revoked))}"
+        push = f" push={','.join(record.stream.push)}" if record.stream.push else ""
+        record_to = f" record={record.stream.record}" if record.stream.record else ""
+        print(f"{record.key_id}  {record.stream.name:20}  {state}{push}{record_to}")
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    record = _store(args).revoke(args.key_id)
+    print(f"revoked {record.key_id} ({record.stream.name})")
+    return 0
