@@ -7,6 +7,7 @@ smoothing, options) lives with the caller; this object holds only what is loaded
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +54,8 @@ class FaceEngine:
         self._identity = DlibIdentity(builtin.dlib_landmarks_68, builtin.dlib_identity)
         self._mesh = FaceMesh()
         self._detector = self._make_detector()
+        # the still-image graphs (detector, mesh) keep state: one caller at a time
+        self._still_lock = threading.Lock()
         self.swapper: Swapper = self._make_swapper()
 
     @property
@@ -95,8 +98,9 @@ class FaceEngine:
     def analyse_image(self, image: np.ndarray) -> list[Face]:
         """Faces in a still RGB image, largest first, each with a mesh where one was found:
         detector first (finds small faces), then the mesh on a region around each face."""
-        faces = sorted(self._detector.detect(image), key=lambda f: f.area, reverse=True)
-        return [self._mesh.landmarks(image, face) for face in faces]
+        with self._still_lock:
+            faces = sorted(self._detector.detect(image), key=lambda f: f.area, reverse=True)
+            return [self._mesh.landmarks(image, face) for face in faces]
 
     def identity(self, image: np.ndarray, face: Face) -> np.ndarray:
         """dlib identity descriptor: for reference selection and scoring (~60 ms)."""

@@ -75,6 +75,22 @@ class LiveConfig(_Section):
     push_retry_max_s: float = Field(30.0, gt=0)
 
 
+class IceServer(_Section):
+    urls: list[str]
+    username: str | None = None
+    credential: str | None = None
+
+
+class WebRtcConfig(_Section):
+    max_sessions: int = Field(4, ge=1, le=256)  # more peers get HTTP 503
+    codec: Literal["h264", "vp8"] = "h264"
+    min_bitrate_kbps: int = Field(500, ge=50)
+    max_bitrate_kbps: int = Field(4000, ge=100)
+    # ICE host addresses offered to peers; empty = every interface (loopback for tests)
+    host_addresses: list[str] = []
+    ice_servers: list[IceServer] = []  # STUN/TURN, e.g. {urls: ["stun:stun.example.org:3478"]}
+
+
 class RtmpConfig(_Section):
     port: int = Field(1935, ge=0, le=65535)  # 0 = any free port (tests)
     stall_timeout_s: float = Field(5.0, gt=0)
@@ -88,6 +104,7 @@ class Config(_Section):
     server: ServerConfig = ServerConfig()
     live: LiveConfig = LiveConfig()
     rtmp: RtmpConfig = RtmpConfig()
+    webrtc: WebRtcConfig = WebRtcConfig()
 
 
 class ConfigError(SwapcastError):
