@@ -1,0 +1,206 @@
+"""RTMP messages: the reassembled unit the chunk layer yields, plus builders and parsers for
+protocol-control (types 1–6), user-control events and AMF0 commands.
+
+Parsers take a payload and return plain values; a short or malformed payload raises
+RtmpProtocolError, never IndexError/struct.error."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from streamer.rtmp import amf0
+from streamer.rtmp.errors import RtmpProtocolError
+
+
+class MessageType(IntEnum):
+    """Message type ids this stack understands (RTMP spec §5.4, §7.1)."""
+
+    SET_CHUNK_SIZE = 1
+    ABORT = 2
+    ACKNOWLEDGEMENT = 3
+    USER_CONTROL = 4
+    WINDOW_ACK_SIZE = 5
+    SET_PEER_BANDWIDTH = 6
+    AUDIO = 8
+    VIDEO = 9
+    AMF3_DATA = 15
+    AMF3_COMMAND = 17
+    AMF0_DATA = 18
+    AMF0_COMMAND = 20
+
+
+class UserControlEvent(IntEnum):
+    """User control event types (§7.1.7)."""
+
+    STREAM_BEGIN = 0
+    STREAM_EOF = 1
+    STREAM_DRY = 2
+    SET_BUFFER_LENGTH = 3
+    STREAM_IS_RECORDED = 4
+    PING_REQUEST = 6
+    PING_RESPONSE = 7
+
+
+class PeerBandwidthLimit(IntEnum):
+    """Limit type of Set Peer Bandwidth."""
+
+    HARD = 0
+    SOFT = 1
+    DYNAMIC = 2
+
+
+MAX_CHUNK_SIZE = 0x7FFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class RtmpMessage:
+    """One whole message; `timestamp` is the 32-bit RTMP timestamp (wraps at 2**32 ms)."""
+
+    type_id: int
+    stream_id: int
+    timestamp: int
+    payload: bytes
+
+
+def _u32(payload: bytes, what: str) -> int:
+    if len(payload) < 4:
+        raise RtmpProtocolError(f"{what} payload has {len(payload)} bytes, need 4")
+    return struct.unpack_from(">I", payload)[0]
+
+
+def _control(type_id: int, payload: bytes) -> RtmpMessage:
+    return RtmpMessage(type_id, 0, 0, payload)
+
+
+def set_chunk_size(size: int) -> RtmpMessage:
+    if not 1 <= size <= MAX_CHUNK_SIZE:
+        raise ValueError(f"chunk size {size} outside 1..{MAX_CHUNK_SIZE}")
+    return _control(MessageType.SET_CHUNK_SIZE, struct.pack(">I", size))
+
+
+def parse_set_chunk_size(payload: bytes) -> int:
+    """The new chunk size; the top bit must be zero and the size at least 1."""
+    size = _u32(payload, "Set Chunk Size")
+    if size & 0x80000000 or size == 0:
+        raise RtmpProtocolError(f"invalid chunk size {size}")
+    return size
+
+
+def abort(csid: int) -> RtmpMessage:
+    return _control(MessageType.ABORT, struct.pack(">I", csid))
+
+
+def parse_abort(payload: bytes) -> int:
+    """The chunk stream id whose partial message the peer abandoned."""
+    return _u32(payload, "Abort")
+
+
+def acknowledgement(sequence: int) -> RtmpMessage:
+    return _control(MessageType.ACKNOWLEDGEMENT, struct.pack(">I", sequence & 0xFFFFFFFF))
+
+
+def parse_acknowledgement(payload: bytes) -> int:
+    return _u32(payload, "Acknowledgement")
+
+
+def window_ack_size(size: int) -> RtmpMessage:
+    return _control(MessageType.WINDOW_ACK_SIZE, struct.pack(">I", size))
+
+
+def parse_window_ack_size(payload: bytes) -> int:
+    return _u32(payload, "Window Acknowledgement Size")
+
+
+def set_peer_bandwidth(size: int, limit: PeerBandwidthLimit = PeerBandwidthLimit.DYNAMIC) -> RtmpMessage:
+    return _control(MessageType.SET_PEER_BANDWIDTH, struct.pack(">IB", size, limit))
+
+
+def parse_set_peer_bandwidth(payload: bytes) -> tuple[int, int]:
+    """(window size, limit type); the limit type is returned raw since peers send odd ones."""
+    if len(payload) < 5:
+        raise RtmpProtocolError(f"Set Peer Bandwidth payload has {len(payload)} bytes, need 5")
+    return struct.unpack_from(">IB", payload)
+
+
+@dataclass(frozen=True)
+class UserControl:
+    """A user control event: `value` is the stream id or ping timestamp; `extra` the buffer ms."""
+
+    event: int
+    value: int
+    extra: int | None = None
+
+
+def user_control(event: UserControlEvent, value: int, extra: int | None = None) -> RtmpMessage:
+    payload = struct.pack(">HI", event, value & 0xFFFFFFFF)
+    if extra is not None:
+        payload += struct.pack(">I", extra)
+    return _control(MessageType.USER_CONTROL, payload)
+
+
+def stream_begin(stream_id: int) -> RtmpMessage:
+    return user_control(UserControlEvent.STREAM_BEGIN, stream_id)
+
+
+def stream_eof(stream_id: int) -> RtmpMessage:
+    return user_control(UserControlEvent.STREAM_EOF, stream_id)
+
+
+def ping_request(timestamp: int) -> RtmpMessage:
+    return user_control(UserControlEvent.PING_REQUEST, timestamp)
+
+
+def ping_response(timestamp: int) -> RtmpMessage:
+    return user_control(UserControlEvent.PING_RESPONSE, timestamp)
+
+
+def parse_user_control(payload: bytes) -> UserControl:
+    if len(payload) < 6:
+        raise RtmpProtocolError(f"User Control payload has {len(payload)} bytes, need 6")
+    event, value = struct.unpack_from(">HI", payload)
+    if event == UserControlEvent.SET_BUFFER_LENGTH:
+        if len(payload) < 10:
+            raise RtmpProtocolError("Set Buffer Length event without the buffer length")
+        return UserControl(event, value, struct.unpack_from(">I", payload, 6)[0])
+    return UserControl(event, value)
+
+
+@dataclass(frozen=True)
+class Command:
+    """An AMF0 command: name, transaction id, command object and the remaining arguments."""
+
+    name: str
+    transaction_id: float
+    command_object: Any = None
+    args: list[Any] = field(default_factory=list)
+
+
+def command(
+    name: str, transaction_id: float, command_object: Any = None, *args: Any, stream_id: int = 0
+) -> RtmpMessage:
+    body = amf0.encode(name, transaction_id, command_object, *args)
+    return RtmpMessage(MessageType.AMF0_COMMAND, stream_id, 0, body)
+
+
+def parse_command(type_id: int, payload: bytes) -> Command:
+    """Parse an AMF0 command, or an AMF3 command message (whose body is AMF0 after one byte).
+
+    A missing transaction id reads as 0: ffmpeg's listen mode sends a bare `onFCPublish`."""
+    if type_id == MessageType.AMF3_COMMAND:
+        payload = payload[1:]
+    values = amf0.decode_all(payload)
+    if not values or not isinstance(values[0], str):
+        raise RtmpProtocolError("command message without a name")
+    transaction_id = values[1] if len(values) > 1 else 0.0
+    if isinstance(transaction_id, bool) or not isinstance(transaction_id, float):
+        raise RtmpProtocolError(f"command {values[0]!r} has a non-number transaction id")
+    command_object = values[2] if len(values) > 2 else None
+    return Command(values[0], transaction_id, command_object, values[3:])
+
+
+def data(*values: Any, stream_id: int = 0, timestamp: int = 0) -> RtmpMessage:
+    """An AMF0 data message (e.g. `|RtmpSampleAccess`, `@setDataFrame`)."""
+    return RtmpMessage(MessageType.AMF0_DATA, stream_id, timestamp, amf0.encode(*values))

@@ -1,0 +1,102 @@
+"""The RTMP listener: accepts TCP connections and runs one `RtmpConnection` per client.
+
+Each connection is its own task, so a peer that stalls or sends garbage only ever takes
+itself down; `close()` cancels and awaits every connection so no task outlives the server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from streamer.rtmp.connection import RtmpConnection
+from streamer.rtmp.handler import MediaMessage, Player, Publisher, PublishRejected, RtmpHandler
+
+__all__ = ["MediaMessage", "Player", "PublishRejected", "Publisher", "RtmpHandler", "RtmpServer"]
+
+log = logging.getLogger(__name__)
+
+
+class RtmpServer:
+    """Serves publishers and players for `handler` on host:port (port 0 picks a free one)."""
+
+    def __init__(
+        self,
+        handler: RtmpHandler,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 1935,
+        stall_timeout: float = 5.0,
+        chunk_size: int = 4096,
+        queue_size: int = 512,
+    ) -> None:
+        self._handler = handler
+        self._host = host
+        self._requested_port = port
+        self._stall_timeout = stall_timeout
+        self._chunk_size = chunk_size
+        self._queue_size = queue_size
+        self._server: asyncio.Server | None = None
+        self._closing = False
+        self._connections: dict[asyncio.Task[None], RtmpConnection] = {}
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when 0 was asked for)."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("RtmpServer is not started")
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self._host, self._requested_port)
+        log.info("rtmp: listening on %s:%d", self._host, self.port)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = RtmpConnection(
+            reader,
+            writer,
+            self._handler,
+            stall_timeout=self._stall_timeout,
+            chunk_size=self._chunk_size,
+            queue_size=self._queue_size,
+        )
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = connection
+        try:
+            await connection.run()
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # Cancelled by close(): end normally, since Python 3.11's stream protocol callback
+            # calls task.exception() and would log a spurious CancelledError traceback.
+        finally:
+            self._connections.pop(task, None)
+
+    async def close(self, grace: float = 2.0) -> None:
+        """Stop listening and close every connection; handlers get `grace` seconds to return
+        (their media ends, `wait_closed` fires) before their tasks are cancelled."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for connection in self._connections.values():
+            connection.close_now("server closing")
+        tasks = list(self._connections)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def __aenter__(self) -> RtmpServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,231 @@
+"""The server against real clients: ffmpeg publishing and playing, rejected keys, a stalled
+publisher, garbage next to a healthy publisher."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from rtmp_testkit import (
+    FFMPEG,
+    FFMPEG_SOURCE,
+    RecordingHandler,
+    finish_process,
+    needs_ffmpeg,
+    probe_streams,
+    run,
+    start_process,
+    wait_for,
+)
+
+from streamer.rtmp import RtmpPublishClient, RtmpServer, flv
+from streamer.rtmp import messages as msg
+from streamer.rtmp.chunk import ChunkReader, ChunkWriter
+from streamer.rtmp.handshake import client_handshake
+
+
+@needs_ffmpeg
+def test_ffmpeg_publish_delivers_avc_and_aac(ffmpeg_publish):
+    assert ffmpeg_publish.returncode == 0, ffmpeg_publish.stderr
+    assert ffmpeg_publish.ended_reason == "unpublished"
+    messages = ffmpeg_publish.messages
+    video = [(m, flv.parse_video_tag(m.payload)) for m in messages if m.kind == "video"]
+    audio = [(m, flv.parse_audio_tag(m.payload)) for m in messages if m.kind == "audio"]
+    data = [m for m in messages if m.kind == "data"]
+
+    assert data and data[0].payload.startswith(b"\x02\x00\x0aonMetaData")  # @setDataFrame stripped
+    assert video[0][1].is_sequence_header and video[0][1].codec == "avc"
+    config = flv.parse_avc_decoder_config(video[0][1].data)
+    assert config.sps and config.pps and config.length_size == 4
+    frames = [tag for _, tag in video[1:-1]]
+    assert all(tag.packet_type == flv.VideoPacketType.NALU for tag in frames)
+    assert video[-1][1].packet_type == flv.VideoPacketType.END_OF_SEQUENCE
+    assert sum(tag.is_keyframe for tag in frames) >= 2 and frames[0].is_keyframe
+    assert len(frames) >= 70  # 3 s at 25 fps
+    nal_types = {unit[0] & 0x1F for unit in flv.split_annexb(flv.avcc_to_annexb(frames[0].data))}
+    assert 5 in nal_types  # an IDR slice
+
+    assert audio[0][1].is_sequence_header and audio[0][1].sound_format == flv.SOUND_FORMAT_AAC
+    assert len(audio[0][1].data) >= 2  # AudioSpecificConfig
+    assert len(audio) > 100 and all(tag.aac_packet_type == flv.AacPacketType.RAW for _, tag in audio[1:])
+
+    for kind in ("video", "audio"):
+        stamps = [m.timestamp for m in messages if m.kind == kind]
+        assert stamps == sorted(stamps) and stamps[-1] > stamps[1] >= 0
+    assert 2800 <= max(m.timestamp for m in messages) <= 3200
+
+
+@needs_ffmpeg
+def test_ffmpeg_publish_with_unknown_key_is_refused():
+    async def scenario() -> tuple[int, str, RecordingHandler]:
+        handler = RecordingHandler({"KEY"})
+        server = RtmpServer(handler, port=0)
+        await server.start()
+        try:
+            proc = await start_process(
+                FFMPEG, "-hide_banner", "-nostdin", *FFMPEG_SOURCE, "-t", "2", "-f", "flv",
+                f"rtmp://127.0.0.1:{server.port}/live/WRONG",
+            )  # fmt: skip
+            rc, err = await finish_process(proc, 20)
+        finally:
+            await server.close()
+        return rc, err, handler
+
+    rc, err, handler = run(scenario(), timeout=30)
+    assert rc != 0
+    assert "unknown stream key" in err or "BadName" in err or "error" in err.lower()
+    assert handler.publishers == [] and handler.received == {}
+
+
+@needs_ffmpeg
+def test_ffmpeg_plays_what_the_handler_sends(ffmpeg_publish, tmp_path: Path):
+    out = tmp_path / "played.flv"
+
+    async def scenario() -> tuple[int, str]:
+        handler = RecordingHandler({"KEY"}, playlist=ffmpeg_publish.messages)
+        server = RtmpServer(handler, port=0)
+        await server.start()
+        try:
+            proc = await start_process(
+                FFMPEG, "-hide_banner", "-nostdin", "-y", "-i", f"rtmp://127.0.0.1:{server.port}/live/KEY",
+                "-c", "copy", "-f", "flv", str(out),
+            )  # fmt: skip
+            return await finish_process(proc, 25)
+        finally:
+            await server.close()
+
+    rc, err = run(scenario(), timeout=35)
+    assert rc == 0, err
+    assert probe_streams(str(out)) == ["audio:aac", "video:h264"]
+
+
+def test_stalled_publisher_is_cut_after_stall_timeout():
+    async def scenario() -> tuple[float, str | None]:
+        handler = RecordingHandler({"KEY"})
+        server = RtmpServer(handler, port=0, stall_timeout=1.0)
+        await server.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await client_handshake(reader, writer, timeout=2)
+            chunks = ChunkWriter()
+            for message in (
+                msg.command("connect", 1, {"app": "live"}),
+                msg.command("createStream", 2, None),
+                msg.command("publish", 3, None, "KEY", "live", stream_id=1),
+            ):
+                writer.write(chunks.write(message))
+            await _read_until_status(reader, "NetStream.Publish.Start")
+            silent_since = time.monotonic()
+            while await reader.read(65536):  # the server closes the socket: EOF
+                pass
+            elapsed = time.monotonic() - silent_since
+            await wait_for(lambda: handler.publish_ended.is_set(), 2)
+            writer.close()
+            return elapsed, handler.publishers[0].ended_reason
+        finally:
+            await server.close()
+
+    elapsed, reason = run(scenario(), timeout=15)
+    assert 0.8 <= elapsed <= 2.5
+    assert reason is not None and reason.startswith("stalled")
+
+
+async def _read_until_status(reader: asyncio.StreamReader, code: str) -> None:
+    chunks = ChunkReader()
+    while True:
+        data = await reader.read(65536)
+        assert data, f"closed before {code}"
+        for message in chunks.feed(data):
+            if message.type_id == msg.MessageType.AMF0_COMMAND:
+                command = msg.parse_command(message.type_id, message.payload)
+                if command.name == "onStatus" and command.args[0]["code"] == code:
+                    return
+
+
+@needs_ffmpeg
+def test_garbage_client_is_dropped_while_healthy_publisher_keeps_going(ffmpeg_publish):
+    media = ffmpeg_publish.messages
+
+    async def scenario() -> tuple[int, int, bool]:
+        handler = RecordingHandler({"KEY"})
+        server = RtmpServer(handler, port=0)
+        await server.start()
+        try:
+            client = RtmpPublishClient(f"rtmp://127.0.0.1:{server.port}/live/KEY", timeout=5)
+            await client.connect()
+            half = len(media) // 2
+            for message in media[:half]:
+                await client.send(message)
+
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await client_handshake(reader, writer, timeout=2)
+            writer.write(b"\x7f" + bytes(range(256)) * 4)  # fmt 1 on a fresh chunk stream, then junk
+            async with asyncio.timeout(2):
+                garbage_closed = await reader.read(65536) == b""
+            writer.close()
+
+            for message in media[half:]:
+                await client.send(message)
+            await client.close()
+            await wait_for(lambda: handler.publish_ended.is_set(), 5)
+            return len(handler.received["KEY"]), len(handler.publishers), garbage_closed
+        finally:
+            await server.close()
+
+    received, publishers, garbage_closed = run(scenario(), timeout=30)
+    assert garbage_closed and publishers == 1 and received == len(media)
+
+
+_PYAV_PUSH = """
+import sys, av, numpy as np
+out = av.open(sys.argv[1], "w", format="flv")
+stream = out.add_stream("libx264", rate=25)
+stream.width, stream.height, stream.pix_fmt, stream.options = 160, 120, "yuv420p", {"preset": "ultrafast"}
+for i in range(30):
+    frame = av.VideoFrame.from_ndarray(np.full((120, 160, 3), i * 8, np.uint8), format="rgb24")
+    frame.pts = i
+    for packet in stream.encode(frame):
+        out.mux(packet)
+for packet in stream.encode(None):
+    out.mux(packet)
+out.close()
+"""
+_PYAV_PULL = """
+import sys, av
+with av.open(sys.argv[1], options={"analyzeduration": "0", "probesize": "4096"}, timeout=5) as src:
+    print(sum(1 for packet in src.demux(video=0) if packet.size))
+"""
+
+
+def test_pyav_bundled_ffmpeg_publishes_and_plays():
+    """PyAV's own (newer) libavformat as publisher and player. It runs in a child process:
+    PyAV keeps the GIL during blocking RTMP I/O, which would freeze this event loop."""
+
+    async def python(code: str, url: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, url, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            async with asyncio.timeout(20):
+                out, err = await proc.communicate()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+        return proc.returncode, out.decode()
+
+    async def scenario() -> tuple[list, str]:
+        handler = RecordingHandler({"KEY"})
+        async with RtmpServer(handler, port=0) as server:
+            url = f"rtmp://127.0.0.1:{server.port}/live/KEY"
+            await python(_PYAV_PUSH, url)
+            await wait_for(lambda: handler.publish_ended.is_set(), 5)
+            handler.playlist = handler.received["KEY"]
+            _, played = await python(_PYAV_PULL, url)
+        return handler.received["KEY"], played
+
+    received, played = run(scenario(), timeout=45)
+    video = [flv.parse_video_tag(m.payload) for m in received if m.kind == "video"]
+    assert video[0].is_sequence_header and sum(not tag.is_sequence_header for tag in video) >= 30
+    assert int(played.strip()) == 30
