@@ -1,24 +1,20 @@
 import numpy as np
-import pytest
 
-from streamer.live.h264 import H264Decoder, H264Encoder, avc_decoder_config, split_annexb, split_avcc, to_avcc
+from streamer.live.h264 import H264Decoder, H264Encoder, to_avcc
+from streamer.rtmp.flv import avcc_to_annexb, split_annexb
 from streamer.samples import grace_hopper, moving_face_frames
 
 
-def test_annexb_and_avcc_framing_round_trip():
+def test_units_framed_as_avcc_round_trip():
     units = [b"\x67\x42\x00\x1f\xaa", b"\x68\xce\x3c\x80", b"\x65" + bytes(range(40))]
-    annexb = b"\x00\x00\x00\x01" + units[0] + b"\x00\x00\x01" + units[1] + b"\x00\x00\x00\x01" + units[2]
-    assert split_annexb(annexb) == units
-    assert split_avcc(to_avcc(units)) == units
-    with pytest.raises(ValueError, match="overruns"):
-        split_avcc(b"\x00\x00\x00\x09abc")
+    assert split_annexb(avcc_to_annexb(to_avcc(units))) == units
 
 
-def test_avcc_record_layout():
-    record = avc_decoder_config(b"\x67\x64\x00\x1f\x01", b"\x68\x02")
-    assert record[:6] == bytes([1, 0x64, 0x00, 0x1F, 0xFF, 0xE1])
-    assert record[6:8] == (5).to_bytes(2, "big") and record[8:13] == b"\x67\x64\x00\x1f\x01"
-    assert record[13] == 1 and record[14:16] == (2).to_bytes(2, "big") and record[16:] == b"\x68\x02"
+def test_encoder_packets_carry_no_parameter_sets_in_band():
+    encoder = H264Encoder(64, 48)
+    packet = encoder.encode(np.zeros((48, 64, 3), np.uint8), 0)[0]
+    assert packet.keyframe and encoder.sequence_header[0] == 1
+    assert {unit[0] & 0x1F for unit in split_annexb(avcc_to_annexb(packet.data))}.isdisjoint({7, 8, 9})
 
 
 def test_encoder_output_decodes_back_to_the_frames_with_exact_keyframe_timing():

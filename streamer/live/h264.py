@@ -6,7 +6,6 @@ libx264 emits Annex B (start codes, SPS/PPS in-band on keyframes)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -14,47 +13,15 @@ import av
 import numpy as np
 from av.video.frame import PictureType
 
+from streamer.rtmp.flv import avc_decoder_config, split_annexb
+
 MS = Fraction(1, 1000)
 NAL_SPS, NAL_PPS, NAL_AUD = 7, 8, 9
-_START_CODE = re.compile(b"\x00\x00\x01")
-
-
-def split_annexb(data: bytes) -> list[bytes]:
-    """NAL units of an Annex B byte stream (3- or 4-byte start codes)."""
-    starts = [m.end() for m in _START_CODE.finditer(data)]
-    units = []
-    for index, start in enumerate(starts):
-        end = starts[index + 1] - 3 if index + 1 < len(starts) else len(data)
-        unit = data[start:end].rstrip(b"\x00") if index + 1 < len(starts) else data[start:end]
-        if unit:
-            units.append(unit)
-    return units
 
 
 def to_avcc(units: list[bytes]) -> bytes:
+    """NAL units framed with 4-byte lengths, as FLV NALU packets carry them."""
     return b"".join(len(unit).to_bytes(4, "big") + unit for unit in units)
-
-
-def split_avcc(data: bytes, length_size: int = 4) -> list[bytes]:
-    """NAL units of an AVCC sample; raises ValueError on a length that overruns the data."""
-    units, offset = [], 0
-    while offset + length_size <= len(data):
-        size = int.from_bytes(data[offset : offset + length_size], "big")
-        offset += length_size
-        if size > len(data) - offset:
-            raise ValueError(f"AVCC NAL length {size} overruns the sample ({len(data) - offset} bytes left)")
-        units.append(data[offset : offset + size])
-        offset += size
-    return units
-
-
-def avc_decoder_config(sps: bytes, pps: bytes) -> bytes:
-    """An AVCDecoderConfigurationRecord (avcC) for one SPS and one PPS, 4-byte NAL lengths."""
-    return (
-        bytes([1, sps[1], sps[2], sps[3], 0xFF, 0xE1])
-        + len(sps).to_bytes(2, "big") + sps
-        + b"\x01" + len(pps).to_bytes(2, "big") + pps
-    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,45 @@
+"""Keeps audio in step with swapped video.
+
+Video leaves the swap a few tens of milliseconds after it arrived while audio is ready at
+once. Audio is therefore held until video up to its timestamp has gone out (or until it
+has waited ``max_hold_s``, so audio never stalls when video stops), and the outputs get
+one stream interleaved in timestamp order: the delay follows the measured video latency."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+from streamer.rtmp.handler import MediaMessage
+
+
+class AudioDelay:
+    def __init__(self, emit: Callable[[MediaMessage], None], max_hold_s: float = 0.5) -> None:
+        self._emit = emit
+        self._max_hold_s = max_hold_s
+        self._held: deque[tuple[float, MediaMessage]] = deque()
+        self._video_out = -1  # timestamp of the last video frame sent
+
+    def audio(self, message: MediaMessage) -> None:
+        self._held.append((time.monotonic(), message))
+        self.flush()
+
+    def video(self, message: MediaMessage) -> None:
+        self._video_out = max(self._video_out, message.timestamp)
+        self.flush()
+        self._emit(message)
+
+    def flush(self) -> None:
+        """Send held audio that video has caught up with, and audio held too long."""
+        limit = time.monotonic() - self._max_hold_s
+        while self._held:
+            arrived, message = self._held[0]
+            if message.timestamp > self._video_out and arrived > limit:
+                break
+            self._held.popleft()
+            self._emit(message)
+
+    def drain(self) -> None:
+        while self._held:
+            self._emit(self._held.popleft()[1])

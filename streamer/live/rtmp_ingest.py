@@ -1,0 +1,264 @@
+"""RTMP ingest: OBS/ffmpeg publish with a stream key; the swapped stream is re-published to
+the key's destinations, recorded, and can be played from this server.
+
+A stream outlives its publisher for ``resume_window_s``: a publisher that reconnects with
+the same key (as OBS does after a network blip) resumes the same stream, and viewers and
+destinations carry on with continuous timestamps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpu.engine import FaceEngine, SourceFace
+from gpu.errors import SwapcastError
+from gpu.options import SwapOptions
+from signaling.stream_keys import StreamKey, StreamKeyStore
+from streamer.live.flv_file import FlvFileWriter, recording_path
+from streamer.live.h264 import EncodedVideo
+from streamer.live.interleave import AudioDelay
+from streamer.live.outputs import Headers, Output, PlayerOutput, PublishClientFactory, PushOutput, RecordingOutput
+from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, SequenceHeader, VideoSample
+from streamer.media.images import read_image
+from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.rtmp import amf0
+from streamer.rtmp.errors import RtmpProtocolError
+from streamer.rtmp.flv import VideoPacketType, build_video_tag, is_video_keyframe, parse_video_tag
+from streamer.rtmp.handler import MediaMessage, Player, Publisher, PublishRejected
+
+log = logging.getLogger(__name__)
+
+GOP_CACHE_LIMIT = 600  # messages kept since the last keyframe, so a new viewer starts at once
+FRAME_GAP_MS = 33  # spacing inserted between a dropped publisher's last frame and the next one's first
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    encoder: EncoderSettings
+    push_retry_initial_s: float = 1.0
+    push_retry_max_s: float = 30.0
+    resume_window_s: float = 30.0
+
+
+class LiveStream:
+    """One stream key while it is live: swap worker, headers, GOP cache and outputs."""
+
+    def __init__(self, record: StreamKey, source: SourceFace, options: SwapOptions, engine: FaceEngine,
+                 settings: IngestSettings, connect_push: PublishClientFactory) -> None:
+        self.key_id = record.key_id
+        self.name = record.stream.name
+        self.created = time.time()
+        self.publisher: Publisher | None = None
+        self.publishes = 0
+        self.headers = Headers()
+        self.players: set[PlayerOutput] = set()
+        self._loop = asyncio.get_running_loop()
+        self._gop: list[MediaMessage] = []
+        self._audio = AudioDelay(self._fan_out)
+        self._offset = 0  # added to the publisher's timestamps: continuity across reconnects
+        self._last_in = -FRAME_GAP_MS
+        self._settings = settings
+        self.outputs: list[Output] = [
+            PushOutput(url, self.headers, connect_push, retry_initial_s=settings.push_retry_initial_s,
+                       retry_max_s=settings.push_retry_max_s)
+            for url in record.stream.push
+        ]
+        self._record_target = record.stream.record
+        self.worker = LiveSwapWorker(FrameSwapper(engine, source, options), settings.encoder, self._from_worker, self.name)
+        self.teardown: asyncio.TimerHandle | None = None
+
+    async def run_publisher(self, publisher: Publisher) -> None:
+        self.publisher, self.publishes = publisher, self.publishes + 1
+        if self._record_target:
+            started = time.strftime("%Y%m%d-%H%M%S")
+            writer = FlvFileWriter(recording_path(self._record_target, self.name, started))
+            self.outputs.append(RecordingOutput(writer, self.headers))
+        first = True
+        try:
+            async for message in publisher.media():
+                if first:
+                    self._offset, first = self._last_in + FRAME_GAP_MS - message.timestamp, False
+                timestamp = message.timestamp + self._offset
+                self._last_in = max(self._last_in, timestamp)
+                if message.kind == "video":
+                    await self._video_in(publisher, message.payload, timestamp)
+                elif message.kind == "audio":
+                    self._audio_in(MediaMessage("audio", timestamp, message.payload))
+                else:
+                    self._metadata_in(message.payload)
+        finally:
+            self._audio.drain()
+            if self.publisher is publisher:
+                self.publisher = None
+            for output in [o for o in self.outputs if isinstance(o, RecordingOutput)]:
+                self.outputs.remove(output)
+                await output.close()
+
+    async def _video_in(self, publisher: Publisher, payload: bytes, timestamp: int) -> None:
+        try:
+            tag = parse_video_tag(payload)
+        except RtmpProtocolError as exc:
+            log.info("%s: skipping a malformed video message (%s)", self.name, exc)
+            return
+        if tag.codec != "avc":
+            await publisher.close("only H.264 (AVC) video is supported; set the encoder to x264/H.264")
+            return
+        if tag.is_sequence_header:
+            self.worker.push(SequenceHeader(tag.data))
+        elif tag.packet_type == VideoPacketType.NALU:
+            self.worker.push(VideoSample(tag.data, timestamp, tag.composition_time))
+
+    def _metadata_in(self, payload: bytes) -> None:
+        """Relay the publisher's onMetaData (OBS and ffmpeg send it with @setDataFrame) so
+        players learn both tracks at once; the swapped video keeps size and codec."""
+        try:
+            values = amf0.decode_all(payload)
+        except RtmpProtocolError:
+            return
+        if values[:1] == ["@setDataFrame"]:
+            values = values[1:]
+        if len(values) == 2 and values[0] == "onMetaData" and isinstance(values[1], dict):
+            message = MediaMessage("data", 0, amf0.encode("onMetaData", values[1]))
+            self.headers.metadata = message
+            self._fan_out(message)
+
+    def _audio_in(self, message: MediaMessage) -> None:
+        if self.headers.update(message):
+            self._fan_out(message)
+        else:
+            self._audio.audio(message)
+
+    def _from_worker(self, packet: EncodedVideo, header: bytes | None) -> None:
+        self._loop.call_soon_threadsafe(self._video_out, packet, header)
+
+    def _video_out(self, packet: EncodedVideo, header: bytes | None) -> None:
+        if header is not None:
+            body = build_video_tag(header, keyframe=True, packet_type=VideoPacketType.SEQUENCE_HEADER)
+            message = MediaMessage("video", packet.dts, body)
+            self.headers.update(message)
+            self._fan_out(message)
+        body = build_video_tag(packet.data, keyframe=packet.keyframe, composition_time=packet.pts - packet.dts)
+        self._audio.video(MediaMessage("video", packet.dts, body))
+
+    def _fan_out(self, message: MediaMessage) -> None:
+        if message.kind == "video" and is_video_keyframe(message.payload) and message is not self.headers.video:
+            self._gop = []
+        if message not in self.headers.messages() and len(self._gop) < GOP_CACHE_LIMIT:
+            self._gop.append(message)
+        for output in [*self.outputs, *self.players]:
+            try:
+                output.send(message)
+            except Exception:  # one broken output must not stop the others
+                log.exception("%s: output %s failed", self.name, output.name)
+
+    def add_player(self, player: Player) -> PlayerOutput:
+        output = PlayerOutput(player, self.headers)
+        for message in self._gop:
+            output.send(message)
+        self.players.add(output)
+        return output
+
+    def info(self) -> dict:
+        return {
+            "id": self.key_id,
+            "protocol": "rtmp",
+            "name": self.name,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
+            "publishing": self.publisher is not None,
+            "publisher": self.publisher.remote if self.publisher else None,
+            "players": len(self.players),
+            "push": [{"url": o.url, "connected": o.connected, "attempts": o.attempts, "error": o.last_error}
+                     for o in self.outputs if isinstance(o, PushOutput)],
+            "stats": self.worker.stats.snapshot(),
+        }
+
+    async def close(self) -> None:
+        if self.publisher is not None:
+            await self.publisher.close("stream closed")
+        for output in [*self.outputs, *self.players]:
+            with contextlib.suppress(Exception):
+                await output.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.worker.stop)
+
+
+class RtmpIngest:
+    """The RTMP server's handler: stream keys in, live streams out."""
+
+    def __init__(self, keys: StreamKeyStore, engine: FaceEngine, base_options: Callable[[dict], SwapOptions],
+                 settings: IngestSettings, connect_push: PublishClientFactory) -> None:
+        self._keys = keys
+        self._engine = engine
+        self._options = base_options
+        self._settings = settings
+        self._connect_push = connect_push
+        self.streams: dict[str, LiveStream] = {}
+        self._sources: dict[str, SourceFace] = {}
+
+    async def authorize_publish(self, app: str, name: str) -> None:
+        record = self._keys.find(name)
+        if record is None:
+            raise PublishRejected("NetStream.Publish.BadName", "unknown or revoked stream key")
+        if record.key_id not in self._sources:
+            try:
+                self._sources[record.key_id] = await asyncio.get_running_loop().run_in_executor(None, self._register, record)
+            except SwapcastError as exc:
+                raise PublishRejected("NetStream.Publish.BadName", f"the stream key's source face is unusable: {exc}") from None
+
+    def _register(self, record: StreamKey) -> SourceFace:
+        return self._engine.register_source(read_image(record.stream.source_face), label=f"stream {record.stream.name}")
+
+    async def on_publish(self, publisher: Publisher) -> None:
+        record = self._keys.find(publisher.name)
+        if record is None:  # revoked between authorize and now
+            await publisher.close("stream key revoked")
+            return
+        stream = self.streams.get(record.key_id)
+        if stream is None:
+            stream = LiveStream(record, self._sources[record.key_id], self._options(record.stream.swap),
+                                self._engine, self._settings, self._connect_push)
+            self.streams[record.key_id] = stream
+        elif stream.publisher is not None:
+            await stream.publisher.close("replaced by a new connection with the same stream key")
+        if stream.teardown is not None:
+            stream.teardown.cancel()
+            stream.teardown = None
+        log.info("rtmp: %s publishing from %s", stream.name, publisher.remote)
+        await stream.run_publisher(publisher)
+        log.info("rtmp: %s publisher left (%s)", stream.name, publisher.ended_reason)
+        if stream.publisher is None:
+            stream.teardown = asyncio.get_running_loop().call_later(
+                self._settings.resume_window_s, lambda: asyncio.ensure_future(self._end(stream))
+            )
+
+    async def _end(self, stream: LiveStream) -> None:
+        if stream.publisher is None and self.streams.get(stream.key_id) is stream:
+            del self.streams[stream.key_id]
+            await stream.close()
+
+    async def authorize_play(self, app: str, name: str) -> None:
+        if name not in self.streams:
+            raise PublishRejected("NetStream.Play.StreamNotFound", f"no live stream {name!r} (play by stream key id)")
+
+    async def on_play(self, player: Player) -> None:
+        stream = self.streams.get(player.name)
+        if stream is None:
+            return
+        output = stream.add_player(player)
+        try:
+            await player.wait_closed()
+        finally:
+            stream.players.discard(output)
+
+    def sessions(self) -> list[dict]:
+        return [stream.info() for stream in self.streams.values()]
+
+    async def close(self) -> None:
+        for stream in list(self.streams.values()):
+            if stream.teardown is not None:
+                stream.teardown.cancel()
+            await stream.close()
+        self.streams.clear()

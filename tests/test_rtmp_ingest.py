@@ -1,0 +1,327 @@
+"""RTMP ingest end to end with real clients on 127.0.0.1: the ffmpeg CLI publishes like OBS,
+an ffmpeg listener is the push destination, ffmpeg plays the stream back from swapcast."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from gpu.analysis.identity import identity_distance
+from media_fixtures import write_test_video
+from signaling.stream_keys import StreamKeyStore
+from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
+from streamer.live.swap_worker import EncoderSettings
+from streamer.media.images import write_image
+from streamer.rtmp.client import RtmpPublishClient
+from streamer.rtmp.server import RtmpServer
+from streamer.samples import moving_face_frames
+from swapcast.config import SwapConfig
+
+FPS = 25
+FLASH_FRAMES = {20, 45, 70}  # white frames, each with a beep under it
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def camera_clip(tmp_path_factory, grace_image) -> Path:
+    """4 s of a moving real face at 640x480 with AAC audio; three white flashes with beeps."""
+    frames = moving_face_frames(grace_image, 100, (640, 480))
+    for index in FLASH_FRAMES:
+        frames[index] = np.full_like(frames[index], 255)
+    path = tmp_path_factory.mktemp("clips") / "camera.mp4"
+    write_test_video(path, frames, fps=FPS, beep_on_frames=FLASH_FRAMES)
+    return path
+
+
+def publish_command(clip: Path, url: str, realtime: bool = True) -> list[str]:
+    """ffmpeg publishing like OBS: H.264 + AAC, 2 s keyframe interval, CBR."""
+    return [
+        "ffmpeg", "-hide_banner", "-loglevel", "error", *(["-re"] if realtime else []), "-i", str(clip),
+        "-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-g", str(2 * FPS),
+        "-b:v", "1500k", "-minrate", "1500k", "-maxrate", "1500k", "-bufsize", "1500k",
+        "-c:a", "aac", "-b:a", "128k", "-f", "flv", url,
+    ]  # fmt: skip
+
+
+def listen_command(port: int, output: Path, seconds: float) -> list[str]:
+    return ["ffmpeg", "-hide_banner", "-loglevel", "error", "-listen", "1", "-timeout", "20",
+            "-i", f"rtmp://127.0.0.1:{port}/live/out", "-t", str(seconds), "-c", "copy", "-y", str(output)]  # fmt: skip
+
+
+def probe(path: Path) -> dict:
+    result = subprocess.run(["ffprobe", "-v", "error", "-show_streams", "-of", "json", str(path)],
+                            capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    return {s["codec_type"]: s for s in json.loads(result.stdout)["streams"]}
+
+
+async def run_process(command: list[str], timeout: float) -> int:
+    process = await asyncio.create_subprocess_exec(
+        *command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    except asyncio.TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    if process.returncode:
+        print(stderr.decode(errors="replace"), file=sys.stderr)
+    return process.returncode
+
+
+class Node:
+    """The RTMP half of a swapcast node, as `swapcast serve` wires it."""
+
+    def __init__(self, engine, data_dir: Path, stall_timeout: float = 5.0, resume_window_s: float = 30.0):
+        self.keys = StreamKeyStore(data_dir)
+        settings = IngestSettings(EncoderSettings(bitrate_kbps=2000, keyframe_interval_s=1.0),
+                                  push_retry_initial_s=0.2, push_retry_max_s=1.0, resume_window_s=resume_window_s)
+        self.ingest = RtmpIngest(self.keys, engine, lambda swap: SwapConfig(**swap).options(), settings, RtmpPublishClient)
+        self.server = RtmpServer(self.ingest, port=0, stall_timeout=stall_timeout)
+
+    async def __aenter__(self):
+        await self.server.start()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.ingest.close()
+        await self.server.close()
+
+    def url(self, name: str) -> str:
+        return f"rtmp://127.0.0.1:{self.server.port}/live/{name}"
+
+
+@pytest.fixture
+def face_file(tmp_path, astronaut_image) -> Path:
+    path = tmp_path / "astronaut.png"
+    write_image(path, astronaut_image)
+    return path
+
+
+def read_video(path: Path) -> tuple[list[tuple[float, np.ndarray]], np.ndarray | None, int]:
+    """(time, RGB) per video frame, mono audio samples and the audio rate."""
+    frames, audio, rate = [], [], 0
+    with av.open(str(path)) as container:
+        for frame in container.decode(video=0):
+            frames.append((float(frame.time), frame.to_ndarray(format="rgb24")))
+    with av.open(str(path)) as container:
+        if container.streams.audio:
+            rate = container.streams.audio[0].rate
+            for frame in container.decode(audio=0):
+                audio.append((float(frame.time), frame.to_ndarray().mean(axis=0)))
+    samples = None
+    if audio:
+        start = audio[0][0]
+        samples = (start, np.concatenate([a for _, a in audio]))
+    return frames, samples, rate
+
+
+def flash_and_beep_times(path: Path) -> tuple[list[float], list[float]]:
+    frames, (audio_start, samples), rate = read_video(path)
+    flashes = [t for t, rgb in frames if rgb.mean() > 230]
+    # beeps: 2 kHz bursts far louder than the 440 Hz bed; 5 ms energy windows
+    window = rate // 200
+    energy = np.abs(samples[: len(samples) // window * window]).reshape(-1, window).max(axis=1)
+    loud = energy > 0.5 * energy.max()
+    starts = [audio_start + i * window / rate for i in np.nonzero(loud & ~np.r_[False, loud[:-1]])[0]]
+    return [t for i, t in enumerate(flashes) if i == 0 or t - flashes[i - 1] > 0.2], starts
+
+
+def test_ffmpeg_publish_is_swapped_pushed_with_audio_in_sync_and_playable(engine, camera_clip, face_file, tmp_path, identity_of, astronaut_image, grace_image):
+    pushed = tmp_path / "pushed.flv"
+    played = tmp_path / "played.flv"
+    destination = free_port()
+
+    async def scenario():
+        # a short resume window: the viewer and the destination see the end soon after the publisher leaves
+        async with Node(engine, tmp_path / "data", resume_window_s=1.0) as node:
+            key, record = node.keys.add("cam", face_file, push=(f"rtmp://127.0.0.1:{destination}/live/out",))
+            listener = asyncio.create_task(run_process(listen_command(destination, pushed, 3.5), 60))
+            await asyncio.sleep(0.5)
+            publisher = asyncio.create_task(run_process(publish_command(camera_clip, node.url(key)), 60))
+            for _ in range(100):
+                await asyncio.sleep(0.1)
+                if record.key_id in node.ingest.streams:
+                    break
+            stream = node.ingest.streams[record.key_id]
+            await asyncio.sleep(1.0)
+            viewer = await run_process(["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", node.url(record.key_id),
+                                        "-t", "1.5", "-c", "copy", "-y", str(played)], 30)  # fmt: skip
+            assert await publisher == 0
+            assert await listener == 0
+            assert viewer == 0
+            info = stream.info()  # the stream itself ends a second after its publisher
+            assert info["stats"]["frames_out"] > 40
+            return info
+
+    info = asyncio.run(scenario())
+    streams = probe(pushed)
+    assert set(streams) == {"video", "audio"} and streams["video"]["codec_name"] == "h264"
+    assert (int(streams["video"]["width"]), int(streams["video"]["height"])) == (640, 480)
+    assert set(probe(played)) >= {"video"}
+    frames, _, _ = read_video(pushed)
+    faces = [rgb for _, rgb in frames if rgb.mean() < 200][:: max(1, len(frames) // 6)][:5]
+    source, camera = identity_of(astronaut_image), identity_of(grace_image)
+    closer = [identity_distance(identity_of(f), source) < identity_distance(identity_of(f), camera) for f in faces]
+    assert sum(closer) >= len(closer) - 1, closer
+    flashes, beeps = flash_and_beep_times(pushed)
+    assert flashes and beeps
+    offsets = [min(abs(b - f) for b in beeps) for f in flashes]
+    assert max(offsets) <= 0.1, f"A/V offsets {offsets}"
+    assert info["push"][0]["connected"] in (True, False)
+
+
+def test_unknown_key_is_refused_and_nothing_is_created(engine, camera_clip, tmp_path):
+    async def scenario():
+        async with Node(engine, tmp_path / "data") as node:
+            code = await run_process(publish_command(camera_clip, node.url("sk_not-a-key"), realtime=False), 30)
+            return code, node.ingest.sessions()
+
+    code, sessions = asyncio.run(scenario())
+    assert code != 0 and sessions == []
+
+
+# -- robustness, with swapcast's own RTMP client as a precisely controlled publisher -------------
+
+
+def camera_messages(grace_image, count: int, start_ms: int = 0) -> list:
+    """An OBS-like stream as RTMP messages: AVC sequence header, then one frame per 40 ms."""
+    from streamer.live.h264 import H264Encoder
+    from streamer.rtmp.flv import VideoPacketType, build_video_tag
+    from streamer.rtmp.handler import MediaMessage
+
+    encoder = H264Encoder(320, 240, bitrate_kbps=800, keyframe_interval_s=1.0, fps_hint=25)
+    frames = [p for i, f in enumerate(moving_face_frames(grace_image, count, (320, 240))) for p in encoder.encode(f, start_ms + 40 * i)]
+    header = build_video_tag(encoder.sequence_header, keyframe=True, packet_type=VideoPacketType.SEQUENCE_HEADER)
+    return [MediaMessage("video", start_ms, header)] + [
+        MediaMessage("video", p.dts, build_video_tag(p.data, keyframe=p.keyframe)) for p in frames
+    ]
+
+
+async def publish(url: str, messages: list, pace_s: float = 0.04, close: bool = True) -> RtmpPublishClient:
+    client = RtmpPublishClient(url, timeout=10)
+    await client.connect()
+    for message in messages:
+        await client.send(message)
+        await asyncio.sleep(pace_s)
+    if close:
+        await client.close()
+    return client
+
+
+async def wait_until(predicate, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+def test_two_publishers_at_once(engine, grace_image, face_file, tmp_path):
+    async def scenario():
+        async with Node(engine, tmp_path / "data") as node:
+            first, record_a = node.keys.add("a", face_file)
+            second, record_b = node.keys.add("b", face_file)
+            messages = camera_messages(grace_image, 40)
+            await asyncio.gather(publish(node.url(first), messages), publish(node.url(second), messages))
+            streams = node.ingest.streams
+            await wait_until(lambda: all(streams[r.key_id].worker.stats.frames_out + streams[r.key_id].worker.stats.frames_dropped >= 40
+                                         for r in (record_a, record_b)))
+            return [streams[r.key_id].worker.stats.snapshot() for r in (record_a, record_b)]
+
+    for stats in asyncio.run(scenario()):
+        assert stats["frames_in"] == 40 and stats["frames_out"] >= 10
+
+
+def test_reconnect_resumes_the_same_stream_for_its_viewers(engine, grace_image, face_file, tmp_path):
+    from streamer.rtmp.client import RtmpPlayClient
+
+    async def scenario():
+        async with Node(engine, tmp_path / "data") as node:
+            key, record = node.keys.add("cam", face_file)
+            await publish(node.url(key), camera_messages(grace_image, 15), close=False)
+            stream = node.ingest.streams[record.key_id]
+            viewer = RtmpPlayClient(node.url(record.key_id))
+            await viewer.connect()
+            received = []
+
+            async def watch():
+                async for message in viewer.media():
+                    if message.kind == "video":
+                        received.append(message.timestamp)
+
+            watching = asyncio.create_task(watch())
+            await asyncio.sleep(0.3)
+            # the publisher drops (as OBS on a network blip) and comes back with timestamps from 0
+            await publish(node.url(key), camera_messages(grace_image, 25))
+            await wait_until(lambda: stream.worker.stats.frames_out + stream.worker.stats.frames_dropped >= 40)
+            await asyncio.sleep(0.3)
+            same = node.ingest.streams.get(record.key_id) is stream
+            await viewer.close()
+            watching.cancel()
+            return same, stream.publishes, received
+
+    same, publishes, timestamps = asyncio.run(scenario())
+    assert same and publishes == 2
+    assert len(timestamps) > 10
+    assert timestamps == sorted(timestamps)  # continuous for the viewer across the reconnect
+
+
+def test_stalled_publisher_is_cut(engine, grace_image, face_file, tmp_path):
+    async def scenario():
+        async with Node(engine, tmp_path / "data", stall_timeout=1.0) as node:
+            key, record = node.keys.add("cam", face_file)
+            client = await publish(node.url(key), camera_messages(grace_image, 5), close=False)
+            stream = node.ingest.streams[record.key_id]
+            publisher = stream.publisher
+            started = asyncio.get_running_loop().time()
+            await wait_until(lambda: stream.publisher is None, timeout=10)  # then silence
+            elapsed = asyncio.get_running_loop().time() - started
+            await client.close()
+            return elapsed, publisher.ended_reason
+
+    elapsed, reason = asyncio.run(scenario())
+    assert 0.5 < elapsed < 4.0
+    assert reason.startswith("stalled")
+
+
+def test_destination_down_then_up_is_retried_without_disturbing_ingest(engine, grace_image, face_file, tmp_path):
+    destination = free_port()
+    received = tmp_path / "late.flv"
+
+    async def scenario():
+        async with Node(engine, tmp_path / "data", resume_window_s=1.0) as node:
+            key, record = node.keys.add("cam", face_file, push=(f"rtmp://127.0.0.1:{destination}/live/out",))
+            client = RtmpPublishClient(node.url(key))
+            await client.connect()
+            messages = camera_messages(grace_image, 150)
+            for message in messages[:30]:  # the destination is down meanwhile
+                await client.send(message)
+                await asyncio.sleep(0.04)
+            stream = node.ingest.streams[record.key_id]
+            push = stream.outputs[0]
+            assert not push.connected and push.attempts >= 2 and push.last_error
+            listener = asyncio.create_task(run_process(listen_command(destination, received, 1.5), 40))
+            for message in messages[30:]:
+                await client.send(message)
+                await asyncio.sleep(0.04)
+            await client.close()
+            code = await listener
+            return code, push.attempts, stream.worker.stats.snapshot()
+
+    code, attempts, stats = asyncio.run(scenario())
+    assert code == 0 and attempts >= 3
+    assert stats["frames_in"] == 150 and stats["frames_out"] >= 50
+    assert "video" in probe(received)
