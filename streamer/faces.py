@@ -1,0 +1,217 @@
+"""The node's face library: the source faces live sessions can wear.
+
+Two kinds of entries: the sample faces that ship inside installed wheels
+(``streamer.samples.SAMPLE_FACES``, registered lazily the first time they are needed) and
+faces uploaded over the API (kept in memory, newest ``MAX_UPLOADS``). Stream keys name a
+photo by path; those are registered on demand and cached, but never listed.
+
+Registration (detection, landmarks, identity, the swapper's own data) takes ~100 ms, so it
+runs on the library's own single worker thread; the engine's still-image analysis is
+serialised anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import secrets
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from gpu.engine import FaceEngine, SourceFace
+from gpu.errors import ImageError, ManyFacesError, NoFaceError, SwapcastError
+from streamer.samples import SAMPLE_FACES
+
+log = logging.getLogger(__name__)
+
+MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+MAX_UPLOAD_PIXELS = 4096  # per side
+MAX_UPLOADS = 64  # uploads kept in memory; the oldest is forgotten first
+THUMBNAIL_SIZE = 160
+
+
+class FaceLibraryError(SwapcastError):
+    """A face cannot be added or found; ``reason`` is the message shown to the user."""
+
+    @property
+    def reason(self) -> str:
+        return str(self)
+
+
+class NotAnImageError(FaceLibraryError, ImageError):
+    """The upload is not a readable image."""
+
+
+class ImageTooLargeError(FaceLibraryError):
+    """The upload is over the byte or pixel limit."""
+
+
+class NoFaceInImageError(FaceLibraryError, NoFaceError):
+    """The upload shows no usable face."""
+
+
+class SeveralFacesError(FaceLibraryError, ManyFacesError):
+    """The upload shows more than one face (a source must show exactly one)."""
+
+
+class UnknownFaceError(FaceLibraryError):
+    """No face with that id in the library."""
+
+
+@dataclass(frozen=True)
+class FaceEntry:
+    id: str
+    name: str
+    thumbnail_jpeg: bytes = field(repr=False)
+    source: SourceFace = field(repr=False)
+    sample: bool = False
+
+
+class FaceLibrary:
+    def __init__(self, engine: FaceEngine) -> None:
+        self.engine = engine
+        self._samples: dict[str, FaceEntry] = {}
+        self._uploads: OrderedDict[str, FaceEntry] = OrderedDict()
+        self._by_path: dict[tuple[str, float], FaceEntry] = {}
+        self._lock = threading.Lock()  # guards the dicts (worker thread + event loop)
+        self._samples_ready: asyncio.Future | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="face-library")
+
+    # -- event-loop API -------------------------------------------------------------------
+
+    async def list(self) -> list[FaceEntry]:
+        """Samples first (in ``SAMPLE_FACES`` order), then uploads, oldest first."""
+        await self._ensure_samples()
+        with self._lock:
+            return [*self._samples.values(), *self._uploads.values()]
+
+    async def get(self, face_id: str) -> FaceEntry:
+        if face_id in SAMPLE_FACES:
+            await self._ensure_samples()
+        with self._lock:
+            entry = self._samples.get(face_id) or self._uploads.get(face_id)
+        if entry is None:
+            raise UnknownFaceError(f"no face with id {face_id!r}")
+        return entry
+
+    async def add(self, image_bytes: bytes, name: str | None = None) -> FaceEntry:
+        """Register an uploaded photo; raises a ``FaceLibraryError`` saying what is wrong."""
+        check_size(image_bytes)
+        entry = await self._run(self._register_upload, image_bytes, name)
+        with self._lock:
+            self._uploads[entry.id] = entry
+            while len(self._uploads) > MAX_UPLOADS:
+                self._uploads.popitem(last=False)
+        return entry
+
+    async def from_path(self, path: str | Path) -> FaceEntry:
+        """A photo named by path (a stream key's source face): registered once per file
+        version, not listed."""
+        path = Path(path)
+        try:
+            stamp = (str(path), path.stat().st_mtime)
+        except OSError as exc:
+            raise NotAnImageError(f"source face {path} cannot be read ({exc.strerror or exc})") from None
+        with self._lock:
+            cached = self._by_path.get(stamp)
+        if cached is not None:
+            return cached
+        data = await self._run(path.read_bytes)
+        entry = await self._run(self._register, decode_image(data), f"path-{secrets.token_hex(4)}", path.stem, False)
+        with self._lock:
+            self._by_path[stamp] = entry
+        return entry
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- worker thread ----------------------------------------------------------------------
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _ensure_samples(self) -> None:
+        if self._samples_ready is None:
+            self._samples_ready = asyncio.ensure_future(self._run(self._register_samples))
+        await asyncio.shield(self._samples_ready)
+
+    def _register_samples(self) -> None:
+        for sample_id, load in SAMPLE_FACES.items():
+            try:
+                entry = self._register(load(), sample_id, sample_id.replace("_", " ").title(), True)
+            except Exception:  # a broken sample must not take the library down
+                log.exception("sample face %s could not be registered", sample_id)
+                continue
+            with self._lock:
+                self._samples[sample_id] = entry
+
+    def _register_upload(self, image_bytes: bytes, name: str | None) -> FaceEntry:
+        image = decode_image(image_bytes)
+        face_id = "u-" + secrets.token_hex(6)
+        return self._register(image, face_id, name or f"upload {face_id[2:8]}", False)
+
+    def _register(self, image: np.ndarray, face_id: str, name: str, sample: bool) -> FaceEntry:
+        try:
+            source = self.engine.register_source(image, label="photo")
+        except ManyFacesError as exc:
+            raise SeveralFacesError(
+                f"the photo shows {exc.count} faces; a source photo must show exactly one", exc.count
+            ) from None
+        except NoFaceError:
+            raise NoFaceInImageError("no face found in the photo; use a clear, frontal photo of one face") from None
+        return FaceEntry(face_id, name, face_thumbnail(image, source.face.box), source, sample)
+
+
+def check_size(image_bytes: bytes) -> None:
+    if len(image_bytes) > MAX_UPLOAD_BYTES:
+        raise ImageTooLargeError(
+            f"the image is {len(image_bytes) / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES // (1024 * 1024)} MB"
+        )
+
+
+def decode_image(image_bytes: bytes) -> np.ndarray:
+    """Bytes -> RGB uint8, refusing non-images and images over the limits before decoding
+    the pixels (the header gives the size, so a decompression bomb is never expanded)."""
+    check_size(image_bytes)
+    if not image_bytes:
+        raise NotAnImageError("the upload is empty; send a JPEG, PNG or WebP photo")
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(image_bytes)) as header:
+            width, height = header.size
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise NotAnImageError("the upload is not a readable image; send a JPEG, PNG or WebP photo") from None
+    if max(width, height) > MAX_UPLOAD_PIXELS:
+        raise ImageTooLargeError(f"the image is {width}x{height} px; the limit is {MAX_UPLOAD_PIXELS} px per side")
+    bgr = cv2.imdecode(np.frombuffer(image_bytes, dtype=np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise NotAnImageError("the image cannot be decoded (damaged, truncated or an unsupported format)")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def face_thumbnail(image: np.ndarray, box: np.ndarray, size: int = THUMBNAIL_SIZE) -> bytes:
+    """The detected face, cropped square with a margin, as JPEG."""
+    height, width = image.shape[:2]
+    x0, y0, x1, y1 = (float(v) for v in box)
+    side = max(x1 - x0, y1 - y0) * 1.5
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+    left, top = int(max(0, cx - side / 2)), int(max(0, cy - side / 2))
+    right, bottom = int(min(width, cx + side / 2)), int(min(height, cy + side / 2))
+    crop = image[top:bottom, left:right]
+    if crop.size == 0:
+        crop = image
+    scale = size / max(crop.shape[:2])
+    crop = cv2.resize(crop, (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale))),
+                      interpolation=cv2.INTER_AREA)
+    ok, encoded = cv2.imencode(".jpg", cv2.cvtColor(crop, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 85])
+    if not ok:  # pragma: no cover - OpenCV always encodes a non-empty RGB crop
+        raise RuntimeError("thumbnail encoding failed")
+    return encoded.tobytes()

@@ -1,0 +1,64 @@
+"""Checking a peer's SDP offer before any peer connection exists, so that a malformed or
+video-less offer costs nothing and gets a 400 with a reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from aiortc import sdp
+
+from streamer.webrtc.errors import BadRequestError
+
+MAX_SDP_BYTES = 64 * 1024
+
+Need = Literal["send", "receive"]  # the peer must send video to us / receive video from us
+
+
+@dataclass(frozen=True)
+class Offer:
+    sdp: str
+    video_direction: str  # the peer's direction for its (first) video m-line
+    audio_direction: str | None  # None: no audio m-line
+
+    @property
+    def peer_sends_video(self) -> bool:
+        return self.video_direction in ("sendrecv", "sendonly")
+
+    @property
+    def peer_receives_video(self) -> bool:
+        return self.video_direction in ("sendrecv", "recvonly")
+
+    @property
+    def peer_sends_audio(self) -> bool:
+        return self.audio_direction in ("sendrecv", "sendonly")
+
+    @property
+    def peer_receives_audio(self) -> bool:
+        return self.audio_direction in ("sendrecv", "recvonly")
+
+
+def parse_offer(text: object, need: Need) -> Offer:
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequestError("the offer SDP is missing or empty")
+    if len(text) > MAX_SDP_BYTES:
+        raise BadRequestError(f"the offer SDP is over {MAX_SDP_BYTES // 1024} KiB")
+    if not text.lstrip().startswith("v=0"):
+        raise BadRequestError("malformed SDP: an offer starts with 'v=0'")
+    try:
+        description = sdp.SessionDescription.parse(text)
+    except Exception as exc:  # aiortc's parser raises whatever the bad line triggers
+        raise BadRequestError(f"malformed SDP: {exc or type(exc).__name__}") from None
+    video = [m for m in description.media if m.kind == "video" and m.port != 0]
+    audio = [m for m in description.media if m.kind == "audio" and m.port != 0]
+    if not video:
+        raise BadRequestError("the offer has no video; add a video track (or transceiver) before creating the offer")
+    first = video[0]
+    if not first.rtp.codecs:
+        raise BadRequestError("the offer's video has no codecs")
+    offer = Offer(text, first.direction or "sendrecv", (audio[0].direction or "sendrecv") if audio else None)
+    if need == "send" and not offer.peer_sends_video:
+        raise BadRequestError(f"the offer's video is {offer.video_direction}; the peer must send video to be swapped")
+    if need == "receive" and not offer.peer_receives_video:
+        raise BadRequestError(f"the offer's video is {offer.video_direction}; a viewer must receive video (recvonly)")
+    return offer  # ICE credentials, fingerprints and codecs are checked by setRemoteDescription

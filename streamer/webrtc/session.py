@@ -1,0 +1,135 @@
+"""One live session: one peer connection that sends video to be swapped (a browser over the
+session API, or a WHIP publisher), its swapped video and delayed audio, and the WHEP
+viewers watching it. A session closes once, whatever ends it (hang-up, ICE failure,
+``DELETE``, server shutdown), and leaves no task, thread or track behind."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+from aiortc import RTCPeerConnection
+
+from streamer.faces import FaceEntry
+from streamer.webrtc.delayed_audio import DelayedAudio
+from streamer.webrtc.swapped_track import SwappedVideo
+
+if TYPE_CHECKING:  # the schema is injected by the composition root, never imported at run time
+    from swapcast.config import SwapConfig
+
+log = logging.getLogger(__name__)
+
+Protocol = Literal["webrtc", "whip"]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+async def _close_pc(pc: RTCPeerConnection, what: str) -> None:
+    try:
+        await asyncio.wait_for(pc.close(), timeout=5.0)
+    except Exception:  # a half-negotiated or broken connection must not stop the teardown
+        log.warning("%s: closing the peer connection failed", what, exc_info=True)
+
+
+class Viewer:
+    """A WHEP viewer: receives one session's swapped video (and audio)."""
+
+    def __init__(self, viewer_id: str, session_id: str, pc: RTCPeerConnection) -> None:
+        self.id = viewer_id
+        self.session_id = session_id
+        self.pc = pc
+        self.created = _now()
+        self._closed = False
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "created": self.created, "state": self.pc.connectionState}
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await _close_pc(self.pc, f"viewer {self.id}")
+
+
+class Session:
+    def __init__(
+        self, session_id: str, protocol: Protocol, pc: RTCPeerConnection, face: FaceEntry | None,
+        face_id: str | None, options: SwapConfig, *, enabled: bool = True, label: str | None = None,
+    ) -> None:
+        self.id = session_id
+        self.protocol = protocol
+        self.pc = pc
+        self.face = face
+        self.face_id = face_id
+        self.options = options
+        self.enabled = enabled
+        self.label = label  # e.g. the stream key's name for WHIP
+        self.created = _now()
+        self.video = SwappedVideo(session_id[:8])
+        # PATCHes are applied one at a time: each resolves its options from the previous one's result
+        self.updates = asyncio.Lock()
+        self.audio: DelayedAudio | None = None
+        self.viewers: dict[str, Viewer] = {}
+        self._closing: asyncio.Future | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closing is not None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "protocol": self.protocol,
+            "created": self.created,
+            "face_id": self.face_id,
+            "enabled": self.enabled,
+            "options": self.options.model_dump(),
+            "state": self.pc.connectionState,
+            "viewers": len(self.viewers),
+            "stats": self.video.stats.snapshot(),
+        }
+
+    async def apply(self, *, enabled: bool | None = None, face: FaceEntry | None = None,
+                    face_id: str | None = None, options: SwapConfig | None = None) -> None:
+        """Change the swap live, between two frames, without renegotiation."""
+
+        def change() -> None:
+            swapper = self.video.swapper
+            if swapper is None:
+                return
+            if enabled is not None:
+                swapper.enabled = enabled
+            if face is not None:
+                swapper.source = face.source
+            if options is not None:
+                swapper.update(**dataclasses.asdict(options.options()))
+
+        await self.video.run(change)
+        if enabled is not None:
+            self.enabled = enabled
+        if face is not None:
+            self.face, self.face_id = face, face_id
+        if options is not None:
+            self.options = options
+
+    async def close(self) -> None:
+        """Idempotent; concurrent callers all wait for the one teardown."""
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            return
+        self._closing = asyncio.get_running_loop().create_future()
+        try:
+            viewers = list(self.viewers.values())
+            self.viewers.clear()
+            await asyncio.gather(*(viewer.close() for viewer in viewers))
+            await _close_pc(self.pc, f"session {self.id}")
+            await self.video.close()
+            if self.audio is not None:
+                await self.audio.close()
+        finally:
+            self._closing.set_result(None)

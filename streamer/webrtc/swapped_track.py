@@ -1,0 +1,200 @@
+"""The swapped video of one session, and the latency policy that produces it.
+
+A reader task pulls frames from the peer's track as fast as they arrive and keeps only the
+newest one; a single worker (the session's own one-thread executor) swaps that newest frame
+and publishes it. Frames that arrive while the worker is busy are dropped and counted, never
+queued, so the latency the server adds stays bounded by one frame's processing time.
+
+Consumers (the peer's own sender, WHEP viewers) each get a :class:`SwappedOutput` track from
+:meth:`SwappedVideo.output`: its ``recv()`` returns the newest swapped frame that consumer
+has not had yet, with the original pts. That is the relay: one swap, any number of viewers,
+each encoder at its own pace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
+from typing import Any
+
+import av
+import numpy as np
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from streamer.live.swap_worker import LiveStats
+from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
+
+log = logging.getLogger(__name__)
+
+STAGES = ("track", "identity", "prepare", "run", "paste")
+
+
+class SessionStats(LiveStats):
+    """``LiveStats`` plus the input rate and the per-stage times of the last frame."""
+
+    def __init__(self, window: int = 600) -> None:
+        super().__init__(window)
+        self._in_times: deque[float] = deque(maxlen=window)
+
+    def record_input(self) -> None:
+        self.frames_in += 1
+        self._in_times.append(time.monotonic())
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = super().snapshot()
+        now = time.monotonic()
+        snap["fps_in"] = sum(1 for t in self._in_times if t > now - 2.0) / 2.0
+        snap["latency_ms"] = self.latencies_ms[-1] if self.latencies_ms else None
+        stages = self.last_stages
+        snap["stages_ms"] = {name: getattr(stages, name) for name in STAGES} if stages else None
+        snap["faces_seen"] = stages.faces_seen if stages else 0
+        snap["faces_swapped"] = stages.faces_swapped if stages else 0
+        return snap
+
+
+class SwappedVideo:
+    """One session's swap: its own worker thread, its ``FrameSwapper``, its stats."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stats = SessionStats()
+        self.swapper: FrameSwapper | None = None
+        self.latency_s = 0.0  # smoothed server-added latency, for the audio delay
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"swap-{name}")
+        self._pending: tuple[av.VideoFrame, float] | None = None
+        self._wake = asyncio.Event()
+        self._published = asyncio.Event()  # replaced on every publish: wakes all consumers
+        self._latest: tuple[np.ndarray, int, Fraction] | None = None
+        self._sequence = 0
+        self._tasks: list[asyncio.Task] = []
+        self._closed = False
+        self._on_source_end: Callable[[], None] | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def run(self, fn: Callable, *args) -> Any:
+        """Run ``fn`` on the session's worker thread, between two frames."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def start_swapper(self, factory: Callable[[], FrameSwapper]) -> None:
+        self.swapper = await self.run(factory)
+
+    def attach(self, source: MediaStreamTrack, on_end: Callable[[], None] | None = None) -> None:
+        """Start reading the peer's video track and swapping it."""
+        self._on_source_end = on_end
+        self._tasks.append(asyncio.ensure_future(self._read(source)))
+        self._tasks.append(asyncio.ensure_future(self._work()))
+
+    def output(self) -> SwappedOutput:
+        return SwappedOutput(self)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._publish_event()  # wake consumers: they see closed and end
+        if self.swapper is not None:
+            try:  # after any frame still on the worker
+                await self.run(self.swapper.close)
+            except Exception:
+                log.exception("session %s: closing the frame swapper failed", self.name)
+        self._executor.shutdown(wait=False)
+
+    # -- reader and worker --------------------------------------------------------------------
+
+    async def _read(self, source: MediaStreamTrack) -> None:
+        try:
+            while True:
+                frame = await source.recv()
+                self.stats.record_input()
+                if self._pending is not None:
+                    self.stats.frames_dropped += 1
+                self._pending = (frame, time.monotonic())
+                self._wake.set()
+        except MediaStreamError:
+            if self._on_source_end is not None:
+                self._on_source_end()
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            item, self._pending = self._pending, None
+            if item is None:
+                continue
+            frame, arrived = item
+            yuv, stages = await self.run(self._swap, frame)
+            latency_ms = (time.monotonic() - arrived) * 1000.0
+            self.stats.record_output(latency_ms, stages)
+            self.latency_s += 0.1 * (latency_ms / 1000.0 - self.latency_s)
+            self._latest = (yuv, frame.pts or 0, frame.time_base or Fraction(1, 90000))
+            self._sequence += 1
+            self._publish_event()
+
+    def _publish_event(self) -> None:
+        event, self._published = self._published, asyncio.Event()
+        event.set()
+
+    def _swap(self, frame: av.VideoFrame) -> tuple[np.ndarray, StageTimes]:
+        """Worker thread: decoded frame -> swapped I420 planes."""
+        swapper = self.swapper
+        if swapper is None or not swapper.enabled or swapper.source is None:
+            return _i420(frame), StageTimes()
+        rgb = frame.to_ndarray(format="rgb24")
+        seconds = float((frame.pts or 0) * (frame.time_base or Fraction(1, 90000)))
+        try:
+            stages = swapper.process(rgb, seconds)
+        except Exception:  # a swap bug must not end the session: the frame goes out unswapped
+            log.exception("session %s: swap failed on a frame; sending it unswapped", self.name)
+            return _i420(frame), StageTimes()
+        return av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p").to_ndarray(), stages
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    async def next_frame(self, seen: int) -> tuple[int, av.VideoFrame]:
+        """The newest swapped frame after sequence number ``seen`` (waits for one)."""
+        while self._sequence <= seen or self._latest is None:
+            if self._closed:
+                raise MediaStreamError
+            await self._published.wait()
+        if self._closed:
+            raise MediaStreamError
+        yuv, pts, time_base = self._latest
+        frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+        frame.pts = pts
+        frame.time_base = time_base
+        return self._sequence, frame
+
+
+def _i420(frame: av.VideoFrame) -> np.ndarray:
+    if frame.format.name != "yuv420p" or frame.width % 2 or frame.height % 2:
+        frame = frame.reformat(width=frame.width & ~1, height=frame.height & ~1, format="yuv420p")
+    return frame.to_ndarray()
+
+
+class SwappedOutput(MediaStreamTrack):
+    """One consumer's view of a session's swapped video."""
+
+    kind = "video"
+
+    def __init__(self, video: SwappedVideo) -> None:
+        super().__init__()
+        self._video = video
+        self._seen = 0
+
+    async def recv(self) -> av.VideoFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        self._seen, frame = await self._video.next_frame(self._seen)
+        return frame
