@@ -106,7 +106,7 @@ def test_installed_console_script(tmp_path, astronaut_image, grace_image):
                           "--output", str(tmp_path / "bad.png")], capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
-    assert bad.stderr.strip().splitlines() == [f"swapcast swap: error: {missing}: no such file"]
+    assert bad.stderr.strip().splitlines() == [f"swapcast swap: error: source {missing}: no such file"]
 
 
 def _free_port() -> int:
@@ -125,7 +125,7 @@ def test_serve_answers_healthz_and_index():
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWAPCAST_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "swapcast.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "swapcast.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--rtmp-port", "0"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:

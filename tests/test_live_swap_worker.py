@@ -1,7 +1,6 @@
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from gpu.analysis.identity import identity_distance

@@ -20,7 +20,7 @@ from gpu.analysis.identity import identity_distance
 from gpu.engine import FaceEngine
 from gpu.swappers.base import stack_feeds
 from streamer.media.images import write_image
-from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
+from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.samples import astronaut, grace_hopper, moving_face_frames
 from swapcast.config import Config
 

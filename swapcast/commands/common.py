@@ -49,5 +49,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "engine": {"swapper": get("swapper"), "models_dir": get("models"), "prefer_fp16": get("fp16")},
         "swap": swap_overrides(args),
         "server": {"host": get("host"), "port": get("port")},
+        "rtmp": {"port": get("rtmp_port")},
     }
     return load_config(args.config, overrides=overrides)
