@@ -17,6 +17,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_swap_flags(engine)
     add_engine_flags(engine)
     engine.set_defaults(run=_run_engine)
+    rtmp = benches.add_parser("rtmp", help="RTMP publishers -> swap -> players: fps, added latency, CPU per stream")
+    rtmp.add_argument("--publishers", type=int, default=1, help="concurrent publishers (default 1); 1 is always run too")
+    rtmp.add_argument("--seconds", type=float, default=15.0, help="seconds per run (default 15)")
+    rtmp.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    rtmp.set_defaults(run=_run_rtmp)
 
 
 def _run_engine(args: argparse.Namespace) -> int:
@@ -24,3 +29,9 @@ def _run_engine(args: argparse.Namespace) -> int:
     from swapcast.commands.common import config_from_args
 
     return run_engine_benchmark(config_from_args(args), frames=args.frames, report_dir=args.report, as_json=args.json)
+
+
+def _run_rtmp(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.rtmp import run_rtmp_benchmark
+
+    return run_rtmp_benchmark(args.publishers, args.seconds, args.json)
