@@ -33,6 +33,11 @@ class EngineSettings:
     crop_size: int = 256  # mesh swapper's aligned crop (inswapper is fixed at 128)
     max_faces: int = 4  # per frame, when tracking video
     detector_range: BlazeFaceRange = "full"  # BlazeFace model for still images
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when CuPy sees a GPU
+    runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"  # auto: TensorRT > Torch on CUDA, else ONNX Runtime
+    max_batch: int = 32  # micro-batcher: rows per runner call
+    max_queue_delay_ms: float = 4.0  # micro-batcher: longest wait of the oldest row before a batch ships
+    engine_cache_dir: Path | None = None  # TensorRT engine + timing caches (default: <data_dir>/engines)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ class EngineConfig(_Section):
     crop_size: int = Field(256, ge=64, le=1024, multiple_of=32)
     max_faces: int = Field(4, ge=1, le=16)
     detector_range: Literal["short", "full"] = "full"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"
+    max_batch: int = Field(32, ge=1, le=256)
+    max_queue_delay_ms: float = Field(4.0, ge=0, le=100)
+    engine_cache_dir: Path | None = None
 
     def settings(self) -> EngineSettings:
         return EngineSettings(**self.model_dump())
