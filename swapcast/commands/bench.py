@@ -17,6 +17,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_swap_flags(engine)
     add_engine_flags(engine)
     engine.set_defaults(run=_run_engine)
+    webrtc = benches.add_parser("webrtc", help="live WebRTC sessions on loopback: fps out, latency, drops, CPU and memory per session")
+    webrtc.add_argument("--sessions", type=int, default=2, metavar="N", help="concurrent sessions (default 2); 1 session is always run first")
+    webrtc.add_argument("--seconds", type=float, default=20.0, help="seconds measured per run (default 20)")
+    webrtc.add_argument("--glass", action="store_true", help="also measure glass-to-glass latency through headless Chromium")
+    webrtc.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    add_engine_flags(webrtc)
+    webrtc.set_defaults(run=_run_webrtc)
     rtmp = benches.add_parser("rtmp", help="RTMP publishers -> swap -> players: fps, added latency, CPU per stream")
     rtmp.add_argument("--publishers", type=int, default=1, help="concurrent publishers (default 1); 1 is always run too")
     rtmp.add_argument("--seconds", type=float, default=15.0, help="seconds per run (default 15)")
@@ -35,3 +42,10 @@ def _run_rtmp(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.rtmp import run_rtmp_benchmark
 
     return run_rtmp_benchmark(args.publishers, args.seconds, args.json)
+
+
+def _run_webrtc(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.webrtc import run_webrtc_benchmark
+    from swapcast.commands.common import config_from_args
+
+    return run_webrtc_benchmark(config_from_args(args), args.sessions, args.seconds, glass=args.glass, as_json=args.json)
