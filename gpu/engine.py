@@ -17,6 +17,8 @@ import numpy as np
 from gpu.analysis.blazeface import BlazeFaceDetector, BlazeFaceRange
 from gpu.analysis.face_mesh import FaceMesh, FaceTracker
 from gpu.analysis.identity import DlibIdentity
+from gpu.batcher import MicroBatcher
+from gpu.device import select_device
 from gpu.errors import ManyFacesError, ModelFileError, NoFaceError
 from gpu.models.builtin import BuiltinModels
 from gpu.swappers.base import Swapper
@@ -51,7 +53,8 @@ class SourceFace:
 
 class FaceEngine:
     """Loads the models once; gives sessions source registration, still-image analysis
-    and per-stream trackers."""
+    and per-stream trackers. Owns the node's micro-batcher for the swapper's runner: every
+    session's face rows go through ``engine.batcher`` so they share runner calls."""
 
     def __init__(self, settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
@@ -61,7 +64,53 @@ class FaceEngine:
         self._detector = self._make_detector()
         # the still-image graphs (detector, mesh) keep state: one caller at a time
         self._still_lock = threading.Lock()
+        self.device = select_device(self.settings.device)  # CUDA requested but absent: a clear error
         self.swapper: Swapper = self._make_swapper()
+        self._batcher: MicroBatcher | None = None  # made on first use: an engine that never swaps starts no threads
+        self._batcher_lock = threading.Lock()
+        self._batch_params = (self.settings.max_batch, self.settings.max_queue_delay_ms)
+
+    @property
+    def batcher(self) -> MicroBatcher:
+        """The node's micro-batcher for the swapper's runner (``max_batch``, ``max_queue_delay_ms``)."""
+        with self._batcher_lock:
+            if self._batcher is None or self._batcher.closed:
+                self._batcher = self._make_batcher(*self._batch_params)
+            return self._batcher
+
+    def _make_batcher(self, max_batch: int, max_queue_delay_ms: float) -> MicroBatcher:
+        # a runner that can take several calls at once (one execution context per CUDA
+        # stream) says so with ``max_concurrency``; ONNX Runtime on the CPU gains nothing
+        runner = self.swapper.runner
+        return MicroBatcher(
+            runner,
+            max_batch=max_batch,
+            max_queue_delay_ms=max_queue_delay_ms,
+            max_in_flight=int(getattr(runner, "max_concurrency", 1)),
+            name=f"batcher-{self.swapper.name}",
+        )
+
+    def configure_batcher(self, max_batch: int | None = None, max_queue_delay_ms: float | None = None) -> MicroBatcher:
+        """Replace the batcher (benchmarks compare batched with max_batch=1); only between
+        runs: rows still queued on the old one fail with ``BatcherClosed``."""
+        with self._batcher_lock:
+            old = self._batcher
+            self._batch_params = (
+                self._batch_params[0] if max_batch is None else max_batch,
+                self._batch_params[1] if max_queue_delay_ms is None else max_queue_delay_ms,
+            )
+            self._batcher = new = self._make_batcher(*self._batch_params)
+        if old is not None:
+            old.close()
+        return new
+
+    def close(self) -> None:
+        """Stop the batcher (its threads); the engine's models need no closing. A later
+        swap makes a new batcher."""
+        with self._batcher_lock:
+            batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher.close()
 
     @property
     def detector_name(self) -> str:
@@ -95,10 +144,20 @@ class FaceEngine:
             from gpu.analysis.arcface import ArcFaceEmbedder
             from gpu.swappers.inswapper import InswapperSwapper
 
-            return InswapperSwapper(models.swapper, ArcFaceEmbedder(models.embedder))
+            return InswapperSwapper(models.swapper, ArcFaceEmbedder(models.embedder), make_runner=self._runner_for)
         from gpu.swappers.mesh import MeshSwapper
+        from gpu.swappers.mesh_graph import build_mesh_swap_graph
 
-        return MeshSwapper(crop_size=self.settings.crop_size)
+        return MeshSwapper(runner=self._runner_for(build_mesh_swap_graph(), "mesh_swap"), crop_size=self.settings.crop_size)
+
+    def _runner_for(self, model, name: str):
+        """The swap model's runner on this node's device: TensorRT or Torch on CUDA, ONNX
+        Runtime on CPU (or as configured); see ``gpu.runners.select``."""
+        from gpu.runners.select import make_runner
+
+        settings = self.settings
+        return make_runner(model, device=self.device, runner=settings.runner, name=name,
+                           cache_dir=settings.engine_cache_dir, max_batch=settings.max_batch)
 
     def analyse_image(self, image: np.ndarray) -> list[Face]:
         """Faces in a still RGB image, largest first, each with a mesh where one was found:

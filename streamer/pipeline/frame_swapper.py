@@ -1,16 +1,23 @@
 """Per-stream face swap: track faces, choose which to swap, run the swapper, paste back.
 
 One instance per stream (a live session, a file being rendered): it owns that stream's
-tracker and per-track identities; the engine's models are shared."""
+tracker and per-track identities; the engine's models are shared. The prepared face rows go
+to the engine's micro-batcher under this stream's session id, so faces from every session of
+the node share runner calls; when the batcher refuses them (the session already has too many
+rows outstanding) or they time out, the frame goes on unswapped and is counted as
+``dropped_by_batcher`` (the live policy: drop, never queue)."""
 
 from __future__ import annotations
 
+import itertools
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from gpu.analysis.identity import identity_distance
+from gpu.batcher import BatcherBusy, MicroBatcher
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
 from gpu.swappers.base import run_jobs
@@ -28,6 +35,7 @@ class StageTimes:
     paste: float = 0.0
     faces_seen: int = 0
     faces_swapped: int = 0
+    dropped_by_batcher: int = 0  # 1 when the batcher refused (or timed out) this frame's faces
 
     @property
     def total(self) -> float:
@@ -41,12 +49,34 @@ class FrameSwapper:
     options: SwapOptions = field(default_factory=SwapOptions)
     reference: np.ndarray | None = None  # identity of the person to swap when selection == "reference"
     enabled: bool = True
+    session_id: str | None = None  # the batcher's fairness and backpressure unit (default: unique per instance)
+    batch_timeout_s: float = 2.0  # a frame whose faces wait longer than this goes on unswapped
 
     def __post_init__(self) -> None:
         if self.options.face_selection == "reference" and self.reference is None:
             raise ValueError("face selection 'reference' needs a reference identity")
+        if self.session_id is None:
+            self.session_id = f"stream-{next(_stream_ids)}"
         self._tracker = self.engine.tracker(smoothing=self.options.smoothing)
         self._track_identity: dict[int, np.ndarray] = {}
+        self.frames_dropped_by_batcher = 0
+        self._batcher: MicroBatcher | None = None
+        self._detach: weakref.finalize | None = None
+
+    def _batcher_now(self) -> MicroBatcher | None:
+        """The engine's current batcher, attached to under this session id (re-attached when
+        the engine replaced it); None for an engine without one (rows run directly)."""
+        batcher = getattr(self.engine, "batcher", None)
+        if batcher is not self._batcher:
+            if self._detach is not None:
+                self._detach()
+                self._detach = None
+            if batcher is not None:
+                batcher.attach(self.session_id)
+                # detach even when close() is never called (a swapper used once and dropped)
+                self._detach = weakref.finalize(self, batcher.detach, self.session_id)
+            self._batcher = batcher
+        return batcher
 
     def update(self, **changes) -> None:
         """Change options live (no renegotiation, no reload)."""
@@ -88,7 +118,17 @@ class FrameSwapper:
         jobs = [swapper.prepare(frame, face, self.source.payload, self.options) for face in chosen]
         times.prepare = _ms_since(started)
         started = time.perf_counter()
-        rows = run_jobs(swapper.runner, jobs)
+        batcher = self._batcher_now()
+        if batcher is None:
+            rows = run_jobs(swapper.runner, jobs)
+        else:
+            try:
+                rows = batcher.run(self.session_id, jobs, timeout=self.batch_timeout_s)
+            except (BatcherBusy, TimeoutError):
+                times.run = _ms_since(started)
+                times.dropped_by_batcher = 1
+                self.frames_dropped_by_batcher += 1
+                return times
         times.run = _ms_since(started)
         started = time.perf_counter()
         for job, row in zip(jobs, rows, strict=True):
@@ -120,6 +160,13 @@ class FrameSwapper:
 
     def close(self) -> None:
         self._tracker.close()
+        if self._detach is not None:
+            self._detach()
+            self._detach = None
+        self._batcher = None
+
+
+_stream_ids = itertools.count(1)
 
 
 def _ms_since(started: float) -> float:

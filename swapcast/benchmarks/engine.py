@@ -1,13 +1,21 @@
 """The face-engine benchmark: what one frame costs, stage by stage, on this machine.
 
 Everything is measured in one run, side by side: both resolutions, batch sizes 1/4/16
-against batch 1, landmark jitter with smoothing on and off, identity both directions."""
+against batch 1, landmark jitter with smoothing on and off, identity both directions.
+
+With ``--sessions N`` it measures the node's micro-batcher instead: N concurrent 1280x720
+single-face sessions (one thread and one ``FrameSwapper`` each, as fast as they can go)
+through the batcher and through the same batcher with batching off (max_batch=1), side by
+side; then the capacity ramp: 1, 2, 4, ... sessions paced at 30 fps (newest frame only,
+older ones dropped) until p99 latency exceeds 60 ms or frames drop."""
 
 from __future__ import annotations
 
 import json
+import math
 import resource
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +26,7 @@ import numpy as np
 
 from gpu.analysis.identity import identity_distance
 from gpu.engine import FaceEngine
+from gpu.errors import SwapcastError
 from gpu.swappers.base import stack_feeds
 from streamer.media.images import write_image
 from streamer.pipeline.frame_swapper import FrameSwapper
@@ -29,10 +38,47 @@ BATCH_SIZES = (1, 4, 16)
 STAGES = ("track", "identity", "prepare", "run", "paste")
 FRAME_BUDGET_MS = 25.0
 JITTER_LIMIT_PX = 1.0
+SESSION_SIZE = (1280, 720)
+SESSION_FPS = 30.0
+CAPACITY_P99_MS = 60.0
+CAPACITY_DROP_SHARE = 0.01  # more dropped frames than this and a step does not hold
+CLIP_FRAMES = 48
 
 
-def run_engine_benchmark(config: Config, frames: int, report_dir: str | None, as_json: bool) -> int:
-    engine = FaceEngine(config.engine.settings())
+def run_engine_benchmark(
+    config: Config,
+    frames: int,
+    report_dir: str | None,
+    as_json: bool,
+    sessions: int | None = None,
+    device: str = "auto",
+    seconds: float = 6.0,
+    max_sessions: int = 64,
+) -> int:
+    device_info = _check_device(device)
+    settings = config.engine.settings()
+    if device != "auto":
+        settings = replace(settings, device=device)
+    engine = FaceEngine(settings)
+    try:
+        if sessions is not None:
+            return _run_sessions_benchmark(engine, config, device_info, sessions, seconds, max_sessions, as_json)
+        return _run_frame_benchmark(engine, config, frames, report_dir, as_json)
+    finally:
+        engine.close()
+
+
+def _check_device(device: str):
+    """The device the run is on; ``cuda`` without a CUDA device is bad input (exit 2)."""
+    from gpu.device import detect_device
+
+    info = detect_device()
+    if device == "cuda" and info.backend != "cupy":
+        raise SwapcastError(f"--device cuda: no CUDA device is usable here ({info.reason}); use --device cpu or auto")
+    return info
+
+
+def _run_frame_benchmark(engine: FaceEngine, config: Config, frames: int, report_dir: str | None, as_json: bool) -> int:
     options = config.swap.options()
     faces = {"astronaut": astronaut(), "grace_hopper": grace_hopper()}
     print(f"engine: swapper={engine.swapper.name}, runner={type(engine.swapper.runner).__name__}, frames per run={frames}")
@@ -170,3 +216,205 @@ def _verdicts(report: dict[str, Any]) -> list[str]:
         ok = row["output_to_source"] is not None and row["output_to_source"] < 0.6 and row["output_to_source"] < row["output_to_target"]
         lines.append(f"target: identity {name}: d(out,src) < 0.6 and < d(out,tgt) -> {'PASS' if ok else 'FAIL'}")
     return lines
+
+
+# -- sessions: batched vs unbatched, and the capacity ramp -------------------------------------------
+
+
+def _run_sessions_benchmark(
+    engine: FaceEngine, config: Config, device_info, sessions: int, seconds: float, max_sessions: int, as_json: bool
+) -> int:
+    if sessions < 1:
+        raise SwapcastError("--sessions must be at least 1")
+    options = config.swap.options()
+    settings = engine.settings
+    width, height = SESSION_SIZE
+    print(f"engine: swapper={engine.swapper.name}, runner={type(engine.swapper.runner).__name__}, "
+          f"device {device_info.backend} ({device_info.name}; {device_info.reason}), "
+          f"batcher max_batch={settings.max_batch} max_queue_delay_ms={settings.max_queue_delay_ms:g}")
+    faces = {"astronaut": astronaut(), "grace_hopper": grace_hopper()}
+    source = engine.register_source(faces["astronaut"], label="astronaut")
+    print(f"preparing {width}x{height} moving-face clips ...", file=sys.stderr, flush=True)
+    clips = [moving_face_frames(faces[name], CLIP_FRAMES, size=SESSION_SIZE, seed=k) for k, name in enumerate(("grace_hopper", "astronaut"))]
+    report: dict[str, Any] = {
+        "swapper": engine.swapper.name,
+        "device": {"backend": device_info.backend, "name": device_info.name, "reason": device_info.reason},
+        "resolution": f"{width}x{height}",
+        "sessions": sessions,
+        "seconds": seconds,
+    }
+
+    print(f"{sessions} concurrent {width}x{height} single-face sessions, each a thread with its own FrameSwapper and clip, "
+          f"as fast as possible, {seconds:g} s per run:")
+    runs = {}
+    for label, max_batch in (("batched", settings.max_batch), ("unbatched", 1)):
+        engine.configure_batcher(max_batch=max_batch, max_queue_delay_ms=settings.max_queue_delay_ms)
+        runs[label] = _throughput(engine, source, options, clips, sessions, seconds)
+        _print_run(label, runs[label])
+    engine.configure_batcher(max_batch=settings.max_batch, max_queue_delay_ms=settings.max_queue_delay_ms)
+    unbatched = runs["unbatched"]["faces_per_s"]
+    ratio = runs["batched"]["faces_per_s"] / unbatched if unbatched else None
+    runs["batched_vs_unbatched"] = ratio
+    note = ""
+    if device_info.backend != "cupy":
+        note = " (ONNX Runtime on a CPU gains nothing from batching: expect ~1)"
+    print(f"  batched / unbatched faces/s: x{ratio:.2f}{note}" if ratio is not None else "  batched / unbatched: n/a")
+    report["throughput"] = runs
+
+    print(f"capacity: {width}x{height} at {SESSION_FPS:g} fps per session, paced, newest frame only "
+          f"(held = p99 <= {CAPACITY_P99_MS:g} ms and <= {100 * CAPACITY_DROP_SHARE:g}% frames dropped), {seconds:g} s per step:")
+    steps = []
+    held = 0
+    count = 1
+    while count <= max_sessions:
+        step = _paced(engine, source, options, clips, count, seconds)
+        step["held"] = (step["latency_p99_ms"] is not None and step["latency_p99_ms"] <= CAPACITY_P99_MS
+                        and step["dropped_share"] <= CAPACITY_DROP_SHARE)
+        steps.append(step)
+        print(f"  {count:>3} session(s): fps out {step['fps_out_per_session']:.1f}/session, latency p50 "
+              f"{_ms(step['latency_p50_ms'])} p99 {_ms(step['latency_p99_ms'])}, dropped {100 * step['dropped_share']:.1f}%, "
+              f"device busy {step['batcher']['device_busy_pct']:.0f}%, mean batch {step['batcher']['mean_batch_size']:.2f} "
+              f"-> {'held' if step['held'] else 'NOT held'}")
+        if not step["held"]:
+            break
+        held = count
+        count *= 2
+    report["capacity"] = {"p99_limit_ms": CAPACITY_P99_MS, "fps": SESSION_FPS, "steps": steps, "max_sessions_held": held}
+    print(f"largest number of {width}x{height}@{SESSION_FPS:g} single-face sessions held with p99 <= {CAPACITY_P99_MS:g} ms: {held}"
+          + (f" (stopped at the --max-sessions cap {max_sessions})" if count > max_sessions else ""))
+    report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS: {report['peak_rss_mb']:.0f} MB")
+    if as_json:
+        print(json.dumps(report))
+    return 0
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.1f} ms" if value is not None else "n/a"
+
+
+def _print_run(label: str, run: dict[str, Any]) -> None:
+    batcher = run["batcher"]
+    histogram = ", ".join(f"{size}: {count}" for size, count in batcher["batch_size_histogram"].items())
+    print(f"  {label:<9} (max_batch {batcher['max_batch']:>2}): {run['faces_per_s']:.1f} faces/s, {run['frames_per_s']:.1f} frames/s; "
+          f"frame latency p50 {_ms(run['latency_p50_ms'])} p99 {_ms(run['latency_p99_ms'])}; device busy "
+          f"{batcher['device_busy_pct']:.0f}%; queue delay p50 {_ms(batcher['queue_delay_p50_ms'])} p99 "
+          f"{_ms(batcher['queue_delay_p99_ms'])}; batch sizes {{{histogram}}}; dropped by batcher {run['dropped_by_batcher']}")
+
+
+def _session_swappers(engine: FaceEngine, source, options, clips, count: int) -> list[FrameSwapper]:
+    """One FrameSwapper per session, warmed up on its own clip (tracker found the face)."""
+    swappers = []
+    for k in range(count):
+        swapper = FrameSwapper(engine, source, options, session_id=f"bench-{k}")
+        clip = clips[k % len(clips)]
+        for index in range(2):
+            swapper.process(clip[(7 * k + index) % len(clip)].copy(), index / SESSION_FPS)
+        swappers.append(swapper)
+    return swappers
+
+
+def _run_sessions(count: int, body) -> float:
+    """Start ``body(k, t0)`` on one thread per session at the same instant; wall seconds."""
+    start = threading.Barrier(count + 1)
+    t0_box: list[float] = []
+    errors: list[BaseException] = []
+
+    def thread_main(k: int) -> None:
+        start.wait()
+        try:
+            body(k, t0_box[0])
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=thread_main, args=(k,), name=f"bench-session-{k}") for k in range(count)]
+    for thread in threads:
+        thread.start()
+    t0_box.append(time.perf_counter() + 0.05)
+    start.wait()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0_box[0]
+
+
+def _throughput(engine: FaceEngine, source, options, clips, count: int, seconds: float) -> dict[str, Any]:
+    swappers = _session_swappers(engine, source, options, clips, count)
+    latencies: list[list[float]] = [[] for _ in range(count)]
+    faces = [0] * count
+    dropped = [0] * count
+
+    def body(k: int, t0: float) -> None:
+        while time.perf_counter() < t0:
+            time.sleep(0.001)
+        clip, swapper = clips[k % len(clips)], swappers[k]
+        index = 2
+        while time.perf_counter() < t0 + seconds:
+            frame = clip[(7 * k + index) % len(clip)].copy()
+            started = time.perf_counter()
+            times = swapper.process(frame, index / SESSION_FPS)
+            latencies[k].append((time.perf_counter() - started) * 1000)
+            faces[k] += times.faces_swapped
+            dropped[k] += times.dropped_by_batcher
+            index += 1
+
+    engine.batcher.reset_metrics()
+    wall = _run_sessions(count, body)
+    batcher = engine.batcher.metrics()
+    for swapper in swappers:
+        swapper.close()
+    every = np.concatenate([np.array(x) for x in latencies]) if any(latencies) else np.array([])
+    return {
+        "sessions": count,
+        "faces_per_s": sum(faces) / wall,
+        "frames_per_s": len(every) / wall,
+        "latency_p50_ms": float(np.percentile(every, 50)) if len(every) else None,
+        "latency_p99_ms": float(np.percentile(every, 99)) if len(every) else None,
+        "dropped_by_batcher": sum(dropped),
+        "batcher": batcher,
+    }
+
+
+def _paced(engine: FaceEngine, source, options, clips, count: int, seconds: float) -> dict[str, Any]:
+    """Each session's frames arrive every 1/30 s (sessions spread across the period); a
+    session swaps the newest arrived frame and drops the older ones (the live policy)."""
+    swappers = _session_swappers(engine, source, options, clips, count)
+    period = 1.0 / SESSION_FPS
+    frames_total = int(seconds * SESSION_FPS)
+    latencies: list[list[float]] = [[] for _ in range(count)]
+    dropped = [0] * count
+
+    def body(k: int, t0: float) -> None:
+        clip, swapper = clips[k % len(clips)], swappers[k]
+        offset = t0 + period * k / count
+        next_index = 0
+        while next_index < frames_total:
+            now = time.perf_counter()
+            newest = min(math.floor((now - offset) / period), frames_total - 1)
+            if newest < next_index:
+                time.sleep(max(offset + next_index * period - now, 0.0))
+                continue
+            dropped[k] += newest - next_index
+            frame = clip[(7 * k + 2 + newest) % len(clip)].copy()
+            times = swapper.process(frame, (2 + newest) * period)
+            if times.dropped_by_batcher:
+                dropped[k] += 1
+            else:
+                latencies[k].append((time.perf_counter() - (offset + newest * period)) * 1000)
+            next_index = newest + 1
+
+    engine.batcher.reset_metrics()
+    wall = _run_sessions(count, body)
+    batcher = engine.batcher.metrics()
+    for swapper in swappers:
+        swapper.close()
+    every = np.concatenate([np.array(x) for x in latencies]) if any(latencies) else np.array([])
+    return {
+        "sessions": count,
+        "fps_out_per_session": len(every) / count / wall,
+        "latency_p50_ms": float(np.percentile(every, 50)) if len(every) else None,
+        "latency_p99_ms": float(np.percentile(every, 99)) if len(every) else None,
+        "dropped_share": sum(dropped) / (frames_total * count),
+        "batcher": batcher,
+    }
