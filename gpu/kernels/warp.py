@@ -32,27 +32,57 @@ def paste_back(frame: np.ndarray, crop: np.ndarray, mask: np.ndarray, matrix: np
     ``matrix`` maps frame pixels to crop pixels. Only the frame region the mask can reach is
     touched, so the cost follows the face size, not the frame size.
     """
-    ys, xs = np.nonzero(mask > 1e-3)
-    if len(xs) == 0:
+    roi = paste_region(mask, matrix, frame.shape[:2])
+    if roi is None:
         return
-    corners = np.array(
-        [[xs.min(), ys.min()], [xs.max() + 1, ys.min()], [xs.min(), ys.max() + 1], [xs.max() + 1, ys.max() + 1]],
-        dtype=np.float32,
-    )
-    inverse = cv2.invertAffineTransform(matrix)
-    spots = corners @ inverse[:, :2].T + inverse[:, 2]
-    height, width = frame.shape[:2]
-    x0 = int(max(0, np.floor(spots[:, 0].min()) - 1))
-    y0 = int(max(0, np.floor(spots[:, 1].min()) - 1))
-    x1 = int(min(width, np.ceil(spots[:, 0].max()) + 2))
-    y1 = int(min(height, np.ceil(spots[:, 1].max()) + 2))
-    if x1 <= x0 or y1 <= y0:
-        return
-    roi_to_crop = matrix.astype(np.float64).copy()
-    roi_to_crop[:, 2] += roi_to_crop[:, :2] @ np.array([x0, y0], dtype=np.float64)
+    (x0, y0, x1, y1), roi_to_crop = roi
     size = (x1 - x0, y1 - y0)
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     face = cv2.warpAffine(crop, roi_to_crop, size, flags=flags, borderMode=cv2.BORDER_REPLICATE)
     alpha = cv2.warpAffine(mask.astype(np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
     region = frame[y0:y1, x0:x1]
     region[...] = cv2.blendLinear(face, region, alpha, 1.0 - alpha)
+
+
+def paste_faces(
+    frames: Sequence[np.ndarray], frame_index: Sequence[int], crops: np.ndarray, masks: np.ndarray, matrices: np.ndarray
+) -> None:
+    """Batched ``paste_back``: face ``i`` goes into ``frames[frame_index[i]]``, in order (a
+    later face of the same frame is blended over an earlier one), in place."""
+    for i, index in enumerate(frame_index):
+        paste_back(frames[index], crops[i], masks[i], matrices[i])
+
+
+def mask_bounds(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+    """``(xmin, ymin, xmax + 1, ymax + 1)`` of the mask's pixels above 1e-3, or None."""
+    ys, xs = np.nonzero(mask > 1e-3)
+    if len(xs) == 0:
+        return None
+    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
+
+
+def paste_region(
+    mask: np.ndarray | tuple[int, int, int, int] | None, matrix: np.ndarray, frame_shape: tuple[int, int]
+) -> tuple[tuple[int, int, int, int], np.ndarray] | None:
+    """The frame region a paste touches and the map from its pixels to crop pixels.
+
+    ``mask`` is the (S, S) mask or its ``mask_bounds``. Returns ``((x0, y0, x1, y1),
+    roi_to_crop)`` with ``roi_to_crop`` (2, 3) float64, or None when nothing is touched.
+    The device kernel uses this same function, so both touch the same pixels."""
+    bounds = mask if mask is None or isinstance(mask, tuple) else mask_bounds(mask)
+    if bounds is None:
+        return None
+    bx0, by0, bx1, by1 = bounds
+    corners = np.array([[bx0, by0], [bx1, by0], [bx0, by1], [bx1, by1]], dtype=np.float32)
+    inverse = cv2.invertAffineTransform(matrix)
+    spots = corners @ inverse[:, :2].T + inverse[:, 2]
+    height, width = frame_shape
+    x0 = int(max(0, np.floor(spots[:, 0].min()) - 1))
+    y0 = int(max(0, np.floor(spots[:, 1].min()) - 1))
+    x1 = int(min(width, np.ceil(spots[:, 0].max()) + 2))
+    y1 = int(min(height, np.ceil(spots[:, 1].max()) + 2))
+    if x1 <= x0 or y1 <= y0:
+        return None
+    roi_to_crop = matrix.astype(np.float64).copy()
+    roi_to_crop[:, 2] += roi_to_crop[:, :2] @ np.array([x0, y0], dtype=np.float64)
+    return (x0, y0, x1, y1), roi_to_crop

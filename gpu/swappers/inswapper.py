@@ -7,7 +7,7 @@ constant shape pins batch 1 are fixed, and intermediate shapes that pin it are d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import cv2
@@ -31,6 +31,7 @@ from gpu.models.signatures import (
     open_runner,
 )
 from gpu.options import SwapOptions
+from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob
 from gpu.types import Face
 
@@ -43,7 +44,10 @@ class InswapperSwapper:
 
     crop_size = CROP_SIZE
 
-    def __init__(self, path: str | Path, embedder: ArcFaceEmbedder) -> None:
+    def __init__(self, path: str | Path, embedder: ArcFaceEmbedder,
+                 make_runner: Callable[[onnx.ModelProto, str], Runner] | None = None) -> None:
+        """``make_runner(model, name)`` picks the runner for the node's device (the engine
+        passes its own); ONNX Runtime on CPU when not given."""
         self.path = Path(path)
         self.name = self.path.stem
         self.embedder = embedder
@@ -51,7 +55,7 @@ class InswapperSwapper:
         self._check(model)
         self.emap = _emap(self.path, model)
         make_batch_dynamic(model, self.path)
-        self.runner = open_runner(self.path, model)
+        self.runner = make_runner(model, self.name) if make_runner else open_runner(self.path, model)
         self._dtypes = {spec.name: spec.dtype for spec in self.runner.inputs}
         self._template = arcface_template(CROP_SIZE)
 

@@ -14,6 +14,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     engine.add_argument("--frames", type=int, default=120, help="frames per resolution (default 120)")
     engine.add_argument("--report", metavar="DIR", help="write side-by-side swap pictures and report.json here")
     engine.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    engine.add_argument("--sessions", type=int, metavar="N",
+                        help="instead: N concurrent 1280x720 sessions through the micro-batcher vs batching off, "
+                             "then the 720p30 capacity ramp (1, 2, 4, ... sessions until p99 > 60 ms or frames drop)")
+    engine.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="compute device (default auto); cuda fails when no CUDA device is present")
+    engine.add_argument("--seconds", type=float, default=6.0, help="with --sessions: seconds per measured run (default 6)")
+    engine.add_argument("--max-sessions", type=int, default=64, metavar="N", help="with --sessions: cap of the capacity ramp (default 64)")
     add_swap_flags(engine)
     add_engine_flags(engine)
     engine.set_defaults(run=_run_engine)
@@ -35,7 +42,10 @@ def _run_engine(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.engine import run_engine_benchmark
     from swapcast.commands.common import config_from_args
 
-    return run_engine_benchmark(config_from_args(args), frames=args.frames, report_dir=args.report, as_json=args.json)
+    return run_engine_benchmark(
+        config_from_args(args), frames=args.frames, report_dir=args.report, as_json=args.json,
+        sessions=args.sessions, device=args.device, seconds=args.seconds, max_sessions=args.max_sessions,
+    )
 
 
 def _run_rtmp(args: argparse.Namespace) -> int:

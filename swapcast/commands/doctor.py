@@ -29,10 +29,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"python        {sys.version.split()[0]} on {platform.platform()} ({os.cpu_count()} CPUs)")
     memory = f", {device.memory_gb:.0f} GiB" if device.memory_gb else ""
     print(f"device        {device.backend}: {device.name}{memory} ({device.reason})")
+    for line in gpu_stack_lines():
+        print(line)
     print(f"onnxruntime   {onnxruntime.__version__}, providers: {', '.join(onnxruntime.get_available_providers())}")
-    print("tensorrt      not installed (the TensorRT runner is for production GPU nodes that have it)" if not _has("tensorrt") else "tensorrt      installed")
     codecs = {name: name in av.codecs_available for name in ("libx264", "h264_nvenc", "h264_cuvid", "aac", "libvpx")}
     print(f"pyav          {av.__version__}, " + ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in codecs.items()))
+    hardware = _hardware_codecs()
+    for status in (hardware.nvenc, hardware.nvdec, hardware.pynvvideocodec) if hardware else ():
+        print(f"{_label(status.name):13} {'usable' if status.usable else 'not usable'}: {status.reason}")
+    for line in plan_lines(config.engine.device, config.engine.runner, hardware):
+        print(line)
     models = BuiltinModels.locate()
     for name, path in vars(models).items():
         print(f"builtin       {name:18} {path}")
@@ -51,6 +57,88 @@ def run(args: argparse.Namespace) -> int:
         print(f"engine        cannot start: {exc}")
         return 2
     return 0
+
+
+def gpu_stack_lines() -> list[str]:
+    """CUDA, CuPy, PyTorch and TensorRT: versions, or why each is missing."""
+    lines = []
+    try:
+        import cupy
+
+        try:
+            runtime = cupy.cuda.runtime.runtimeGetVersion()
+            driver = cupy.cuda.runtime.driverGetVersion()
+            cuda = f"CUDA runtime {runtime // 1000}.{runtime % 1000 // 10}, driver supports {driver // 1000}.{driver % 1000 // 10}"
+        except Exception as exc:  # no driver
+            cuda = f"no usable CUDA driver ({_one_line(exc)})"
+        lines.append(f"cupy          {cupy.__version__}; {cuda}")
+    except ImportError:
+        lines.append("cupy          not installed (device arrays stay NumPy; GPU nodes install cupy-cuda13x)")
+    except Exception as exc:
+        lines.append(f"cupy          does not import ({_one_line(exc)})")
+    if _has("torch"):
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            where = f"CUDA {torch.version.cuda}, {props.name}, {props.total_memory / 2**30:.0f} GiB"
+        else:
+            where = "CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda} build, no device visible"
+        onnx2torch = "onnx2torch installed" if _has("onnx2torch") else "onnx2torch missing (only the built-in mesh graph converts)"
+        lines.append(f"torch         {torch.__version__} ({where}); {onnx2torch}")
+    else:
+        lines.append("torch         not installed (the torch runner needs pip install 'swapcast[gpu]')")
+    from gpu.runners.tensorrt import tensorrt_version
+
+    version = tensorrt_version() if _has("tensorrt") else None
+    if version is None:
+        lines.append(
+            "tensorrt      not installed: the TensorRT runner is for production GPU nodes that have it, "
+            "and is not exercised by this repo's CI or GPU checks"
+        )
+    else:
+        lines.append(f"tensorrt      {version} (the TensorRT runner is not exercised by this repo's CI or GPU checks)")
+    return lines
+
+
+def plan_lines(device_setting: str, runner_setting: str, hardware) -> list[str]:
+    """What the node will use and why: device, runner, codec path."""
+    from gpu.device import resolve_device
+    from gpu.runners.select import choose_runner
+
+    lines = []
+    try:
+        device = resolve_device(device_setting)
+        lines.append(f"will use      device {device.kind} (engine.device={device_setting}: {device.reason})")
+    except SwapcastError as exc:
+        return [f"will use      nothing: engine.device={device_setting} cannot be met: {exc}"]
+    try:
+        choice = choose_runner(device, runner_setting)
+        lines.append(f"will use      runner {choice.runner} on {choice.device} (engine.runner={runner_setting}: {choice.reason})")
+    except SwapcastError as exc:
+        lines.append(f"will use      no runner: engine.runner={runner_setting} cannot be met: {exc}")
+    if hardware is not None:
+        lines.append(f"will use      decode {hardware.decode_path}")
+        lines.append(f"will use      encode {hardware.encode_path}")
+    return lines
+
+
+def _hardware_codecs():
+    try:
+        from streamer.media.hwcodecs import detect_hardware_codecs
+
+        return detect_hardware_codecs()
+    except Exception as exc:  # a probe must never stop the doctor
+        print(f"nvenc/nvdec   probe failed ({_one_line(exc)})")
+        return None
+
+
+def _label(name: str) -> str:
+    return {"h264_nvenc": "nvenc", "h264_cuvid": "nvdec", "PyNvVideoCodec": "pynvvideocodec"}.get(name, name)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:160]
 
 
 def _has(module: str) -> bool:

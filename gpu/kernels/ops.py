@@ -1,0 +1,43 @@
+"""The kernels by where their data lives: CuPy arrays go to the device kernels
+(``gpu.kernels.cuda``), NumPy arrays to their CPU twins. Callers use these and never branch
+on the device themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gpu.device import is_device_array
+from gpu.kernels import colour, warp
+from gpu.kernels.colour import YuvMatrix
+
+
+def crop_faces(frames: Sequence[Any], matrices: np.ndarray, size: int) -> Any:
+    if len(frames) and is_device_array(frames[0]):
+        from gpu.kernels import cuda
+
+        return cuda.crop_faces(frames, matrices, size)
+    return warp.crop_faces(frames, np.asarray(matrices), size)
+
+
+def paste_faces(frames: Sequence[Any], frame_index: Sequence[int], crops: Any, masks: Any, matrices: np.ndarray) -> None:
+    if len(frames) and is_device_array(frames[0]):
+        from gpu.kernels import cuda
+
+        cuda.paste_faces(frames, frame_index, crops, masks, matrices)
+    else:
+        warp.paste_faces(frames, frame_index, crops, masks, np.asarray(matrices))
+
+
+def yuv_to_rgb(buffer: Any, layout: str = "i420", *, matrix: YuvMatrix = "bt601", full_range: bool = False) -> Any:
+    """``layout`` is ``"i420"`` (yuv420p) or ``"nv12"``."""
+    if layout not in ("i420", "nv12"):
+        raise ValueError(f"layout must be i420 or nv12 (got {layout!r})")
+    if is_device_array(buffer):
+        from gpu.kernels import cuda as module
+    else:
+        module = colour
+    convert = module.yuv_to_rgb_i420 if layout == "i420" else module.yuv_to_rgb_nv12
+    return convert(buffer, matrix=matrix, full_range=full_range)
