@@ -578,11 +578,14 @@ def _table(report: dict[str, Any]) -> list[str]:
 def _verdicts(report: dict[str, Any]) -> list[str]:
     one, many = report["phases"][0], report["phases"][-1]
     fps = one["fps_out_per_session"]
-    p50 = one["rtt_p50_ms"]
+    # server-added = a decoded frame's arrival at the swap -> its swapped frame ready to encode
+    # (the server's own stat). The loopback round trip also holds both sides' codecs and
+    # aiortc's jitter buffers (one frame interval each way), so it is shown, not judged.
+    p50 = one["server_latency_p50_ms"]
     lines = [
         f"target: one {report['resolution']} session >= {FPS_TARGET:.0f} fps out: {fps:.1f} -> {'PASS' if fps >= FPS_TARGET else 'FAIL'}",
-        (f"target: server-added latency p50 <= {LATENCY_TARGET_MS:.0f} ms (1 session, loopback round trip; "
-         f"server's own p50 {_fmt(one['server_latency_p50_ms'])} ms): {_fmt(p50)} ms -> "
+        (f"target: server-added latency p50 <= {LATENCY_TARGET_MS:.0f} ms (1 session, decoded frame -> swapped frame; "
+         f"loopback round trip p50 {_fmt(one['rtt_p50_ms'])} ms): {_fmt(p50)} ms -> "
          f"{'PASS' if p50 is not None and p50 <= LATENCY_TARGET_MS else 'FAIL'}"),
     ]
     if "glass" in report:
