@@ -12,13 +12,23 @@ import pytest
 from streamer.samples import astronaut, grace_hopper
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
+def _fail_skips_in_ci(report) -> None:
     if os.environ.get("CI") == "true" and report.skipped:
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true (not allowed): {report.longrepr}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_skips_in_ci(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A whole module skipped at import (importorskip) is a failure in CI too."""
+    outcome = yield
+    _fail_skips_in_ci(outcome.get_result())
 
 
 @pytest.fixture(scope="session")
