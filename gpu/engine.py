@@ -37,6 +37,7 @@ class EngineSettings:
     detector_range: BlazeFaceRange = "full"  # BlazeFace model for still images
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when CuPy sees a GPU
     runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"  # auto: TensorRT > Torch on CUDA, else ONNX Runtime
+    runner_threads: int = 0  # ONNX Runtime intra-op threads (0 = one per core, up to 4)
     max_batch: int = 32  # micro-batcher: rows per runner call
     max_queue_delay_ms: float = 4.0  # micro-batcher: longest wait of the oldest row before a batch ships
     engine_cache_dir: Path | None = None  # TensorRT engine + timing caches (default: <data_dir>/engines)
@@ -157,7 +158,8 @@ class FaceEngine:
 
         settings = self.settings
         return make_runner(model, device=self.device, runner=settings.runner, name=name,
-                           cache_dir=settings.engine_cache_dir, max_batch=settings.max_batch)
+                           cache_dir=settings.engine_cache_dir, max_batch=settings.max_batch,
+                           threads=settings.runner_threads or None)
 
     def analyse_image(self, image: np.ndarray) -> list[Face]:
         """Faces in a still RGB image, largest first, each with a mesh where one was found:

@@ -37,6 +37,7 @@ class EngineConfig(_Section):
     detector_range: Literal["short", "full"] = "full"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"
+    runner_threads: int = Field(0, ge=0, le=64)
     max_batch: int = Field(32, ge=1, le=256)
     max_queue_delay_ms: float = Field(4.0, ge=0, le=100)
     engine_cache_dir: Path | None = None

@@ -140,6 +140,7 @@ def make_runner(
     cache_dir: str | Path | None = None,
     max_batch: int = 32,
     opt_batch: int = 8,
+    threads: int | None = None,
 ) -> Runner:
     """Build the runner ``choose_runner`` picks. The result keeps the runner contract and
     carries ``choice`` (a ``RunnerChoice``: what was chosen and why)."""
@@ -163,6 +164,6 @@ def make_runner(
     else:
         from gpu.runners.onnxruntime import OnnxRuntimeRunner
 
-        built = OnnxRuntimeRunner(model, name=name, providers=choice.providers)
+        built = OnnxRuntimeRunner(model, name=name, providers=choice.providers, threads=threads)
     built.choice = choice
     return built
