@@ -92,3 +92,16 @@ def test_garbage_samples_are_counted_not_fatal(engine, astronaut_image, camera_s
     _wait_for(lambda: worker.stats.frames_out >= 1)
     worker.stop()
     assert worker.stats.frames_out >= 1
+
+
+def test_stats_count_frames_sent_unswapped_because_the_batcher_was_busy():
+    from streamer.live.swap_worker import LiveStats
+    from streamer.pipeline.frame_swapper import StageTimes
+
+    stats = LiveStats()
+    stats.record_output(10.0, StageTimes())
+    busy = StageTimes()
+    busy.dropped_by_batcher = 1
+    stats.record_output(12.0, busy)
+    snapshot = stats.snapshot()
+    assert snapshot["frames_out"] == 2 and snapshot["frames_unswapped_busy"] == 1

@@ -68,7 +68,8 @@ class LiveStream:
             for url in record.stream.push
         ]
         self._record_target = record.stream.record
-        self.worker = LiveSwapWorker(FrameSwapper(engine, source, options), settings.encoder, self._from_worker, self.name)
+        swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}")
+        self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, self.name)
         self.teardown: asyncio.TimerHandle | None = None
 
     async def run_publisher(self, publisher: Publisher) -> None:

@@ -58,12 +58,14 @@ class LiveStats:
         self.frames_out = 0
         self.frames_dropped = 0
         self.decode_errors = 0
+        self.frames_unswapped_busy = 0  # sent on unswapped: the node's batcher was saturated
         self.latencies_ms: deque[float] = deque(maxlen=window)
         self.last_stages: StageTimes | None = None
         self._out_times: deque[float] = deque(maxlen=window)
 
     def record_output(self, latency_ms: float, stages: StageTimes) -> None:
         self.frames_out += 1
+        self.frames_unswapped_busy += stages.dropped_by_batcher
         self.latencies_ms.append(latency_ms)
         self.last_stages = stages
         self._out_times.append(time.monotonic())
@@ -77,6 +79,7 @@ class LiveStats:
             "frames_out": self.frames_out,
             "frames_dropped": self.frames_dropped,
             "decode_errors": self.decode_errors,
+            "frames_unswapped_busy": self.frames_unswapped_busy,
             "fps_out": len(recent) / 2.0,
             "latency_p50_ms": float(np.percentile(latencies, 50)) if latencies is not None else None,
             "latency_p99_ms": float(np.percentile(latencies, 99)) if latencies is not None else None,

@@ -136,7 +136,8 @@ class SessionManager:
             pc = RTCPeerConnection(ice.rtc_configuration(self.webrtc.ice_servers))
             session = Session(secrets.token_urlsafe(12), protocol, pc, face, face_id, swap, label=label)
             engine, source, options = self.engine, face.source, swap.options()
-            await session.video.start_swapper(lambda: FrameSwapper(engine, source, options))
+            batch_id = f"{protocol}-{session.id}"  # the batcher's fairness unit, named in its metrics
+            await session.video.start_swapper(lambda: FrameSwapper(engine, source, options, session_id=batch_id))
 
             send_back = protocol == "webrtc" and offer.peer_receives_video
             video = pc.addTransceiver("video", direction="sendrecv" if send_back else "recvonly")
