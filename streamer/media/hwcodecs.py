@@ -9,6 +9,8 @@ CUDA context cuvid needs). NVIDIA's PyNvVideoCodec is reported when it imports.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 
 ENCODER = "h264_nvenc"
@@ -41,21 +43,24 @@ class HardwareCodecs:
         return f"software (FFmpeg; NVDEC: {self.nvdec.reason})"
 
 
-def _av():
+def _probe(codec: str, trial: Callable[[Any], str | None], success: str) -> CodecStatus:
+    """Is ``codec`` listed by PyAV's FFmpeg, and does ``trial(av)`` open it? ``trial``
+    returns None on success or why it did not work."""
     try:
         import av
     except Exception as exc:
-        return None, f"PyAV does not import ({exc})"
-    return av, ""
-
-
-def probe_nvenc(codec: str = ENCODER) -> CodecStatus:
-    av, why = _av()
-    if av is None:
-        return CodecStatus(codec, False, why)
+        return CodecStatus(codec, False, f"PyAV does not import ({exc})")
     if codec not in av.codecs_available:
         return CodecStatus(codec, False, f"this FFmpeg build (PyAV {av.__version__}) has no {codec}")
     try:
+        failure = trial(av)
+    except Exception as exc:  # av.error.* on a machine without the driver or the engine
+        return CodecStatus(codec, False, f"listed, but opening it failed ({type(exc).__name__}: {_short(exc)})")
+    return CodecStatus(codec, failure is None, failure or success)
+
+
+def probe_nvenc(codec: str = ENCODER) -> CodecStatus:
+    def encode_a_frame(av) -> str | None:
         import numpy as np
 
         context = av.CodecContext.create(codec, "w")
@@ -66,25 +71,16 @@ def probe_nvenc(codec: str = ENCODER) -> CodecStatus:
         frame = av.VideoFrame.from_ndarray(np.zeros((144 * 3 // 2, 256), np.uint8), format="yuv420p")
         frame.pts = 0
         packets = list(context.encode(frame)) + list(context.encode(None))
-        if not packets:
-            return CodecStatus(codec, False, "opened but produced no packet")
-    except Exception as exc:  # av.error.* on a machine without the driver or the engine
-        return CodecStatus(codec, False, f"listed, but opening it failed ({type(exc).__name__}: {_short(exc)})")
-    return CodecStatus(codec, True, "opened and encoded a test frame")
+        return None if packets else "opened but produced no packet"
+
+    return _probe(codec, encode_a_frame, "opened and encoded a test frame")
 
 
 def probe_nvdec(codec: str = DECODER) -> CodecStatus:
-    av, why = _av()
-    if av is None:
-        return CodecStatus(codec, False, why)
-    if codec not in av.codecs_available:
-        return CodecStatus(codec, False, f"this FFmpeg build (PyAV {av.__version__}) has no {codec}")
-    try:
-        context = av.CodecContext.create(codec, "r")
-        context.open()  # cuvid creates its CUDA context and parser here
-    except Exception as exc:
-        return CodecStatus(codec, False, f"listed, but opening it failed ({type(exc).__name__}: {_short(exc)})")
-    return CodecStatus(codec, True, "opened a decoder context")
+    def open_decoder(av) -> None:
+        av.CodecContext.create(codec, "r").open()  # cuvid creates its CUDA context and parser here
+
+    return _probe(codec, open_decoder, "opened a decoder context")
 
 
 def probe_pynvvideocodec() -> CodecStatus:

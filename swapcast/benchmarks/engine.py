@@ -339,6 +339,23 @@ def _run_sessions(count: int, body) -> float:
     return time.perf_counter() - t0_box[0]
 
 
+def _measure_sessions(engine: FaceEngine, swappers, body, latencies: list[list[float]]) -> tuple[float, dict, dict]:
+    """Run ``body`` on one thread per session with fresh batcher metrics, close the
+    swappers, and summarise every session's latencies: (wall s, batcher metrics, summary)."""
+    engine.batcher.reset_metrics()
+    wall = _run_sessions(len(swappers), body)
+    batcher = engine.batcher.metrics()
+    for swapper in swappers:
+        swapper.close()
+    every = np.concatenate([np.array(x) for x in latencies]) if any(latencies) else np.array([])
+    summary = {
+        "frames": len(every),
+        "latency_p50_ms": float(np.percentile(every, 50)) if len(every) else None,
+        "latency_p99_ms": float(np.percentile(every, 99)) if len(every) else None,
+    }
+    return wall, batcher, summary
+
+
 def _throughput(engine: FaceEngine, source, options, clips, count: int, seconds: float) -> dict[str, Any]:
     swappers = _session_swappers(engine, source, options, clips, count)
     latencies: list[list[float]] = [[] for _ in range(count)]
@@ -359,18 +376,12 @@ def _throughput(engine: FaceEngine, source, options, clips, count: int, seconds:
             dropped[k] += times.dropped_by_batcher
             index += 1
 
-    engine.batcher.reset_metrics()
-    wall = _run_sessions(count, body)
-    batcher = engine.batcher.metrics()
-    for swapper in swappers:
-        swapper.close()
-    every = np.concatenate([np.array(x) for x in latencies]) if any(latencies) else np.array([])
+    wall, batcher, summary = _measure_sessions(engine, swappers, body, latencies)
     return {
         "sessions": count,
         "faces_per_s": sum(faces) / wall,
-        "frames_per_s": len(every) / wall,
-        "latency_p50_ms": float(np.percentile(every, 50)) if len(every) else None,
-        "latency_p99_ms": float(np.percentile(every, 99)) if len(every) else None,
+        "frames_per_s": summary.pop("frames") / wall,
+        **summary,
         "dropped_by_batcher": sum(dropped),
         "batcher": batcher,
     }
@@ -404,17 +415,11 @@ def _paced(engine: FaceEngine, source, options, clips, count: int, seconds: floa
                 latencies[k].append((time.perf_counter() - (offset + newest * period)) * 1000)
             next_index = newest + 1
 
-    engine.batcher.reset_metrics()
-    wall = _run_sessions(count, body)
-    batcher = engine.batcher.metrics()
-    for swapper in swappers:
-        swapper.close()
-    every = np.concatenate([np.array(x) for x in latencies]) if any(latencies) else np.array([])
+    wall, batcher, summary = _measure_sessions(engine, swappers, body, latencies)
     return {
         "sessions": count,
-        "fps_out_per_session": len(every) / count / wall,
-        "latency_p50_ms": float(np.percentile(every, 50)) if len(every) else None,
-        "latency_p99_ms": float(np.percentile(every, 99)) if len(every) else None,
+        "fps_out_per_session": summary.pop("frames") / count / wall,
+        **summary,
         "dropped_share": sum(dropped) / (frames_total * count),
         "batcher": batcher,
     }
