@@ -21,6 +21,7 @@ from gpu.batcher import MicroBatcher
 from gpu.device import select_device
 from gpu.errors import ManyFacesError, ModelFileError, NoFaceError
 from gpu.models.builtin import BuiltinModels
+from gpu.source_codec import decode_source, encode_source
 from gpu.swappers.base import Swapper
 from gpu.types import Face
 
@@ -179,6 +180,15 @@ class FaceEngine:
         if face.mesh is None and self.swapper.name == "mesh":
             raise NoFaceError(f"{label}: a face was detected but its landmarks could not be found; use a clearer, frontal photo")
         return SourceFace(face=face, identity=self.identity(image, face), payload=self.swapper.register(image, face))
+
+    def source_to_bytes(self, source: SourceFace) -> bytes:
+        """A registered source as bytes (see ``gpu.source_codec``), for the registry."""
+        return encode_source(self.swapper.name, source.face, source.identity, source.payload)
+
+    def source_from_bytes(self, data: bytes) -> SourceFace:
+        """A source stored by ``source_to_bytes`` on any node running the same swapper."""
+        face, identity, payload = decode_source(data, self.swapper.name)
+        return SourceFace(face=face, identity=identity, payload=payload)
 
     def pick_face(self, image: np.ndarray, index: int | None, label: str) -> Face:
         faces = self.analyse_image(image)

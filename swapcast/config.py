@@ -103,6 +103,30 @@ class RtmpConfig(_Section):
     chunk_size: int = Field(4096, ge=128, le=65536)
 
 
+class ClusterConfig(_Section):
+    """Several nodes behind a gateway, sharing a Redis registry. Without ``redis_url`` a
+    node is the embedded single node with an in-process registry."""
+
+    redis_url: str | None = Field(None, description="redis://host:port/db; unset = embedded single node")
+    advertise: str | None = Field(None, description="HOST:PORT the gateway uses to reach this node's HTTP API")
+    node_id: str | None = None  # default: generated at start
+    capacity: int = Field(0, ge=0, le=4096)  # live sessions this node takes; 0 = webrtc.max_sessions
+    heartbeat_s: float = Field(0.5, gt=0, le=30)
+    node_ttl_s: float = Field(2.0, gt=0, le=120)  # a node silent this long is dead; its sessions move
+    offer_timeout_s: float = Field(60.0, gt=0)  # a placed session with no media by then is dropped
+
+
+class JobsConfig(_Section):
+    """Offline video jobs: chunks on Redis Streams, rendered by workers."""
+
+    storage_dir: Path | None = Field(None, description="uploads, chunks and outputs; default <data_dir>/jobs")
+    chunk_seconds: float = Field(3.0, ge=1, le=30)  # target chunk length; cuts fall on keyframes
+    claim_timeout_s: float = Field(30.0, gt=0)  # a chunk unacknowledged this long is reclaimed
+    max_attempts: int = Field(3, ge=1, le=20)  # then the chunk goes to the dead-letter stream
+    max_upload_mb: int = Field(2048, ge=1)
+    webhook_secret: str | None = None  # HMAC-SHA256 key for webhook bodies
+
+
 class Config(_Section):
     engine: EngineConfig = EngineConfig()
     swap: SwapConfig = SwapConfig()
@@ -111,6 +135,8 @@ class Config(_Section):
     live: LiveConfig = LiveConfig()
     rtmp: RtmpConfig = RtmpConfig()
     webrtc: WebRtcConfig = WebRtcConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    jobs: JobsConfig = JobsConfig()
 
 
 class ConfigError(SwapcastError):

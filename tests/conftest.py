@@ -32,6 +32,23 @@ def pytest_make_collect_report(collector):
 
 
 @pytest.fixture(scope="session")
+def redis_server():
+    """One real redis-server for the test session."""
+    from redis_server import RedisServer
+
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server) -> str:
+    """The shared redis-server, emptied for this test."""
+    redis_server.flush()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
 def astronaut_image() -> np.ndarray:
     return astronaut()
 
