@@ -11,8 +11,29 @@ from signaling.registry.base import (
     SessionRecord,
     UnknownSessionError,
 )
+from signaling.registry.memory import MemoryRegistry
+from signaling.registry.redis_store import RedisRegistry
+
+
+def open_registry(url: str | None, *, ttl_s: float) -> Registry:
+    """The registry the config names: Redis at ``url``, or the in-process one when there is
+    none (the embedded single node). Connects lazily: a Redis that is down shows up as
+    ``RegistryUnavailable`` on first use, not here."""
+    if url is None:
+        return MemoryRegistry(ttl_s=ttl_s)
+    return RedisRegistry(url, ttl_s=ttl_s)
+
 
 __all__ = [
-    "FaceRecord", "NoCapacityError", "NodeInfo", "Registry", "RegistryError", "RegistryUnavailable",
-    "SessionRecord", "UnknownSessionError",
+    "FaceRecord",
+    "MemoryRegistry",
+    "NoCapacityError",
+    "NodeInfo",
+    "RedisRegistry",
+    "Registry",
+    "RegistryError",
+    "RegistryUnavailable",
+    "SessionRecord",
+    "UnknownSessionError",
+    "open_registry",
 ]

@@ -198,7 +198,9 @@ class Registry(abc.ABC):
 
     @abc.abstractmethod
     async def faces(self, owner: str | None = None) -> list[FaceRecord]:
-        """Stored faces (all, or one owner's), oldest first."""
+        """Stored faces (all, or one owner's), oldest first, as metadata only: their
+        ``thumbnail_jpeg`` and ``source`` are empty (a listing must not move every blob;
+        ``get_face`` has the bytes)."""
 
     @abc.abstractmethod
     async def delete_face(self, face_id: str) -> bool: ...
