@@ -1,0 +1,274 @@
+"""HTTP API of offline jobs.
+
+- ``POST /api/v1/jobs``: ``multipart/form-data`` with a ``video`` file (or a ``path`` inside
+  the job storage), a ``face_id`` (or a ``source`` photo file), optional ``priority``
+  (high | normal | low) and ``webhook_url``; or JSON with the same text fields and a
+  ``path``. Header ``Idempotency-Key``: the same key again returns the same job (200
+  instead of 201). Answers the job.
+- ``GET /api/v1/jobs`` (newest first, ``?limit=``), ``GET /api/v1/jobs/{id}``: state,
+  progress %, error.
+- ``DELETE /api/v1/jobs/{id}``: cancel (409 when it already ended).
+- ``GET /api/v1/jobs/{id}/output``: the finished video (409 until it is completed).
+
+Every error is JSON ``{"error": reason}``: 400 bad field, 404 unknown job, 413 too large,
+415 not a video (or not an image for ``source``), 503 without Redis or when it is down.
+
+Behind the auth middleware a job belongs to the token's subject: users see, cancel and
+download only their own jobs (another user's job is a 404, like a missing one, so ids
+cannot be probed), admins all of them; idempotency keys are per user. Without the
+middleware (a bare jobs API, as the tests and the benchmark run it) there are no owners.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import BodyPartReader, MultipartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from signaling.auth import PRINCIPAL_KEY, Principal
+from signaling.jobs.model import Job
+from signaling.jobs.queue import JobQueueUnavailable
+from signaling.jobs.service import (
+    JobRequestError,
+    JobService,
+    Submission,
+    check_idempotency_key,
+)
+from signaling.jobs.uploads import (
+    IMAGE_SUFFIXES,
+    MAX_SOURCE_BYTES,
+    UploadRejected,
+    is_image,
+    read_head,
+    store_part,
+    video_container,
+    video_suffix,
+)
+
+NO_REDIS = "offline jobs need Redis: start the server with --redis URL (cluster.redis_url)"
+TEXT_FIELDS = frozenset({"face_id", "path", "priority", "webhook_url"})
+_FORM_SLACK_BYTES = 64 * 1024  # multipart boundaries and text fields on top of the files
+_MAX_FIELD_BYTES = 4096
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def add_job_routes(app: web.Application, service: JobService | None) -> None:
+    """Mount the jobs API. ``service`` None (a node without Redis) answers every route 503."""
+    api = _JobsApi(service)
+    for method, path, handler in (
+        ("POST", "/api/v1/jobs", api.submit),
+        ("GET", "/api/v1/jobs", api.list),
+        ("GET", "/api/v1/jobs/{job_id}", api.get),
+        ("DELETE", "/api/v1/jobs/{job_id}", api.cancel),
+        ("GET", "/api/v1/jobs/{job_id}/output", api.output),
+    ):
+        app.router.add_route(method, path, _json_errors(handler, service is not None))
+    if service is not None:
+
+        async def close(_: web.Application) -> None:
+            await service.close()
+
+        app.on_cleanup.append(close)
+
+
+def error(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status)
+
+
+def _json_errors(handler: Handler, available: bool) -> Handler:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        if not available:
+            return error(503, NO_REDIS)
+        try:
+            return await handler(request)
+        except (JobRequestError, UploadRejected) as exc:
+            return error(exc.status, str(exc))
+        except JobQueueUnavailable as exc:
+            return error(503, str(exc))
+
+    return guarded
+
+
+@dataclass
+class _Form:
+    """A submission as read from the request, files already stored in the job's folder."""
+
+    fields: dict[str, str] = field(default_factory=dict)
+    video: tuple[str, str] | None = None  # (path relative to the storage, original name)
+    source: str | None = None  # path relative to the storage
+
+
+class _JobsApi:
+    def __init__(self, service: JobService | None) -> None:
+        self.service = service
+
+    @property
+    def jobs(self) -> JobService:
+        assert self.service is not None  # routes without a service answer 503 before this
+        return self.service
+
+    async def submit(self, request: web.Request) -> web.Response:
+        owner = _owner(request)
+        key = request.headers.get("Idempotency-Key")
+        if key is not None:
+            key = check_idempotency_key(key)
+            earlier = await self.jobs.queue.job_for_key(key, owner)
+            if earlier is not None:
+                return _job_response(earlier, 200)
+        limit = self.jobs.settings.max_upload_bytes
+        if request.content_length is not None and request.content_length > limit + MAX_SOURCE_BYTES + _FORM_SLACK_BYTES:
+            raise UploadRejected(413, _too_large(limit))
+        job_id = self.jobs.new_job_id()
+        try:
+            form = await self._read(request, job_id)
+            job, created = await self.jobs.submit(self._submission(job_id, form, key, owner))
+        except BaseException:
+            self.jobs.discard_folder(job_id)
+            raise
+        if not created:  # the same key raced in: the upload just stored is not needed
+            self.jobs.discard_folder(job_id)
+        return _job_response(job, 201 if created else 200)
+
+    async def _read(self, request: web.Request, job_id: str) -> _Form:
+        if request.content_type == "application/json":
+            try:
+                data = await request.json()
+            except ValueError:  # not JSON, or not UTF-8
+                raise JobRequestError("the body is not valid JSON") from None
+            if not isinstance(data, dict):
+                raise JobRequestError("the JSON body must be an object")
+            return _Form(fields={name: _text_field(name, value) for name, value in data.items()})
+        if request.content_type != "multipart/form-data":
+            raise UploadRejected(415, "send multipart/form-data with a 'video' file, or JSON naming a 'path'")
+        form = _Form()
+        async for part in _parts(request):
+            if not isinstance(part, BodyPartReader):
+                raise JobRequestError("nested multipart bodies are not supported")
+            if part.name == "video":
+                form.video = await self._store_video(part, job_id)
+            elif part.name == "source":
+                form.source = await self._store_source(part, job_id)
+            elif part.name in TEXT_FIELDS:
+                form.fields[part.name] = await _read_text(part)
+            else:
+                raise JobRequestError(f"unknown field {part.name!r}")
+        return form
+
+    async def _store_video(self, part: BodyPartReader, job_id: str) -> tuple[str, str]:
+        head = await read_head(part)
+        container = video_container(head)
+        if container is None:
+            raise UploadRejected(415, f"'video' ({part.filename or 'upload'}) is not a video file")
+        name = Path(part.filename or "").name or "video"
+        relative = f"{job_id}/input{video_suffix(part.filename, container)}"
+        limit = self.jobs.settings.max_upload_bytes
+        await store_part(part, head, self.jobs.job_folder(job_id) / Path(relative).name, limit, lambda: _too_large(limit))
+        return relative, name
+
+    async def _store_source(self, part: BodyPartReader, job_id: str) -> str:
+        head = await read_head(part)
+        if not is_image(head):
+            raise UploadRejected(415, "'source' is not an image (JPEG, PNG, WebP or BMP)")
+        suffix = Path(part.filename or "").suffix.lower()
+        relative = f"{job_id}/source{suffix if suffix in IMAGE_SUFFIXES else '.img'}"
+        destination = self.jobs.job_folder(job_id) / Path(relative).name
+        await store_part(part, head, destination, MAX_SOURCE_BYTES, lambda: "'source' photo is larger than 10 MB")
+        return relative
+
+    def _submission(self, job_id: str, form: _Form, key: str | None, owner: str) -> Submission:
+        fields = form.fields
+        if (form.video is None) == ("path" not in fields):
+            raise JobRequestError("give exactly one of a 'video' file upload or a 'path' inside the job storage")
+        input_path, input_name = form.video or self.jobs.stored_video(fields["path"])
+        return Submission(
+            job_id=job_id, input_path=input_path, input_name=input_name, face_id=fields.get("face_id"),
+            source_path=form.source, priority=fields.get("priority", "normal"), webhook_url=fields.get("webhook_url"),
+            idempotency_key=key, owner=owner,
+        )
+
+    async def list(self, request: web.Request) -> web.Response:
+        try:
+            limit = int(request.query.get("limit", "50"))
+        except ValueError:
+            raise JobRequestError("limit must be a whole number") from None
+        if not 1 <= limit <= 500:
+            raise JobRequestError("limit must be 1..500")
+        caller = request.get(PRINCIPAL_KEY)
+        owner = caller.subject if caller is not None and not caller.is_admin else None
+        return web.json_response({"jobs": [job.public() for job in await self.jobs.queue.list(limit, owner)]})
+
+    async def get(self, request: web.Request) -> web.Response:
+        return _job_response(await self._job(request), 200)
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        job = await self._job(request)
+        state = await self.jobs.queue.cancel(job.id)
+        if state != "cancelled":
+            return error(409, f"job {job.id} already {state}; nothing to cancel")
+        return _job_response(await self._job(request), 200)
+
+    async def output(self, request: web.Request) -> web.StreamResponse:
+        job = await self._job(request)
+        if job.state != "completed":
+            return error(409, f"job {job.id} is {job.state}: there is no output" + ("" if job.final else " yet"))
+        path = self.jobs.output_file(job)
+        if path is None or not path.is_file():
+            return error(404, f"the output of job {job.id} is no longer in the storage")
+        name = f"{Path(job.input_name).stem or job.id}-swapped{path.suffix}"
+        return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+    async def _job(self, request: web.Request) -> Job:
+        """The job the path names, if the caller may see it (else the same 404 as a missing one)."""
+        job_id = request.match_info["job_id"]
+        job = await self.jobs.queue.get(job_id)
+        caller: Principal | None = request.get(PRINCIPAL_KEY)
+        if job is None or (caller is not None and not caller.may_access(job.owner)):
+            raise web.HTTPNotFound(text=json.dumps({"error": f"no job {job_id!r}"}), content_type="application/json")
+        return job
+
+
+def _owner(request: web.Request) -> str:
+    caller = request.get(PRINCIPAL_KEY)
+    return caller.subject if caller is not None else ""
+
+
+async def _parts(request: web.Request) -> AsyncIterator[BodyPartReader | MultipartReader]:
+    """The form's parts; aiohttp's parser errors on a malformed form (no boundary, bad part
+    headers) become 400."""
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            yield part
+    except (ValueError, AssertionError, HttpProcessingError) as exc:
+        raise JobRequestError(f"malformed multipart body: {exc}") from None
+
+
+def _job_response(job: Job, status: int) -> web.Response:
+    headers = {"Location": f"/api/v1/jobs/{job.id}"} if status == 201 else None
+    return web.json_response(job.public(), status=status, headers=headers)
+
+
+def _too_large(limit: int) -> str:
+    return f"the video is larger than the {limit // (1024 * 1024)} MB limit (jobs.max_upload_mb)"
+
+
+def _text_field(name: str, value: Any) -> str:
+    if name not in TEXT_FIELDS:
+        raise JobRequestError(f"unknown field {name!r}")
+    if not isinstance(value, str):
+        raise JobRequestError(f"{name} must be a string")
+    return value
+
+
+async def _read_text(part: BodyPartReader) -> str:
+    data = b""
+    while chunk := await part.read_chunk(_MAX_FIELD_BYTES):
+        data += chunk
+        if len(data) > _MAX_FIELD_BYTES:
+            raise JobRequestError(f"field {part.name!r} is too long")
+    return data.decode("utf-8", errors="replace").strip()

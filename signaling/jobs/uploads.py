@@ -1,0 +1,108 @@
+"""Upload handling for job submissions: stream a multipart part to disk under a byte limit,
+after checking its first bytes are a video container (or an image) signature.
+
+The signature check is the API's only look at the media: it turns away what is plainly not
+a video (415) without decoding anything, since the control plane never touches frames. A
+file with a valid header but damaged content is accepted and fails in the worker with a
+readable reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import BodyPartReader
+
+_HEAD_BYTES = 192  # enough for every signature below (MPEG-TS needs two 188-byte packets)
+_READ_BYTES = 1 << 20
+_ISO_BOXES = {b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot"}
+# container name -> the extension its stored copy gets when the upload's own name has none
+VIDEO_EXTENSIONS = {"mp4": ".mp4", "matroska": ".mkv", "avi": ".avi", "flv": ".flv", "mpegts": ".ts",
+                    "mpeg": ".mpg", "ogg": ".ogv", "asf": ".wmv"}
+KNOWN_VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".flv", ".ts", ".mts",
+                                  ".mpg", ".mpeg", ".ogv", ".wmv"})
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp"})
+MAX_SOURCE_BYTES = 10 * 1024 * 1024
+
+
+class UploadRejected(Exception):
+    """An upload the API refuses: ``status`` (413, 415, 400) and the reason shown."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def video_container(head: bytes) -> str | None:
+    """The container family a file's first bytes announce, or None when it is not a video."""
+    if head[4:8] in _ISO_BOXES:
+        return "mp4"
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        return "matroska"
+    if head.startswith(b"RIFF") and head[8:12] == b"AVI ":
+        return "avi"
+    if head.startswith(b"FLV"):
+        return "flv"
+    if len(head) > 188 and head[0] == 0x47 and head[188] == 0x47:
+        return "mpegts"
+    if head.startswith(b"\x00\x00\x01\xba"):
+        return "mpeg"
+    if head.startswith(b"OggS"):
+        return "ogg"
+    if head.startswith(b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"):
+        return "asf"
+    return None
+
+
+def is_image(head: bytes) -> bool:
+    """JPEG, PNG, WebP or BMP: the formats the engine reads source photos from."""
+    return head.startswith((b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM")) or (
+        head.startswith(b"RIFF") and head[8:12] == b"WEBP"
+    )
+
+
+def video_suffix(filename: str | None, container: str) -> str:
+    """The stored input's extension: the upload's own when it names a video, else the sniffed one's."""
+    suffix = Path(filename or "").suffix.lower()
+    return suffix if suffix in KNOWN_VIDEO_SUFFIXES else VIDEO_EXTENSIONS[container]
+
+
+def sniff_file(path: Path) -> str | None:
+    """``video_container`` of a file already in the storage."""
+    with path.open("rb") as handle:
+        return video_container(handle.read(_HEAD_BYTES))
+
+
+async def read_head(part: BodyPartReader) -> bytes:
+    """The part's first bytes (up to ``_HEAD_BYTES`` or its end); the rest stays unread."""
+    head = b""
+    while len(head) < _HEAD_BYTES:
+        chunk = await part.read_chunk(_HEAD_BYTES - len(head))
+        if not chunk:
+            break
+        head += chunk
+    return head
+
+
+async def store_part(
+    part: BodyPartReader, head: bytes, destination: Path, limit: int, too_large: Callable[[], str]
+) -> int:
+    """Write ``head`` and the rest of ``part`` to ``destination`` (via a ``.part`` file renamed
+    at the end); more than ``limit`` bytes -> ``UploadRejected(413, too_large())``."""
+    temp = destination.with_name(destination.name + ".part")
+    size = len(head)
+    try:
+        with temp.open("wb") as handle:
+            handle.write(head)
+            while chunk := await part.read_chunk(_READ_BYTES):
+                size += len(chunk)
+                if size > limit:
+                    raise UploadRejected(413, too_large())
+                handle.write(chunk)
+        os.replace(temp, destination)
+    finally:
+        temp.unlink(missing_ok=True)
+    return size

@@ -1,0 +1,64 @@
+"""The source face a job wears, turned into the engine's ``SourceFace`` once per worker.
+
+A job names a sample face (``streamer.samples``, registered from its image), a face stored
+in the cluster registry (its serialised source, no detection needed), or carries its own
+uploaded photo. Registering takes ~100 ms and a job has many chunks, so the result is kept
+for the next chunks (a small LRU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from pathlib import Path
+
+from gpu.engine import FaceEngine, SourceFace
+from gpu.errors import ManyFacesError, SwapcastError
+from signaling.jobs.model import Job
+from signaling.registry import Registry
+from streamer.media.images import read_image
+from streamer.samples import SAMPLE_FACES
+
+CACHE_SIZE = 32
+
+
+class UnknownFaceError(SwapcastError):
+    """The job names a face no sample and no registry entry has."""
+
+
+class SourceFaces:
+    def __init__(self, engine: FaceEngine, registry: Registry | None, storage_dir: Path) -> None:
+        self.engine = engine
+        self.registry = registry
+        self.storage_dir = storage_dir
+        self._cache: OrderedDict[str, SourceFace] = OrderedDict()
+
+    async def for_job(self, job: Job) -> SourceFace:
+        key = f"upload:{job.id}" if job.source_path else f"face:{job.face_id}"
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        source = await self._resolve(job)
+        self._cache[key] = source
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return source
+
+    async def _resolve(self, job: Job) -> SourceFace:
+        if job.source_path:
+            return await asyncio.to_thread(self._from_photo, self.storage_dir / job.source_path)
+        face_id = job.face_id or ""
+        if face_id in SAMPLE_FACES:
+            image = SAMPLE_FACES[face_id]()
+            return await asyncio.to_thread(self.engine.register_source, image, None, f"sample face {face_id}")
+        record = await self.registry.get_face(face_id) if self.registry is not None else None
+        if record is None:
+            raise UnknownFaceError(f"unknown face_id {face_id!r}: neither a sample face nor a stored one")
+        return self.engine.source_from_bytes(record.source)
+
+    def _from_photo(self, path: Path) -> SourceFace:
+        image = read_image(path)
+        try:
+            return self.engine.register_source(image, None, "the uploaded source photo")
+        except ManyFacesError as exc:
+            raise SwapcastError(f"the uploaded source photo shows {exc.count} faces; upload a photo of one face") from None

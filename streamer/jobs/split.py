@@ -1,0 +1,161 @@
+"""Cut an input video into chunks at keyframes, without re-encoding (a PyAV remux).
+
+Two passes over the demuxed packets: the first indexes them (timestamps, keyframes) and
+plans the cuts, the second copies each chunk's packets into its own ``.mov`` file. A chunk
+starts at a keyframe, so it decodes on its own; it is cut at the first keyframe at least
+``chunk_seconds`` after its start, unless that would leave a tail shorter than half a chunk
+(which then stays with the last chunk). Chunks keep the input's timestamps and time base
+(mov stores the time base exactly, unlike Matroska's milliseconds), so rendered chunks can
+later be joined by copying their packets as they are. Only the video is cut: the audio
+is taken from the input when the result is assembled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import pairwise
+from pathlib import Path
+
+import av
+
+from streamer.jobs.timing import VideoTiming
+from streamer.media.errors import VideoError
+
+CHUNK_SUFFIX = ".mov"
+
+
+@dataclass(frozen=True)
+class Piece:
+    index: int
+    path: Path
+    frames: int
+    start_s: float  # from the start of the video
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    pieces: list[Piece]
+    frames: int
+    duration_s: float
+    frame_s: float
+    has_audio: bool
+
+
+@dataclass(frozen=True)
+class _Index:
+    timing: VideoTiming
+    pts: list[int]  # per counted packet, in decode order
+    keyframes: list[int]  # packet numbers (decode order) of keyframes
+    time_base: Fraction
+    has_audio: bool
+
+
+def split_video(source: Path, folder: Path, chunk_seconds: float, *, label: str) -> SplitResult:
+    """Write ``folder/chunk-0000.mov``, ... and describe them; ``label`` names the input in
+    errors (``VideoError`` for an unreadable, damaged or uncuttable input)."""
+    index = _index(source, label)
+    cuts = plan_cuts(index.pts, index.keyframes, index.timing, chunk_seconds)
+    folder.mkdir(parents=True, exist_ok=True)
+    pieces = _pieces(index, cuts, folder)
+    _write(source, pieces, cuts, index.time_base, label)
+    return SplitResult(
+        pieces=pieces, frames=index.timing.frames, duration_s=index.timing.duration_s,
+        frame_s=index.timing.frame_s, has_audio=index.has_audio,
+    )
+
+
+def plan_cuts(pts: list[int], keyframes: list[int], timing: VideoTiming, chunk_seconds: float) -> list[int]:
+    """Packet numbers where chunks start (the first is 0), see the module docstring."""
+    tb, end = timing.time_base, timing.end
+    cuts, chunk_start = [0], pts[0]
+    for number in keyframes:
+        if number == 0:
+            continue
+        at = pts[number]
+        if (at - chunk_start) * tb >= chunk_seconds and (end - at) * tb >= chunk_seconds / 2:
+            cuts.append(number)
+            chunk_start = at
+    return cuts
+
+
+def _reason(exc: Exception) -> str:
+    """FFmpeg's words without the file name: errors go to users, who never saw the storage path."""
+    return getattr(exc, "strerror", None) or str(exc)
+
+
+def _counted(packet: av.Packet) -> bool:
+    """The packets both passes count: real data with a timestamp (not the flush packet)."""
+    return packet.size > 0 and (packet.pts is not None or packet.dts is not None)
+
+
+def _index(source: Path, label: str) -> _Index:
+    try:
+        container = av.open(str(source))
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"{label}: not a readable video file ({_reason(exc)})") from None
+    with container:
+        if not container.streams.video:
+            raise VideoError(f"{label}: has no video stream")
+        stream = container.streams.video[0]
+        timing = VideoTiming(stream.time_base)
+        pts: list[int] = []
+        keyframes: list[int] = []
+        try:
+            for packet in container.demux(stream):
+                if not _counted(packet):
+                    continue
+                if packet.is_keyframe:
+                    keyframes.append(len(pts))
+                timing.add(packet)
+                pts.append(packet.pts if packet.pts is not None else packet.dts)
+        except av.error.FFmpegError as exc:
+            raise VideoError(f"{label}: damaged data after {len(pts)} video frames ({_reason(exc)})") from None
+        if not pts:
+            raise VideoError(f"{label}: has no video frames")
+        return _Index(timing, pts, keyframes, stream.time_base, bool(container.streams.audio))
+
+
+def _pieces(index: _Index, cuts: list[int], folder: Path) -> list[Piece]:
+    tb, origin = index.time_base, index.timing.start
+    bounds = [*cuts, len(index.pts)]
+    starts = [min(index.pts[a:b]) for a, b in pairwise(bounds)]
+    ends = [*starts[1:], index.timing.end]
+    return [
+        Piece(
+            index=number, path=folder / f"chunk-{number:04d}{CHUNK_SUFFIX}", frames=b - a,
+            start_s=float((start - origin) * tb), duration_s=float((stop - start) * tb),
+        )
+        for number, ((a, b), start, stop) in enumerate(zip(pairwise(bounds), starts, ends, strict=True))
+    ]
+
+
+def _write(source: Path, pieces: list[Piece], cuts: list[int], time_base: Fraction, label: str) -> None:
+    options = {"video_track_timescale": str(time_base.denominator)} if time_base.numerator == 1 else {}
+    with av.open(str(source)) as container:
+        stream = container.streams.video[0]
+        codec = stream.codec_context.name
+        starts = dict(zip(cuts, pieces))
+        output: av.container.OutputContainer | None = None
+        out_stream = None
+        number = 0
+        try:
+            for packet in container.demux(stream):
+                if not _counted(packet):
+                    continue
+                if number in starts:
+                    if output is not None:
+                        output.close()
+                    output = av.open(str(starts[number].path), "w", format="mov", options=options)
+                    out_stream = output.add_stream_from_template(stream)
+                packet.stream = out_stream
+                output.mux(packet)
+                number += 1
+        except av.error.FFmpegError as exc:
+            raise VideoError(
+                f"{label}: cannot cut its {codec} video into chunks without re-encoding ({_reason(exc)})"
+            ) from None
+        finally:
+            if output is not None:
+                output.close()

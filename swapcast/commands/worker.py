@@ -1,0 +1,80 @@
+"""``swapcast worker``: render offline jobs from the Redis queue (``streamer.jobs.worker``).
+
+Run as many as there are machines (or GPUs) to share; they only need the same Redis and
+the same job storage (``jobs.storage_dir``, a shared folder). SIGINT/SIGTERM hand the chunk
+in progress back to the queue and exit; a worker killed outright loses nothing either: its
+chunk is reclaimed by another worker after ``jobs.claim_timeout_s``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+
+from gpu.engine import FaceEngine
+from gpu.errors import SwapcastError
+from swapcast.commands.common import add_engine_flags, config_from_args
+from swapcast.config import Config
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "worker",
+        help="render offline video jobs from the Redis queue",
+        description="Take split, chunk and finalise tasks of offline jobs from Redis Streams and render them "
+        "with the face engine. Job files live in jobs.storage_dir, which every worker and API node must share.",
+    )
+    parser.add_argument("--redis", metavar="URL", help="the job queue's Redis (default: cluster.redis_url)")
+    # also accepted after the command; SUPPRESS keeps `swapcast --config F worker` working
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help="YAML config file")
+    parser.add_argument("--name", help="this worker's consumer name (default: <hostname>-<pid>)")
+    add_engine_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    if not config.cluster.redis_url:
+        raise SwapcastError("a worker needs the job queue's Redis: give --redis URL (or cluster.redis_url in the config)")
+    if config.swap.face_selection == "reference":
+        raise SwapcastError("offline jobs cannot use swap.face_selection 'reference'; use 'all' or 'largest'")
+    name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    engine = FaceEngine(config.engine.settings())
+    try:
+        asyncio.run(_serve(config, config.cluster.redis_url, name, engine))
+    finally:
+        engine.close()
+    return 0
+
+
+async def _serve(config: Config, url: str, name: str, engine: FaceEngine) -> None:
+    from signaling.jobs import JobQueue, JobSettings
+    from signaling.registry import RedisRegistry
+    from streamer.jobs.render import Encoding
+    from streamer.jobs.sources import SourceFaces
+    from streamer.jobs.worker import Worker, WorkerSettings
+
+    settings = JobSettings.from_config(config.jobs, config.server.data_dir)
+    settings.storage_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        queue = JobQueue.from_url(url, claim_timeout_s=settings.claim_timeout_s)
+        registry = RedisRegistry(url, ttl_s=config.cluster.node_ttl_s)
+    except ValueError as exc:
+        raise SwapcastError(f"--redis {url}: {exc}") from None
+    encode = config.encode
+    worker = Worker(
+        queue, engine, SourceFaces(engine, registry, settings.storage_dir),
+        WorkerSettings(jobs=settings, swap=config.swap.options(), name=name,
+                       encoding=Encoding(codec=encode.codec, preset=encode.preset, crf=encode.crf)),
+    )
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, worker.stop)
+    print(f"swapcast worker {name}: rendering jobs from {url}, storage {settings.storage_dir} (Ctrl+C stops)", flush=True)
+    try:
+        await worker.run()
+    finally:
+        await queue.close()
+        await registry.close()
