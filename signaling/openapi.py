@@ -1,0 +1,421 @@
+"""The OpenAPI 3.0.3 document of the HTTP API, served at ``GET /api/v1/openapi.json``.
+
+Written by hand (the routes are plain aiohttp handlers, nothing to introspect), and held to
+the server by ``tests/test_openapi.py``: schemathesis sends generated requests to a live
+node and checks every answer against this document (status codes, content types, bodies),
+so a route that changes without its entry here fails the tests.
+
+Two variants: a node's (``gateway=False``) and the gateway's (``gateway=True``), which
+differ where the gateway answers itself: it adds 502 (a node failed) to forwarded routes,
+lists sessions from the registry (``created`` as a Unix time until a node describes them),
+and serves no events WebSocket.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+OPENAPI_PATH = "/api/v1/openapi.json"
+JSON = "application/json"
+SDP = "application/sdp"
+Schema = dict[str, Any]
+
+# ids are URL-safe tokens (sessions, faces, jobs, keys) or host-derived names (nodes)
+_TOKEN = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
+_NODE_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: Schema) -> Schema:
+    return {**schema, "nullable": True}
+
+
+def _content(schema: Schema, media_type: str = JSON) -> dict[str, Any]:
+    return {media_type: {"schema": schema}}
+
+
+def _path_param(name: str, schema: Schema = _TOKEN, description: str = "") -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema, "description": description or name}
+
+
+_ERRORS = {  # status -> (component name, description)
+    "400": ("BadRequest", "Malformed request (bad JSON, SDP, options or field); the reason says which"),
+    "401": ("Unauthorized", "Missing, malformed, expired or forged credentials"),
+    "403": ("Forbidden", "Authenticated, but not allowed (admin routes; an unknown or revoked stream key)"),
+    "404": ("NotFound", "No such resource, or not the caller's (the same answer, so ids cannot be probed)"),
+    "405": ("MethodNotAllowed", "Not supported on this resource"),
+    "409": ("Conflict", "The resource is not in a state that allows this"),
+    "413": ("PayloadTooLarge", "The upload is over the size limit"),
+    "415": ("UnsupportedMediaType", "Wrong Content-Type, or the upload is not an image / video"),
+    "422": ("Unprocessable", "Well-formed but unusable: no face or several faces in the photo, an unusable stream key"),
+    "426": ("UpgradeRequired", "A WebSocket endpoint asked without a WebSocket upgrade"),
+    "429": ("TooManyRequests", "Rate limit (per token or per client address) hit; see Retry-After"),
+    "502": ("BadGateway", "The node that owns the resource failed or could not be reached"),
+    "503": ("Unavailable", "Server full, shutting down, no ready node, or a backing service (Redis) is down"),
+}
+_HEADERS = {
+    "401": {"WWW-Authenticate": {"description": "The bearer challenge (RFC 6750)", "schema": {"type": "string"}}},
+    "405": {"Allow": {"description": "The methods the resource supports", "schema": {"type": "string"}}},
+    "426": {"Upgrade": {"description": "websocket", "schema": {"type": "string"}}},
+    "429": {"Retry-After": {"description": "Seconds until the next request is allowed", "schema": {"type": "integer"}}},
+}
+
+
+def _error_responses() -> dict[str, Any]:
+    return {
+        name: {"description": description, "content": _content(_ref("Error")),
+               **({"headers": _HEADERS[status]} if status in _HEADERS else {})}
+        for status, (name, description) in _ERRORS.items()
+    }
+
+
+class _Builder:
+    """Collects operations; ``gateway`` decides the few differences between the variants."""
+
+    def __init__(self, gateway: bool) -> None:
+        self.gateway = gateway
+        self.paths: dict[str, dict[str, Any]] = {}
+
+    def op(self, method: str, path: str, operation_id: str, summary: str, tag: str,
+           responses: dict[str, Any], errors: tuple[str, ...] = (), *, security: str | None = "bearerAuth",
+           params: list[dict[str, Any]] | None = None, body: dict[str, Any] | None = None,
+           body_required: bool = True, forwarded: bool = False, description: str = "") -> None:
+        """One operation. ``errors``: its 4xx/5xx statuses; 401 and 429 are added for
+        authenticated operations (the auth middleware), 429 for public ones (per-address
+        limit), and 502 for operations the gateway forwards to a node."""
+        statuses = set(errors) | {"429"}
+        if security is not None:
+            statuses.add("401")
+        if forwarded and self.gateway:
+            statuses.add("502")
+        all_responses = {**responses, **{s: {"$ref": f"#/components/responses/{_ERRORS[s][0]}"} for s in sorted(statuses)}}
+        operation: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag],
+                                     "responses": all_responses}
+        if description:
+            operation["description"] = description
+        operation["security"] = [] if security is None else [{security: []}]
+        if params:
+            operation["parameters"] = params
+        if body is not None:
+            operation["requestBody"] = {"required": body_required, "content": body}
+        self.paths.setdefault(path, {})[method] = operation
+
+
+def _ok(description: str, schema: Schema | None = None, media_type: str = JSON,
+        headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description}
+    if schema is not None:
+        response["content"] = _content(schema, media_type)
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _location(required: bool = True) -> dict[str, Any]:
+    return {"Location": {"description": "The created resource", "required": required, "schema": {"type": "string"}}}
+
+
+def openapi_document(*, gateway: bool) -> dict[str, Any]:
+    """The document of a node's API (``gateway=False``) or of the gateway's."""
+    b = _Builder(gateway)
+    _health(b)
+    _faces(b)
+    _sessions(b)
+    _whip_whep(b)
+    _keys(b)
+    _nodes(b)
+    _jobs(b)
+    if not gateway:
+        _events(b)
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "swapcast " + ("gateway" if gateway else "node"),
+            "version": "1",
+            "description": (
+                "Real-time face swap: source faces, live sessions (WebRTC, WHIP ingest, WHEP playback, RTMP), "
+                "stream keys, offline jobs and the cluster's nodes. Every error is JSON {\"error\": reason}. "
+                "Authenticate with `Authorization: Bearer <JWT>` (claims sub, role admin|user, exp); users see "
+                "and act on their own sessions, faces and keys, admins on all."
+            ),
+        },
+        "tags": [{"name": name} for name in ("health", "faces", "sessions", "whip/whep", "keys", "nodes", "jobs", "events")],
+        "security": [{"bearerAuth": []}],
+        "paths": b.paths,
+        "components": {"schemas": _schemas(gateway), "responses": _error_responses(), "securitySchemes": {
+            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                           "description": "HS256 or RS256 JWT; on the events WebSocket also as ?token="},
+            "streamKey": {"type": "http", "scheme": "bearer",
+                          "description": "A stream key (sk_...) from POST /api/v1/keys, as WHIP publishers send it"},
+        }},
+    }
+
+
+def add_openapi_route(app: web.Application, *, gateway: bool) -> None:
+    """``GET /api/v1/openapi.json`` (no auth: clients read it before they have a token)."""
+    document = openapi_document(gateway=gateway)
+
+    async def serve(_: web.Request) -> web.Response:
+        return web.json_response(document)
+
+    app.router.add_get(OPENAPI_PATH, serve)
+
+
+# -- operations -------------------------------------------------------------------------------------
+
+
+def _health(b: _Builder) -> None:
+    status = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+    b.op("get", "/healthz", "healthz", "Liveness: the process answers", "health",
+         {"200": _ok("Alive", status)}, security=None)
+    ready = {"type": "object", "required": ["status"], "properties": {
+        "status": {"type": "string", "enum": ["ready"]}, "node_id": {"type": "string"},
+        "state": {"type": "string", "enum": ["ready", "draining"]},
+        "nodes": {"type": "array", "items": {"type": "string"}, "description": "gateway: the ready nodes"},
+    }}
+    b.op("get", "/readyz", "readyz", "Readiness: registered with a registry that answers (gateway: a ready node exists)",
+         "health", {"200": _ok("Ready", ready)}, ("503",), security=None)
+    b.op("get", "/metrics", "metrics", "Prometheus metrics", "health", {"200": {
+        "description": "Prometheus text exposition (OpenMetrics when asked for in Accept)",
+        "content": {"text/plain": {"schema": {"type": "string"}},
+                    "application/openmetrics-text": {"schema": {"type": "string"}}},
+    }}, security=None)
+    b.op("get", OPENAPI_PATH, "openapi", "This document", "health",
+         {"200": _ok("The OpenAPI document", {"type": "object"})}, security=None)
+
+
+def _faces(b: _Builder) -> None:
+    b.op("get", "/api/v1/faces", "listFaces", "Source faces: the samples, then the caller's uploads", "faces",
+         {"200": _ok("Faces", {"type": "array", "items": _ref("Face")})}, ("503",), forwarded=True)
+    image = {"type": "string", "format": "binary"}
+    b.op("post", "/api/v1/faces", "uploadFace", "Upload a source photo with exactly one face", "faces",
+         {"201": _ok("The face", _ref("Face"), headers=_location())}, ("400", "413", "415", "422", "503"),
+         params=[{"name": "name", "in": "query", "schema": {"type": "string", "maxLength": 80},
+                  "description": "display name (default: the file's name)"}],
+         body={"image/jpeg": {"schema": image}, "image/png": {"schema": image}, "image/webp": {"schema": image},
+               "application/octet-stream": {"schema": image},
+               "multipart/form-data": {"schema": {"type": "object", "required": ["image"],
+                                                  "properties": {"image": image}}}},
+         forwarded=True, description="The raw image as the body, or a multipart form with the field `image`; "
+                                     "at most 10 MB. The face id is usable on every node of the cluster.")
+    b.op("get", "/api/v1/faces/{face_id}/thumbnail.jpg", "faceThumbnail", "The detected face, cropped", "faces",
+         {"200": _ok("JPEG", {"type": "string", "format": "binary"}, "image/jpeg")}, ("404", "503"),
+         params=[_path_param("face_id")], forwarded=True)
+
+
+def _sessions(b: _Builder) -> None:
+    sid = [_path_param("session_id")]
+    placed_header = [] if b.gateway else [{
+        "name": "X-Swapcast-Session-Id", "in": "header", "schema": _TOKEN,
+        "description": "Set by the gateway: the id it placed the session under on this node"}]
+    b.op("get", "/api/v1/sessions", "listSessions", "The caller's sessions (admins: all), every protocol", "sessions",
+         {"200": _ok("Sessions", {"type": "array", "items": _ref("Session")})}, ("503",))
+    b.op("post", "/api/v1/sessions", "createSession", "Create a browser session", "sessions",
+         {"201": _ok("Placed (no SDP sent), or connected (the SDP answer)",
+                     {"oneOf": [_ref("PlacedSession"), _ref("SdpAnswer")]}, headers=_location())},
+         ("400", "404", "503"), params=placed_header,
+         body=_content({"oneOf": [_ref("PlaceSession"), _ref("ConnectSession")]}), forwarded=True,
+         description="Without `sdp` the session is placed on a node and waits for its offer "
+                     "(POST .../offer); with `sdp` and `type: offer` it connects at once. 404: unknown face_id.")
+    b.op("post", "/api/v1/sessions/{session_id}/offer", "offerSession", "Send (or re-send) the browser's SDP offer",
+         "sessions", {"201": _ok("The SDP answer, with every server candidate", _ref("SdpAnswer"))},
+         ("400", "404", "503"), params=sid, body=_content(_ref("Offer")), forwarded=True,
+         description="Also a re-offer after a reconnect, on any node: the session resumes under its id.")
+    b.op("post", "/api/v1/sessions/{session_id}/candidates", "addCandidate", "Trickle ICE: one remote candidate",
+         "sessions", {"204": _ok("Added")}, ("400", "404", "503"), params=sid, body=_content(_ref("IceCandidate")),
+         forwarded=True, description='As RTCIceCandidate.toJSON() gives it; `candidate: ""` ends the candidates.')
+    b.op("get", "/api/v1/sessions/{session_id}/preview.jpg", "sessionPreview",
+         "The session's newest swapped frame, small (any protocol)", "sessions",
+         {"200": _ok("JPEG", {"type": "string", "format": "binary"}, "image/jpeg")}, ("404", "503"), params=sid,
+         forwarded=True, description="404 also before the first swapped frame.")
+    b.op("get", "/api/v1/sessions/{session_id}", "getSession", "One session with its live stats", "sessions",
+         {"200": _ok("The session", _ref("Session"))}, ("404", "503"), params=sid, forwarded=True)
+    b.op("patch", "/api/v1/sessions/{session_id}", "updateSession", "Change face, options or on/off, live",
+         "sessions", {"200": _ok("The new state", _ref("Session"))}, ("400", "404", "503"), params=sid,
+         body=_content(_ref("SessionChanges")), forwarded=True)
+    b.op("delete", "/api/v1/sessions/{session_id}", "deleteSession", "End a session (its connection and record)",
+         "sessions", {"204": _ok("Ended")}, ("404", "503"), params=sid, forwarded=True)
+
+
+def _whip_whep(b: _Builder) -> None:
+    sdp_body = _content({"type": "string"}, SDP)
+    b.op("post", "/whip", "whipPublish", "WHIP: publish a stream with a stream key", "whip/whep",
+         {"201": _ok("The SDP answer", {"type": "string"}, SDP, headers=_location())},
+         ("400", "403", "415", "422", "503"), security="streamKey", body=sdp_body, forwarded=True,
+         description="The stream key's face and options apply; viewers watch over WHEP. "
+                     "401: no key; 403: unknown or revoked key.")
+    sid = [_path_param("session_id")]
+    capability = "No token: the resource URL (from the Location of the publish) is the publisher's capability."
+    b.op("delete", "/whip/{session_id}", "whipDelete", "WHIP: stop publishing", "whip/whep",
+         {"204": _ok("Stopped")}, ("404", "503"), security=None, params=sid, forwarded=True, description=capability)
+    trickle = "Trickle ICE and ICE restarts are not supported on WHIP/WHEP: send every candidate in the offer"
+    trickle_errors = ("404", "405", "503") if b.gateway else ("405",)  # the gateway looks the session up first
+    b.op("patch", "/whip/{session_id}", "whipPatch", "WHIP trickle ICE (not supported)", "whip/whep",
+         {}, trickle_errors, security=None, params=sid, forwarded=True, description=trickle)
+    b.op("post", "/whep/{session_id}", "whepView", "WHEP: watch a session's swapped video", "whip/whep",
+         {"201": _ok("The SDP answer", {"type": "string"}, SDP, headers=_location())},
+         ("400", "404", "415", "503"), params=sid, body=sdp_body, forwarded=True)
+    viewer = [*sid, _path_param("viewer_id")]
+    b.op("delete", "/whep/{session_id}/{viewer_id}", "whepDelete", "WHEP: stop watching", "whip/whep",
+         {"204": _ok("Stopped")}, ("404", "503"), params=viewer, forwarded=True)
+    b.op("patch", "/whep/{session_id}/{viewer_id}", "whepPatch", "WHEP trickle ICE (not supported)", "whip/whep",
+         {}, trickle_errors, params=viewer, forwarded=True, description=trickle)
+
+
+def _keys(b: _Builder) -> None:
+    b.op("get", "/api/v1/keys", "listKeys", "The caller's stream keys (admins: all)", "keys",
+         {"200": _ok("Stream keys (never the secret)", {"type": "array", "items": _ref("StreamKey")})},
+         ("503",), forwarded=True)
+    b.op("post", "/api/v1/keys", "createKey", "Create a stream key for RTMP or WHIP publishers", "keys",
+         {"201": _ok("The key: `key` is shown this once", _ref("NewStreamKey"), headers=_location())},
+         ("400", "403", "404", "503"), body=_content(_ref("StreamKeyRequest")), forwarded=True,
+         description="403: `record` (a server path) is for admins only. 404: unknown face_id.")
+    b.op("delete", "/api/v1/keys/{key_id}", "revokeKey", "Revoke a stream key; its publisher is refused from then on",
+         "keys", {"204": _ok("Revoked")}, ("404", "503"), params=[_path_param("key_id")], forwarded=True)
+
+
+def _nodes(b: _Builder) -> None:
+    b.op("get", "/api/v1/nodes", "listNodes", "Live nodes of the cluster (admin)", "nodes",
+         {"200": _ok("Nodes", {"type": "array", "items": _ref("Node")})}, ("403", "503"))
+    for action, summary in (("drain", "No new sessions on the node; its sessions go on (admin)"),
+                            ("ready", "Take new sessions again (admin)")):
+        b.op("post", f"/api/v1/nodes/{{node_id}}/{action}", f"{action}Node", summary, "nodes",
+             {"200": _ok("The node", _ref("Node"))}, ("403", "404", "503"),
+             params=[_path_param("node_id", _NODE_ID, 'node id ("self": the node answering)')])
+
+
+def _jobs(b: _Builder) -> None:
+    job = {"200": _ok("The job", _ref("Job"))}
+    fields = _ref("JobFields")
+    b.op("post", "/api/v1/jobs", "submitJob", "Submit an offline video job", "jobs",
+         {"201": _ok("Queued", _ref("Job"), headers=_location()),
+          "200": _ok("The job an earlier request with the same Idempotency-Key made", _ref("Job"))},
+         ("400", "413", "415", "503"),
+         params=[{"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+                  "description": "The same key again returns the same job"}],
+         body={"multipart/form-data": {"schema": {"allOf": [fields, {"type": "object", "properties": {
+                   "video": {"type": "string", "format": "binary"}, "source": {"type": "string", "format": "binary"}}}]}},
+               JSON: {"schema": fields}},
+         forwarded=True, description="A `video` file (or a `path` inside the job storage) and a `face_id` "
+                                     "(or a `source` photo). 503 on a node without Redis.")
+    b.op("get", "/api/v1/jobs", "listJobs", "Jobs, newest first", "jobs",
+         {"200": _ok("Jobs", {"type": "object", "required": ["jobs"],
+                              "properties": {"jobs": {"type": "array", "items": _ref("Job")}}})},
+         ("400", "503"), params=[{"name": "limit", "in": "query",
+                                  "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}],
+         forwarded=True)
+    jid = [_path_param("job_id")]
+    b.op("get", "/api/v1/jobs/{job_id}", "getJob", "A job's state and progress", "jobs", job, ("404", "503"),
+         params=jid, forwarded=True)
+    b.op("delete", "/api/v1/jobs/{job_id}", "cancelJob", "Cancel a job", "jobs", job, ("404", "409", "503"),
+         params=jid, forwarded=True)
+    video = {"type": "string", "format": "binary"}
+    b.op("get", "/api/v1/jobs/{job_id}/output", "jobOutput", "The finished video", "jobs",
+         {"200": {"description": "The swapped video", "content": {
+             "video/mp4": {"schema": video}, "video/quicktime": {"schema": video}, "video/x-matroska": {"schema": video},
+             "video/webm": {"schema": video}, "application/octet-stream": {"schema": video}}}},
+         ("404", "409", "503"), params=jid, forwarded=True)
+
+
+def _events(b: _Builder) -> None:
+    b.op("get", "/api/v1/events", "events", "WebSocket of session events and live stats", "events",
+         {"101": _ok("Switching to the WebSocket")}, ("426",),
+         params=[{"name": "token", "in": "query", "schema": {"type": "string"},
+                  "description": "The bearer JWT (browsers cannot set headers on a WebSocket)"}],
+         description=(
+             'JSON text messages: {"type": "snapshot", "sessions": [Session], "nodes": [Node] (admins only)} '
+             'at once and every second; {"type": "session_started" | "session_ended", "session": Session} when '
+             "a session appears or goes. Closed with 1001 when the server shuts down."))
+
+
+# -- schemas ----------------------------------------------------------------------------------------
+
+
+def _schemas(gateway: bool) -> dict[str, Schema]:
+    string, number, integer, boolean = {"type": "string"}, {"type": "number"}, {"type": "integer"}, {"type": "boolean"}
+    options = {"type": "object", "additionalProperties": False, "description": "Swap option overrides", "properties": {
+        "face_selection": {"type": "string", "enum": ["all", "largest"],
+                           "description": "which target faces to swap (live sessions take no reference photo)"},
+        "reference_threshold": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 2},
+        "mouth_mask": boolean, "blend": {"type": "number", "minimum": 0, "maximum": 1},
+        "feather": {"type": "number", "minimum": 0, "maximum": 0.5}, "colour_match": boolean, "smoothing": boolean,
+    }}
+    stats = {"type": "object", "description": "Live numbers (fps, latency, per-stage ms, frame counters)",
+             "properties": {name: _nullable(number) for name in (
+                 "fps_in", "fps_out", "latency_ms", "latency_p50_ms", "latency_p99_ms", "swap_ms")}
+             | {name: integer for name in ("frames_in", "frames_out", "frames_dropped", "decode_errors", "swap_errors",
+                                           "frames_unswapped_busy", "faces_seen", "faces_swapped")}
+             | {"stages_ms": _nullable({"type": "object", "additionalProperties": number})}}
+    created = {"anyOf": [{"type": "string", "format": "date-time"}, number],
+               "description": "ISO 8601 (a node's view) or Unix time (the registry's, behind a gateway)"} if gateway \
+        else {"type": "string", "format": "date-time"}
+    session = {"type": "object", "required": ["id", "protocol"], "properties": {
+        "id": string, "protocol": {"type": "string", "enum": ["webrtc", "whip", "rtmp"]}, "created": created,
+        "face_id": _nullable(string), "enabled": boolean, "options": {"type": "object"},
+        "state": {"type": "string", "enum": ["placed", "live", "orphaned"]},
+        "connection": {"type": "string", "description": "the peer connection's state"},
+        "node_id": string, "owner": string, "label": _nullable(string), "viewers": integer,
+        "stats": _nullable(stats),
+    }}
+    face_id = {"type": "string", "minLength": 1, "example": "astronaut"}
+    return {
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": string}},
+        "Face": {"type": "object", "required": ["id", "name", "thumbnail_url"], "properties": {
+            "id": string, "name": string, "thumbnail_url": string,
+            "owner": {"type": "string", "description": "the user who uploaded it; empty: everyone's (samples)"}}},
+        "SwapOptions": options,
+        "Session": session,
+        "PlaceSession": {"type": "object", "required": ["face_id"], "additionalProperties": False,
+                         "properties": {"face_id": face_id, "options": _ref("SwapOptions")}},
+        "ConnectSession": {"type": "object", "required": ["face_id", "sdp", "type"], "additionalProperties": False,
+                           "properties": {"face_id": face_id, "options": _ref("SwapOptions"),
+                                          "sdp": string, "type": {"type": "string", "enum": ["offer"]}}},
+        "PlacedSession": {"type": "object", "required": ["session_id", "state", "offer_url"], "properties": {
+            "session_id": string, "state": {"type": "string", "enum": ["placed"]}, "node_id": string,
+            "offer_url": string}},
+        "Offer": {"type": "object", "required": ["sdp", "type"],
+                  "properties": {"sdp": string, "type": {"type": "string", "enum": ["offer"]}}},
+        "SdpAnswer": {"type": "object", "required": ["session_id", "sdp", "type"], "properties": {
+            "session_id": string, "sdp": string, "type": {"type": "string", "enum": ["answer"]}}},
+        "IceCandidate": {"type": "object", "required": ["candidate"], "properties": {
+            "candidate": string, "sdpMid": _nullable(string), "sdpMLineIndex": _nullable(integer),
+            "usernameFragment": _nullable(string)}},
+        "SessionChanges": {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": {
+            "enabled": boolean, "face_id": face_id, "options": _ref("SwapOptions")}},
+        "Node": {"type": "object", "required": ["id", "address", "state", "capacity", "load"], "properties": {
+            "id": string, "address": string, "rtmp_address": string, "gpu": string, "capacity": integer,
+            "state": {"type": "string", "enum": ["ready", "draining"]}, "load": integer, "queue_delay_ms": number,
+            "stats": {"type": "object"}, "started": number, "last_seen": number}},
+        "StreamKey": {"type": "object", "required": ["key_id", "name", "created", "revoked", "owner"], "properties": {
+            "key_id": string, "name": string, "face_id": _nullable(string), "owner": string, "created": number,
+            "revoked": _nullable(number), "active": boolean, "push": {"type": "array", "items": string},
+            "record": _nullable(string), "options": {"type": "object"}}},
+        "StreamKeyRequest": {"type": "object", "required": ["name", "face_id"], "additionalProperties": False,
+                             "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 80}, "face_id": face_id,
+            "options": _ref("SwapOptions"),
+            "push": {"type": "array", "items": {"type": "string", "pattern": "^rtmps?://"},
+                     "description": "re-publish the swapped stream to these RTMP URLs"},
+            "record": {"type": "string", "description": "admins only: record to this server path"}}},
+        "NewStreamKey": {"allOf": [_ref("StreamKey"), {"type": "object", "required": ["key"], "properties": {
+            "key": {"type": "string", "description": "the secret: OBS's stream key, WHIP's bearer token"},
+            "rtmp_app": string, "whip_path": string}}]},
+        "JobFields": {"type": "object", "additionalProperties": False, "properties": {
+            "face_id": string, "path": {"type": "string", "description": "a video inside the job storage"},
+            "priority": {"type": "string", "enum": ["high", "normal", "low"]},
+            "webhook_url": {"type": "string", "description": "POSTed (HMAC-signed) when the job ends"}}},
+        "Job": {"type": "object", "required": ["id", "state", "progress"], "properties": {
+            "id": string, "state": {"type": "string", "enum": ["pending", "processing", "completed", "failed", "cancelled"]},
+            "progress": number, "error": _nullable(string),
+            "priority": {"type": "string", "enum": ["high", "normal", "low"]}, "face_id": _nullable(string),
+            "source": {"type": "string", "enum": ["upload", "face_id"]}, "input": string,
+            "chunks": {"type": "object", "properties": {"total": integer, "done": integer}},
+            "frames": _nullable(integer), "duration_s": _nullable(number), "has_audio": _nullable(boolean),
+            "created": number, "updated": number, "finished": _nullable(number), "output": _nullable(string),
+            "webhook_url": _nullable(string), "webhook_status": _nullable(string)}},
+    }

@@ -1,0 +1,96 @@
+"""JSON logs: one parseable object per line, extra fields and tracebacks inside it, and the
+format chosen by ``--log-format`` or the config (``SWAPCAST_SERVER__LOG_FORMAT``)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+
+from swapcast.cli import main
+from swapcast.logs import JsonFormatter, configure_logging
+
+
+def json_logger(name: str) -> tuple[logging.Logger, io.StringIO]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger(name)
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    return logger, stream
+
+
+def lines(stream: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_lines_carry_extra_fields_and_exceptions():
+    logger, stream = json_logger("swapcast.test.json")
+    logger.info("session %s started", "abc", extra={"session_id": "abc", "fps": 29.5, "where": object()})
+    try:
+        raise ValueError("bad frame\nsecond line")
+    except ValueError:
+        logger.exception("swap failed")
+    logger.warning("héllo \"quoted\"")
+
+    started, failed, quoted = lines(stream)  # three records, three lines: the traceback stays inside
+    assert started["message"] == "session abc started" and started["level"] == "INFO"
+    assert started["logger"] == "swapcast.test.json"
+    assert started["session_id"] == "abc" and started["fps"] == 29.5
+    assert started["where"].startswith("<object object")  # not JSON: written as its str
+    assert "exc" not in started
+    assert datetime.fromisoformat(started["time"]).tzinfo is not None
+    assert failed["level"] == "ERROR" and failed["exc"].startswith("Traceback")
+    assert "ValueError: bad frame\nsecond line" in failed["exc"]
+    assert quoted["message"] == 'héllo "quoted"'
+
+
+@contextlib.contextmanager
+def bare_root() -> Iterator[None]:
+    """The root logger without pytest's capture handlers (added for each test phase), as a
+    fresh process has it; restored afterwards."""
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    root.handlers[:] = []
+    try:
+        yield
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers[:] = saved
+        root.setLevel(level)
+
+
+@pytest.mark.parametrize(("flag", "env", "expected"), [
+    (["--log-format", "json"], None, "json"),
+    ([], "json", "json"),  # the config's server.log_format, from the environment
+    (["--log-format", "text"], "json", "text"),  # the flag wins
+    ([], None, "text"),
+])
+def test_cli_log_format(monkeypatch, capsys, tmp_path, flag, env, expected):
+    monkeypatch.setenv("SWAPCAST_SERVER__DATA_DIR", str(tmp_path))
+    if env is None:
+        monkeypatch.delenv("SWAPCAST_SERVER__LOG_FORMAT", raising=False)
+    else:
+        monkeypatch.setenv("SWAPCAST_SERVER__LOG_FORMAT", env)
+    with bare_root():
+        assert main([*flag, "keys", "list"]) == 0
+        logging.getLogger("swapcast.test.cli").warning("ready", extra={"port": 8080})
+    (line,) = capsys.readouterr().err.splitlines()
+    if expected == "json":
+        assert json.loads(line) | {"time": None} == {"time": None, "level": "WARNING", "logger": "swapcast.test.cli",
+                                                     "message": "ready", "port": 8080}
+    else:
+        assert line == "WARNING swapcast.test.cli: ready"
+
+
+def test_configure_logging_refuses_unknown_formats():
+    with pytest.raises(ValueError, match="'text' or 'json'"):
+        configure_logging(fmt="yaml")  # type: ignore[arg-type]

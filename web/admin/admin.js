@@ -1,0 +1,726 @@
+// The operator dashboard: nodes and sessions of the whole cluster, refreshed every second,
+// with drain / make ready, kill, and a live WHEP preview of any WebRTC or WHIP session.
+//
+// Admin role only: the token comes from `#token=...` (kept in localStorage, like the live
+// page). Without one, or when the server answers 401, the page asks to sign in; on 403 it
+// says the admin role is required. Rows are keyed by id and updated in place (no flicker,
+// an inline "Kill now?" survives refreshes). Stable hooks for tests and scripts:
+//   tr[data-node-id] / tr[data-session-id] (data-state, data-owner, data-protocol),
+//   td[data-col=...], the fps cell's data-fps-in / data-fps-out,
+//   button[data-action="drain" | "ready" | "preview" | "kill" | "confirm-kill" | "cancel-kill"],
+//   #preview-video, #preview-close, #auth-message (data-reason "signin" | "forbidden").
+import { ApiError, SwapcastClient, pageToken, preferCodec, waitForIceGathering } from '/web/swapcast-client.js';
+
+const POLL_MS = 1000;
+const KILL_CONFIRM_MS = 6000;
+const KILLED_GRACE_MS = 5000; // a killed session's row is not brought back by a refresh already under way
+const STAGES = ['track', 'identity', 'prepare', 'run', 'paste'];
+const STAGE_LABEL = { track: 'track', identity: 'id', prepare: 'prep', run: 'run', paste: 'paste' };
+
+const $ = (id) => document.getElementById(id);
+const el = {
+  status: $('status'),
+  statusText: $('status-text'),
+  updated: $('updated'),
+  auth: $('auth-message'),
+  authTitle: $('auth-title'),
+  authText: $('auth-text'),
+  message: $('message'),
+  messageText: $('message-text'),
+  messageClose: $('message-close'),
+  dashboard: $('dashboard'),
+  nodesTable: $('nodes-table'),
+  nodesBody: $('nodes-body'),
+  nodesEmpty: $('nodes-empty'),
+  sessionsTable: $('sessions-table'),
+  sessionsBody: $('sessions-body'),
+  sessionsEmpty: $('sessions-empty'),
+  sum: { nodes: $('sum-nodes'), sessions: $('sum-sessions'), fps: $('sum-fps'), dropped: $('sum-dropped') },
+  preview: $('preview'),
+  previewVideo: $('preview-video'),
+  previewImage: $('preview-image'),
+  previewClose: $('preview-close'),
+  previewPlaceholder: $('preview-placeholder'),
+  previewPlaceholderText: $('preview-placeholder-text'),
+  previewCaption: $('preview-caption'),
+  previewInfo: $('preview-info'),
+  previewOwner: $('preview-owner'),
+  previewNode: $('preview-node'),
+  previewConnection: $('preview-connection'),
+};
+
+const token = pageToken();
+const client = new SwapcastClient({ token });
+const state = {
+  stopped: false, // signed out or not an admin: refreshing ends
+  timer: null,
+  refreshing: false,
+  loaded: false,
+  sessions: new Map(), // id -> the latest session JSON
+  order: new Map(), // id -> first-seen number: rows keep their place
+  seen: 0,
+  killed: new Map(), // id -> time of the kill
+  preview: null, // {sessionId, pc, location}
+  messageKind: null, // 'refresh' (cleared by the next good refresh) or 'action'
+};
+
+// --- formatting ------------------------------------------------------------------------------
+
+const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
+const fmt = (v, digits = 0) => (isNum(v) ? v.toFixed(digits) : '–');
+const shortId = (id) => (id && id.length > 10 ? `${id.slice(0, 8)}…` : id || '–');
+
+function ago(epochSeconds) {
+  if (!isNum(epochSeconds)) return '–';
+  const s = Math.max(0, Date.now() / 1000 - epochSeconds);
+  if (s < 60) return `${s.toFixed(0)} s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  return `${Math.floor(s / 3600)} h ago`;
+}
+
+/** Set a node's text only when it changed: no needless layout, selection or screen-reader churn. */
+function setText(node, text) {
+  const value = String(text);
+  if (node.textContent !== value) node.textContent = value;
+}
+
+function setAttr(node, name, value) {
+  const v = value === null || value === undefined ? null : String(value);
+  if (v === null) {
+    if (node.hasAttribute(name)) node.removeAttribute(name);
+  } else if (node.getAttribute(name) !== v) {
+    node.setAttribute(name, v);
+  }
+}
+
+function make(tag, props = {}, children = []) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === 'dataset') Object.assign(node.dataset, value);
+    else if (key === 'text') node.textContent = value;
+    else if (key in node) node[key] = value;
+    else node.setAttribute(key, value);
+  }
+  node.append(...children);
+  return node;
+}
+
+// --- status & messages -----------------------------------------------------------------------
+
+function setStatus(name, text) {
+  setAttr(el.status, 'data-state', name);
+  setText(el.statusText, text);
+}
+
+/** Tell screen readers what an action did, without a visible banner. */
+function announce(text) {
+  const region = $('announce');
+  region.textContent = '';
+  setTimeout(() => { region.textContent = text; }, 50);
+}
+
+function showMessage(text, kind = 'action') {
+  el.messageText.textContent = text;
+  el.message.dataset.kind = 'error';
+  el.message.dataset.source = kind;
+  state.messageKind = kind;
+  el.message.hidden = false;
+}
+
+function clearMessage(kind = null) {
+  if (kind && state.messageKind !== kind) return;
+  el.message.hidden = true;
+  el.messageText.textContent = '';
+  state.messageKind = null;
+}
+
+el.messageClose.addEventListener('click', () => clearMessage());
+
+const reasonOf = (err) => (err instanceof ApiError ? err.reason : err && err.message ? err.message : String(err));
+
+const SIGN_IN_TEXT = 'This dashboard is for operators. Open it with an admin token in the address: '
+  + '/admin/#token=… (a loopback `swapcast serve` prints one at start; otherwise ask whoever runs the cluster).';
+
+/** The token's subject, for display only (the server is what checks the token). */
+function tokenSubject(jwt) {
+  try {
+    const part = jwt.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const claims = JSON.parse(atob(part.padEnd(Math.ceil(part.length / 4) * 4, '=')));
+    return typeof claims.sub === 'string' ? claims.sub : null;
+  } catch {
+    return null;
+  }
+}
+
+function showAuthProblem(kind, detail = '') {
+  state.stopped = true;
+  clearTimeout(state.timer);
+  closePreview();
+  el.dashboard.hidden = true;
+  clearMessage();
+  el.auth.dataset.reason = kind;
+  if (kind === 'forbidden') {
+    el.authTitle.textContent = 'Admin role required';
+    const who = tokenSubject(token);
+    const said = detail && !/admin role required/i.test(detail) ? ` The server said: ${detail}.` : '';
+    el.authText.textContent = `You are signed in${who ? ` as ${who}` : ''}, but this dashboard needs a token `
+      + `with the admin role.${said} Ask an operator for an admin token.`;
+    setStatus('error', 'Admin role required');
+  } else {
+    el.authTitle.textContent = 'Sign in required';
+    el.authText.textContent = detail ? `${SIGN_IN_TEXT} The server said: ${detail}.` : SIGN_IN_TEXT;
+    setStatus('error', 'Not signed in');
+  }
+  el.auth.hidden = false;
+  setText(el.updated, '');
+}
+
+// --- keyed rows ------------------------------------------------------------------------------
+
+/** Make `tbody` hold one row per item, in `items` order, creating, updating and removing
+ *  rows in place (rows already in place are not moved: no flicker, focus kept). */
+function syncRows(tbody, items, attr, create, update) {
+  const existing = new Map([...tbody.rows].map((row) => [row.getAttribute(attr), row]));
+  let previous = null;
+  for (const item of items) {
+    const id = String(item.id);
+    let row = existing.get(id);
+    if (!row) {
+      row = create(item);
+      row.setAttribute(attr, id);
+    }
+    existing.delete(id);
+    update(row, item);
+    const expected = previous ? previous.nextElementSibling : tbody.firstElementChild;
+    if (expected !== row) tbody.insertBefore(row, expected);
+    previous = row;
+  }
+  for (const row of existing.values()) row.remove();
+}
+
+function cells(row, names) {
+  row.cellsByName = {};
+  for (const name of names) {
+    const td = make('td', { dataset: { col: name } });
+    row.cellsByName[name] = td;
+    row.append(td);
+  }
+  return row.cellsByName;
+}
+
+function badge(text, tone) {
+  return make('span', { className: 'pill', dataset: { tone }, text });
+}
+
+function setBadge(cell, text, tone) {
+  let pill = cell.querySelector('.pill');
+  if (!pill) {
+    pill = badge(text, tone);
+    cell.prepend(pill);
+  }
+  setText(pill, text);
+  setAttr(pill, 'data-tone', tone);
+  return pill;
+}
+
+// --- nodes -----------------------------------------------------------------------------------
+
+const NODE_TONE = { ready: 'ok', draining: 'warn' };
+
+function createNodeRow(node) {
+  const row = make('tr');
+  const c = cells(row, ['id', 'state', 'gpu', 'load', 'queue', 'sessions', 'fps', 'busy', 'seen', 'actions']);
+  c.id.append(make('span', { className: 'mono strong' }), make('span', { className: 'sub mono' }));
+  c.load.append(
+    make('span', { className: 'bar', 'aria-hidden': 'true' }, [make('span', { className: 'bar-fill' })]),
+    make('span', { className: 'bar-text' }),
+  );
+  for (const name of ['queue', 'sessions', 'fps', 'busy', 'seen']) c[name].classList.add('num');
+  const drain = make('button', { type: 'button', className: 'small', dataset: { action: 'drain' }, text: 'Drain' });
+  const ready = make('button', { type: 'button', className: 'small', dataset: { action: 'ready' }, text: 'Make ready' });
+  drain.addEventListener('click', () => setNodeState(row, 'drain'));
+  ready.addEventListener('click', () => setNodeState(row, 'ready'));
+  c.actions.classList.add('actions');
+  c.actions.append(drain, ready);
+  return row;
+}
+
+function updateNodeRow(row, node) {
+  const c = row.cellsByName;
+  const stats = node.stats || {};
+  setAttr(row, 'data-state', node.state);
+  setText(c.id.children[0], node.id);
+  setText(c.id.children[1], node.address || '');
+  setBadge(c.state, node.state || '–', NODE_TONE[node.state] || 'muted');
+  setText(c.gpu, node.gpu || '–');
+  const capacity = isNum(node.capacity) && node.capacity > 0 ? node.capacity : null;
+  const load = isNum(node.load) ? node.load : 0;
+  const share = capacity ? Math.min(1, load / capacity) : 0;
+  const fill = c.load.querySelector('.bar-fill');
+  const width = `${(share * 100).toFixed(0)}%`;
+  if (fill.style.width !== width) fill.style.width = width;
+  setAttr(fill, 'data-tone', share >= 1 ? 'bad' : share >= 0.75 ? 'warn' : 'ok');
+  setText(c.load.querySelector('.bar-text'), capacity ? `${load} / ${capacity}` : String(load));
+  setText(c.queue, `${fmt(node.queue_delay_ms, 1)} ms`);
+  setText(c.sessions, fmt(stats.sessions_live));
+  setText(c.fps, fmt(stats.fps_out, 1));
+  setText(c.busy, isNum(stats.device_busy_pct) ? `${fmt(stats.device_busy_pct, 0)} %` : '–');
+  setText(c.seen, ago(node.last_seen));
+  setAttr(c.seen, 'title', isNum(node.last_seen) ? new Date(node.last_seen * 1000).toLocaleString() : null);
+  const [drain, ready] = c.actions.querySelectorAll('button');
+  if (!row.dataset.busy) {
+    drain.hidden = node.state === 'draining';
+    ready.hidden = node.state !== 'draining';
+    drain.disabled = ready.disabled = false;
+  }
+  setAttr(drain, 'aria-label', `Drain node ${node.id}: no new sessions are placed on it`);
+  setAttr(ready, 'aria-label', `Make node ${node.id} ready for new sessions`);
+}
+
+async function setNodeState(row, action) {
+  const id = row.getAttribute('data-node-id');
+  const buttons = row.cellsByName.actions.querySelectorAll('button');
+  row.dataset.busy = '1';
+  buttons.forEach((b) => { b.disabled = true; });
+  try {
+    const node = action === 'drain' ? await client.drainNode(id) : await client.readyNode(id);
+    delete row.dataset.busy;
+    if (node && node.id) updateNodeRow(row, node);
+    else updateNodeRow(row, { id, state: action === 'drain' ? 'draining' : 'ready' });
+    announce(action === 'drain' ? `Node ${id} is draining: no new sessions are placed on it.` : `Node ${id} is ready.`);
+    // keep focus on the row's visible button
+    const visible = [...buttons].find((b) => !b.hidden);
+    if (visible && [...buttons].includes(document.activeElement)) visible.focus();
+  } catch (err) {
+    delete row.dataset.busy;
+    buttons.forEach((b) => { b.disabled = false; });
+    if (!handleAuthError(err)) {
+      showMessage(`Node ${id} could not be ${action === 'drain' ? 'drained' : 'made ready'}: ${reasonOf(err)}`);
+    }
+  }
+}
+
+function renderNodes(nodes) {
+  const sorted = [...nodes].sort((a, b) => String(a.id).localeCompare(String(b.id)));
+  syncRows(el.nodesBody, sorted, 'data-node-id', createNodeRow, updateNodeRow);
+  el.nodesEmpty.hidden = sorted.length > 0;
+  el.nodesTable.setAttribute('aria-busy', 'false');
+  const ready = sorted.filter((n) => n.state === 'ready').length;
+  setText(el.sum.nodes, `${ready} / ${sorted.length}`);
+}
+
+// --- sessions --------------------------------------------------------------------------------
+
+const SESSION_TONE = { live: 'ok', placed: 'warn', orphaned: 'bad' };
+
+function sessionState(s) {
+  if (s.state) return s.state;
+  if (s.protocol === 'rtmp') return s.publishing ? 'live' : 'placed'; // a node's own RTMP items
+  return '–';
+}
+
+function canPreview(s) {
+  return sessionState(s) === 'live';
+}
+
+function createSessionRow(session) {
+  const row = make('tr');
+  const c = cells(row, ['id', 'owner', 'node', 'state', 'fps', 'latency', 'stages', 'dropped', 'actions']);
+  c.id.append(
+    make('code', { className: 'strong' }),
+    make('span', { className: 'sub' }, [make('span', { className: 'proto' }), make('span', { className: 'face-id' })]),
+  );
+  c.state.append(make('span', { className: 'sub' }));
+  c.stages.append(
+    make('span', { className: 'stagebar', 'aria-hidden': 'true' },
+      STAGES.map((name) => make('span', { dataset: { stage: name } }))),
+    make('span', { className: 'stagetext mono' }),
+  );
+  for (const name of ['fps', 'latency', 'dropped']) c[name].classList.add('num');
+  c.node.classList.add('mono');
+
+  const preview = make('button', { type: 'button', className: 'small', dataset: { action: 'preview' }, text: 'Preview' });
+  const kill = make('button', { type: 'button', className: 'small danger', dataset: { action: 'kill' }, text: 'Kill' });
+  const confirm = make('button', {
+    type: 'button', className: 'small danger solid', dataset: { action: 'confirm-kill' }, text: 'Kill now', hidden: true,
+  });
+  const cancel = make('button', { type: 'button', className: 'small', dataset: { action: 'cancel-kill' }, text: 'Cancel', hidden: true });
+  const error = make('span', { className: 'row-error', role: 'status' });
+  preview.addEventListener('click', () => {
+    const id = row.getAttribute('data-session-id');
+    if (state.preview && state.preview.sessionId === id) closePreview();
+    else openPreview(id);
+  });
+  kill.addEventListener('click', () => askKill(row));
+  confirm.addEventListener('click', () => killSession(row));
+  for (const button of [confirm, cancel]) {
+    button.addEventListener('keydown', (event) => {
+      if (event.key === 'Escape') cancelKill(row, true);
+    });
+  }
+  cancel.addEventListener('click', () => cancelKill(row, true));
+  c.actions.classList.add('actions');
+  c.actions.append(preview, kill, confirm, cancel, error);
+  return row;
+}
+
+function updateSessionRow(row, s) {
+  const c = row.cellsByName;
+  const stats = s.stats || null;
+  const st = sessionState(s);
+  setAttr(row, 'data-state', st);
+  setAttr(row, 'data-owner', s.owner ?? '');
+  setAttr(row, 'data-protocol', s.protocol || '');
+
+  const idCode = c.id.children[0];
+  setText(idCode, shortId(s.id));
+  setAttr(idCode, 'title', s.id);
+  setText(c.id.querySelector('.proto'), s.protocol || '–');
+  setText(c.id.querySelector('.face-id'), s.face_id ? ` · ${s.face_id}` : s.name ? ` · key ${s.name}` : '');
+  setAttr(c.id.querySelector('.face-id'), 'title', s.face_id ? 'source face' : null);
+
+  setText(c.owner, s.owner || '–');
+  c.owner.classList.toggle('muted', !s.owner);
+  setText(c.node, shortId(s.node_id));
+  setAttr(c.node, 'title', s.node_id || null);
+  setBadge(c.state, st, SESSION_TONE[st] || 'muted');
+  const connection = s.connection || (s.protocol === 'rtmp' && s.publisher ? `from ${s.publisher}` : '');
+  setText(c.state.querySelector('.sub'), connection && connection !== st ? connection : '');
+
+  const fpsIn = stats ? stats.fps_in : null;
+  const fpsOut = stats ? stats.fps_out : null;
+  setText(c.fps, stats ? `${fmt(fpsIn, 1)} / ${fmt(fpsOut, 1)}` : '–');
+  setAttr(c.fps, 'data-fps-in', isNum(fpsIn) ? fpsIn : null);
+  setAttr(c.fps, 'data-fps-out', isNum(fpsOut) ? fpsOut : null);
+  setText(c.latency, stats && (isNum(stats.latency_p50_ms) || isNum(stats.latency_p99_ms))
+    ? `${fmt(stats.latency_p50_ms, 1)} / ${fmt(stats.latency_p99_ms, 1)} ms` : '–');
+
+  const stages = stats && stats.stages_ms ? stats.stages_ms : null;
+  const total = stages ? STAGES.reduce((sum, k) => sum + (isNum(stages[k]) ? stages[k] : 0), 0) : 0;
+  for (const span of c.stages.querySelectorAll('.stagebar > span')) {
+    const v = stages && isNum(stages[span.dataset.stage]) ? stages[span.dataset.stage] : 0;
+    const width = total > 0 ? `${((100 * v) / total).toFixed(1)}%` : '0%';
+    if (span.style.width !== width) span.style.width = width;
+  }
+  c.stages.classList.toggle('empty-stages', !stages);
+  setText(c.stages.querySelector('.stagetext'),
+    stages ? STAGES.map((k) => `${STAGE_LABEL[k]}\u00a0${fmt(stages[k], 1)}`).join(' · ') : '–');
+  setAttr(c.stages, 'title', stages ? `total ${fmt(total, 1)} ms` : 'no frame swapped yet');
+
+  setText(c.dropped, stats ? fmt(stats.frames_dropped) : '–');
+
+  const [preview, kill] = c.actions.querySelectorAll('button');
+  const previewing = Boolean(state.preview && state.preview.sessionId === s.id);
+  preview.disabled = !previewing && !canPreview(s);
+  setAttr(preview, 'aria-pressed', previewing ? 'true' : 'false');
+  setAttr(preview, 'title', canPreview(s) || previewing ? null
+    : 'No video yet: the session has not connected');
+  setAttr(preview, 'aria-label', `${previewing ? 'Close the preview of' : 'Preview'} session ${s.id}`);
+  setAttr(kill, 'aria-label', `Kill session ${s.id}${s.owner ? ` of ${s.owner}` : ''}`);
+  row.classList.toggle('previewing', previewing);
+}
+
+function renderSessions(sessions) {
+  const now = Date.now();
+  for (const [id, at] of state.killed) if (now - at > KILLED_GRACE_MS) state.killed.delete(id);
+  const visible = sessions.filter((s) => s && s.id && !state.killed.has(s.id));
+  for (const s of visible) if (!state.order.has(s.id)) state.order.set(s.id, state.seen++);
+  const ids = new Set(visible.map((s) => s.id));
+  for (const id of state.order.keys()) if (!ids.has(id)) state.order.delete(id);
+  visible.sort((a, b) => state.order.get(a.id) - state.order.get(b.id));
+  state.sessions = new Map(visible.map((s) => [s.id, s]));
+
+  syncRows(el.sessionsBody, visible, 'data-session-id', createSessionRow, updateSessionRow);
+  el.sessionsEmpty.hidden = visible.length > 0;
+  el.sessionsTable.setAttribute('aria-busy', 'false');
+
+  const live = visible.filter((s) => sessionState(s) === 'live').length;
+  const sum = (key) => visible.reduce((acc, s) => acc + (s.stats && isNum(s.stats[key]) ? s.stats[key] : 0), 0);
+  setText(el.sum.sessions, `${live}${live !== visible.length ? ` of ${visible.length}` : ''}`);
+  setText(el.sum.fps, fmt(sum('fps_out'), 1));
+  setText(el.sum.dropped, fmt(sum('frames_dropped')));
+
+  if (state.preview && !ids.has(state.preview.sessionId)) {
+    closePreview('The previewed session has ended.');
+  } else if (state.preview) {
+    const s = state.sessions.get(state.preview.sessionId);
+    setText(el.previewOwner, s.owner || '–');
+    setText(el.previewNode, s.node_id || '–');
+  }
+}
+
+// --- kill (inline confirm: no blocking dialog) ----------------------------------------------
+
+function askKill(row) {
+  const [preview, kill, confirm, cancel] = row.cellsByName.actions.querySelectorAll('button');
+  setText(row.cellsByName.actions.querySelector('.row-error'), '');
+  preview.hidden = true; // the confirmation takes the row's action slot
+  kill.hidden = true;
+  confirm.hidden = false;
+  cancel.hidden = false;
+  confirm.focus();
+  clearTimeout(row.killTimer);
+  row.killTimer = setTimeout(() => cancelKill(row, false), KILL_CONFIRM_MS);
+}
+
+function cancelKill(row, focus) {
+  clearTimeout(row.killTimer);
+  const [preview, kill, confirm, cancel] = row.cellsByName.actions.querySelectorAll('button');
+  const hadFocus = row.contains(document.activeElement);
+  preview.hidden = false;
+  kill.hidden = false;
+  confirm.hidden = true;
+  cancel.hidden = true;
+  confirm.disabled = cancel.disabled = kill.disabled = false;
+  setText(confirm, 'Kill now');
+  if (focus || hadFocus) kill.focus();
+}
+
+async function killSession(row) {
+  clearTimeout(row.killTimer);
+  const id = row.getAttribute('data-session-id');
+  const [, kill, confirm, cancel] = row.cellsByName.actions.querySelectorAll('button');
+  confirm.disabled = cancel.disabled = kill.disabled = true;
+  setText(confirm, 'Killing…');
+  if (state.preview && state.preview.sessionId === id) await closePreview();
+  try {
+    await client.deleteSession(id);
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 404)) { // already gone: that is what we wanted
+      cancelKill(row, true);
+      if (!handleAuthError(err)) {
+        const reason = reasonOf(err);
+        setText(row.cellsByName.actions.querySelector('.row-error'), `Kill failed: ${reason}`);
+        showMessage(`Session ${id} could not be killed: ${reason}`);
+      }
+      return;
+    }
+  }
+  state.killed.set(id, Date.now());
+  const next = row.nextElementSibling || row.previousElementSibling;
+  const hadFocus = row.contains(document.activeElement);
+  row.remove();
+  state.sessions.delete(id);
+  state.order.delete(id);
+  el.sessionsEmpty.hidden = el.sessionsBody.rows.length > 0;
+  announce(`Session ${id} killed.`);
+  if (hadFocus) (next ? next.querySelector('button:not([disabled]):not([hidden])') : $('sessions-title'))?.focus();
+}
+
+// --- preview (WHEP) --------------------------------------------------------------------------
+
+function showPreviewPanel(s) {
+  el.preview.dataset.state = 'connecting';
+  el.previewClose.hidden = false;
+  el.previewInfo.hidden = false;
+  el.previewPlaceholder.hidden = false;
+  el.previewPlaceholderText.textContent = 'Connecting…';
+  setText(el.previewCaption, `Session ${shortId(s.id)}`);
+  setAttr(el.previewCaption, 'title', s.id);
+  setText(el.previewOwner, s.owner || '–');
+  setText(el.previewNode, s.node_id || '–');
+  setText(el.previewConnection, 'new');
+  setAttr(el.previewVideo, 'aria-label', `Swapped video of session ${s.id}`);
+}
+
+/** RTMP sessions have no WHEP view: show their newest swapped picture, once a second. */
+async function openPicturePreview(s) {
+  const preview = { sessionId: s.id, pc: null, location: null, timer: null, url: null };
+  state.preview = preview;
+  const current = () => state.preview === preview;
+  showPreviewPanel(s);
+  refreshPreviewButtons();
+  setText(el.previewConnection, 'picture every second');
+  const tick = async () => {
+    try {
+      const blob = await client.sessionPreview(s.id);
+      if (!current()) return;
+      const url = URL.createObjectURL(blob);
+      if (preview.url) URL.revokeObjectURL(preview.url);
+      preview.url = url;
+      el.previewImage.src = url;
+      el.previewImage.hidden = false;
+      el.previewVideo.hidden = true;
+      el.preview.dataset.state = 'playing';
+      el.previewPlaceholder.hidden = true;
+    } catch (err) {
+      if (current() && err instanceof ApiError && err.status !== 404) handleAuthError(err);
+    }
+  };
+  await tick();
+  preview.timer = setInterval(tick, 1000);
+}
+
+async function openPreview(sessionId) {
+  const s = state.sessions.get(sessionId);
+  if (!s) return;
+  await closePreview();
+  if (s.protocol === 'rtmp') {
+    await openPicturePreview(s);
+    return;
+  }
+  const pc = new RTCPeerConnection({ iceServers: [] });
+  const preview = { sessionId, pc, location: null };
+  state.preview = preview;
+  const current = () => state.preview === preview;
+  showPreviewPanel(s);
+  refreshPreviewButtons();
+
+  pc.addEventListener('track', (event) => {
+    if (!current() || event.track.kind !== 'video') return;
+    el.previewVideo.srcObject = event.streams && event.streams[0] ? event.streams[0] : new MediaStream([event.track]);
+    el.previewVideo.play().catch(() => {}); // muted: autoplay is allowed
+  });
+  pc.addEventListener('connectionstatechange', () => {
+    if (!current()) return;
+    setText(el.previewConnection, pc.connectionState);
+    if (pc.connectionState === 'failed') {
+      el.preview.dataset.state = 'error';
+      el.previewPlaceholder.hidden = false;
+      el.previewPlaceholderText.textContent = 'The preview connection failed.';
+    }
+  });
+  try {
+    const transceiver = pc.addTransceiver('video', { direction: 'recvonly' });
+    preferCodec(transceiver, 'video/H264');
+    await pc.setLocalDescription(await pc.createOffer());
+    await waitForIceGathering(pc);
+    if (!current()) return;
+    const answer = await client.whepView(sessionId, pc.localDescription.sdp);
+    preview.location = answer.location;
+    if (!current()) {
+      client.whepStop(answer.location).catch(() => {});
+      return;
+    }
+    await pc.setRemoteDescription({ type: 'answer', sdp: answer.sdp });
+  } catch (err) {
+    if (!current()) return;
+    await closePreview();
+    if (!handleAuthError(err)) showMessage(`The preview of session ${sessionId} could not be opened: ${reasonOf(err)}`);
+  }
+}
+
+el.previewVideo.addEventListener('playing', () => {
+  if (!state.preview) return;
+  el.preview.dataset.state = 'playing';
+  el.previewPlaceholder.hidden = true;
+});
+
+/** End the preview: DELETE the WHEP viewer, then close the peer connection. */
+async function closePreview(reason = null) {
+  const preview = state.preview;
+  state.preview = null;
+  el.previewVideo.srcObject = null;
+  el.previewVideo.hidden = false;
+  el.previewImage.hidden = true;
+  el.previewImage.removeAttribute('src');
+  if (preview && preview.timer) clearInterval(preview.timer);
+  if (preview && preview.url) URL.revokeObjectURL(preview.url);
+  el.preview.dataset.state = 'idle';
+  el.previewClose.hidden = true;
+  el.previewInfo.hidden = true;
+  el.previewPlaceholder.hidden = false;
+  el.previewPlaceholderText.textContent = reason
+    || 'Choose Preview on a session to watch its swapped video here.';
+  setText(el.previewCaption, 'No session');
+  setAttr(el.previewCaption, 'title', null);
+  refreshPreviewButtons();
+  if (!preview || !preview.pc) return;
+  try {
+    await client.whepStop(preview.location);
+  } catch (err) {
+    console.warn('swapcast admin: closing the WHEP viewer failed', err);
+  } finally {
+    try {
+      preview.pc.close();
+    } catch {
+      /* already closed */
+    }
+  }
+}
+
+function refreshPreviewButtons() {
+  for (const row of el.sessionsBody.rows) {
+    const s = state.sessions.get(row.getAttribute('data-session-id'));
+    if (s) updateSessionRow(row, s);
+  }
+}
+
+el.previewClose.addEventListener('click', () => {
+  const id = state.preview && state.preview.sessionId;
+  closePreview().then(() => {
+    const row = id && el.sessionsBody.querySelector(`tr[data-session-id="${CSS.escape(id)}"]`);
+    row?.querySelector('button[data-action="preview"]')?.focus();
+  });
+});
+
+// --- refresh loop ----------------------------------------------------------------------------
+
+function handleAuthError(err) {
+  if (!(err instanceof ApiError)) return false;
+  if (err.status === 401) {
+    showAuthProblem('signin', err.reason);
+    return true;
+  }
+  if (err.status === 403) {
+    showAuthProblem('forbidden', err.reason);
+    return true;
+  }
+  return false;
+}
+
+async function refresh() {
+  if (state.stopped || state.refreshing) return;
+  state.refreshing = true;
+  const started = performance.now();
+  try {
+    // nodes first: an admin-only route, so a user token is told so at once
+    const nodes = await client.listNodes();
+    const sessions = await client.listSessions();
+    if (state.stopped) return;
+    renderNodes(Array.isArray(nodes) ? nodes : []);
+    renderSessions(Array.isArray(sessions) ? sessions : []);
+    if (!state.loaded) {
+      state.loaded = true;
+      el.dashboard.hidden = false;
+    }
+    el.dashboard.removeAttribute('data-stale');
+    clearMessage('refresh');
+    if (el.status.dataset.state !== 'live') setStatus('live', 'Live');
+    setText(el.updated, `updated ${new Date().toLocaleTimeString()}`);
+  } catch (err) {
+    if (handleAuthError(err)) return;
+    el.dashboard.dataset.stale = 'true';
+    setStatus('error', 'Reconnecting…');
+    showMessage(`The dashboard could not be refreshed: ${reasonOf(err)}. Retrying every second; the numbers shown are from the last refresh.`, 'refresh');
+  } finally {
+    state.refreshing = false;
+    if (!state.stopped) {
+      state.timer = setTimeout(refresh, Math.max(100, POLL_MS - (performance.now() - started)));
+    }
+  }
+}
+
+window.addEventListener('pagehide', () => {
+  const preview = state.preview;
+  if (preview) {
+    state.preview = null;
+    if (preview.location) {
+      try {
+        fetch(preview.location, { method: 'DELETE', keepalive: true, headers: client.authHeaders() }).catch(() => {});
+      } catch {
+        /* the page is going away */
+      }
+    }
+    preview.pc.close();
+  }
+});
+
+// for the console and tests: the dashboard's state, read-only use
+window.swapcastAdmin = { state, refresh, closePreview };
+
+if (!token) {
+  showAuthProblem('signin');
+} else {
+  refresh();
+}
