@@ -80,6 +80,12 @@ class FaceEngine:
                 self._batcher = self._make_batcher(*self._batch_params)
             return self._batcher
 
+    def batch_metrics(self) -> dict[str, Any] | None:
+        """The batcher's numbers (see ``MicroBatcher.metrics``), None before the first swap."""
+        with self._batcher_lock:
+            batcher = self._batcher
+        return batcher.metrics() if batcher is not None and not batcher.closed else None
+
     def _make_batcher(self, max_batch: int, max_queue_delay_ms: float) -> MicroBatcher:
         # a runner that can take several calls at once (one execution context per CUDA
         # stream) says so with ``max_concurrency``; ONNX Runtime on the CPU gains nothing

@@ -31,10 +31,11 @@ class StreamConfig:
     """What a stream key publishes: whose face, with which options, to where."""
 
     name: str
-    source_face: str  # path of the stored source photo
+    source_face: str = ""  # path of the stored source photo ("" when face_id names the face)
     swap: dict = field(default_factory=dict)  # SwapConfig overrides, validated by the app
     push: tuple[str, ...] = ()  # rtmp:// destinations
     record: str | None = None  # recording path (a file or a folder)
+    face_id: str | None = None  # a face of the face library (keys made over the API)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class StreamKey:
     stream: StreamConfig
     created: float
     revoked: float | None = None
+    owner: str = ""  # the user who made it over the API ("" = made on the command line)
 
     @property
     def active(self) -> bool:
@@ -52,6 +54,12 @@ class StreamKey:
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def rtmp_session_id(key: str) -> str:
+    """The registry id of a stream key's live session: the same on the gateway (which only
+    sees the key) and on the node, and stable across reconnects."""
+    return "rtmp-" + hash_key(key)[:16]
 
 
 def check_destination(url: str) -> str:
@@ -68,24 +76,32 @@ class StreamKeyStore:
         self.path = self.data_dir / "stream-keys.json"
         self._faces = self.data_dir / "faces"
 
-    def add(self, name: str, source_face: str | Path, *, swap: dict | None = None,
-            push: tuple[str, ...] = (), record: str | None = None) -> tuple[str, StreamKey]:
-        """Create a key; returns (the secret key, shown only now, and its record)."""
-        source = Path(source_face)
-        if not source.is_file():
-            raise StreamKeyError(f"source face {source}: no such file")
+    def add(self, name: str, source_face: str | Path | None = None, *, face_id: str | None = None,
+            swap: dict | None = None, push: tuple[str, ...] = (), record: str | None = None,
+            owner: str = "") -> tuple[str, StreamKey]:
+        """Create a key for a photo (copied into the store) or a face library id; returns
+        (the secret key, shown only now, and its record)."""
+        if (source_face is None) == (face_id is None):
+            raise StreamKeyError("a stream key needs either a source photo or a face id")
         for url in push:
             check_destination(url)
         key = KEY_PREFIX + secrets.token_urlsafe(24)
         key_id = secrets.token_hex(4)
-        self._faces.mkdir(parents=True, exist_ok=True)
-        stored_face = self._faces / f"{key_id}{source.suffix.lower()}"
-        shutil.copyfile(source, stored_face)
+        stored_face = ""
+        if source_face is not None:
+            source = Path(source_face)
+            if not source.is_file():
+                raise StreamKeyError(f"source face {source}: no such file")
+            self._faces.mkdir(parents=True, exist_ok=True)
+            stored_face = str(self._faces / f"{key_id}{source.suffix.lower()}")
+            shutil.copyfile(source, stored_face)
         record = StreamKey(
             key_id=key_id,
             key_hash=hash_key(key),
-            stream=StreamConfig(name=name, source_face=str(stored_face), swap=dict(swap or {}), push=tuple(push), record=record),
+            stream=StreamConfig(name=name, source_face=stored_face, swap=dict(swap or {}), push=tuple(push),
+                                record=record, face_id=face_id),
             created=time.time(),
+            owner=owner,
         )
         keys = self._load()
         keys.append(record)
@@ -94,6 +110,12 @@ class StreamKeyStore:
 
     def list(self) -> list[StreamKey]:
         return self._load()
+
+    def get(self, key_id: str) -> StreamKey:
+        for record in self._load():
+            if record.key_id == key_id:
+                return record
+        raise StreamKeyError(f"no stream key with id {key_id!r}")
 
     def revoke(self, key_id: str) -> StreamKey:
         keys = self._load()

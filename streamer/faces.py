@@ -2,8 +2,11 @@
 
 Two kinds of entries: the sample faces that ship inside installed wheels
 (``streamer.samples.SAMPLE_FACES``, registered lazily the first time they are needed) and
-faces uploaded over the API (kept in memory, newest ``MAX_UPLOADS``). Stream keys name a
-photo by path; those are registered on demand and cached, but never listed.
+faces uploaded over the API. Uploads are kept in the registry's face store (in-process on
+the embedded node, Redis in a cluster) as the engine's serialised source, so any node can
+use a face uploaded through another one without detecting it again; the newest
+``MAX_STORED_FACES`` are kept, and each node caches the ones it used last. Stream keys name
+a photo by path; those are registered on demand and cached, but never listed.
 
 Registration (detection, landmarks, identity, the swapper's own data) takes ~100 ms, so it
 runs on the library's own single worker thread; the engine's still-image analysis is
@@ -27,14 +30,18 @@ import numpy as np
 
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import ImageError, ManyFacesError, NoFaceError, SwapcastError
+from signaling.registry import FaceRecord, MemoryRegistry, Registry
+from signaling.stream_keys import StreamConfig
 from streamer.samples import SAMPLE_FACES
 
 log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 4096  # per side
-MAX_UPLOADS = 64  # uploads kept in memory; the oldest is forgotten first
+MAX_STORED_FACES = 256  # uploads kept in the face store; the oldest is forgotten first
+MAX_CACHED_FACES = 64  # decoded uploads a node keeps in memory
 THUMBNAIL_SIZE = 160
+UPLOAD_PREFIX = "u-"
 
 
 class FaceLibraryError(SwapcastError):
@@ -72,13 +79,24 @@ class FaceEntry:
     thumbnail_jpeg: bytes = field(repr=False)
     source: SourceFace = field(repr=False)
     sample: bool = False
+    owner: str = ""
+
+
+@dataclass(frozen=True)
+class FaceListing:
+    """A face as listed: no pixels, no source."""
+
+    id: str
+    name: str
+    owner: str = ""
 
 
 class FaceLibrary:
-    def __init__(self, engine: FaceEngine) -> None:
+    def __init__(self, engine: FaceEngine, store: Registry | None = None) -> None:
         self.engine = engine
+        self.store = store or MemoryRegistry()
         self._samples: dict[str, FaceEntry] = {}
-        self._uploads: OrderedDict[str, FaceEntry] = OrderedDict()
+        self._uploads: OrderedDict[str, FaceEntry] = OrderedDict()  # decoded uploads, most recent last
         self._by_path: dict[tuple[str, float], FaceEntry] = {}
         self._lock = threading.Lock()  # guards the dicts (worker thread + event loop)
         self._samples_ready: asyncio.Future | None = None
@@ -86,30 +104,67 @@ class FaceLibrary:
 
     # -- event-loop API -------------------------------------------------------------------
 
-    async def list(self) -> list[FaceEntry]:
+    async def list(self) -> list[FaceListing]:
         """Samples first (in ``SAMPLE_FACES`` order), then uploads, oldest first."""
         await self._ensure_samples()
         with self._lock:
-            return [*self._samples.values(), *self._uploads.values()]
+            samples = [FaceListing(e.id, e.name, e.owner) for e in self._samples.values()]
+        return [*samples, *(FaceListing(r.id, r.name, r.owner) for r in await self.store.faces())]
 
     async def get(self, face_id: str) -> FaceEntry:
         if face_id in SAMPLE_FACES:
             await self._ensure_samples()
         with self._lock:
             entry = self._samples.get(face_id) or self._uploads.get(face_id)
-        if entry is None:
+            if entry is not None and not entry.sample:
+                self._uploads.move_to_end(face_id)
+        if entry is not None:
+            return entry
+        record = await self.store.get_face(face_id) if face_id.startswith(UPLOAD_PREFIX) else None
+        if record is None:
             raise UnknownFaceError(f"no face with id {face_id!r}")
+        source = await self._run(self.engine.source_from_bytes, record.source)
+        entry = FaceEntry(record.id, record.name, record.thumbnail_jpeg, source, owner=record.owner)
+        self._cache(entry)
         return entry
 
-    async def add(self, image_bytes: bytes, name: str | None = None) -> FaceEntry:
-        """Register an uploaded photo; raises a ``FaceLibraryError`` saying what is wrong."""
+    async def add(self, image_bytes: bytes, name: str | None = None, owner: str = "") -> FaceEntry:
+        """Register an uploaded photo and store it for every node; raises a
+        ``FaceLibraryError`` saying what is wrong."""
         check_size(image_bytes)
-        entry = await self._run(self._register_upload, image_bytes, name)
+        entry = await self._run(self._register_upload, image_bytes, name, owner)
+        data = await self._run(self.engine.source_to_bytes, entry.source)
+        await self.store.put_face(FaceRecord(entry.id, entry.name, entry.thumbnail_jpeg, data, owner=owner))
+        self._cache(entry)
+        stored = await self.store.faces()
+        for oldest in stored[: max(0, len(stored) - MAX_STORED_FACES)]:
+            await self.store.delete_face(oldest.id)
+        return entry
+
+    async def thumbnail(self, face_id: str) -> bytes:
+        """The face's thumbnail JPEG, without decoding its source."""
+        if face_id in SAMPLE_FACES:
+            await self._ensure_samples()
+        with self._lock:
+            entry = self._samples.get(face_id) or self._uploads.get(face_id)
+        if entry is not None:
+            return entry.thumbnail_jpeg
+        record = await self.store.get_face(face_id) if face_id.startswith(UPLOAD_PREFIX) else None
+        if record is None:
+            raise UnknownFaceError(f"no face with id {face_id!r}")
+        return record.thumbnail_jpeg
+
+    def _cache(self, entry: FaceEntry) -> None:
         with self._lock:
             self._uploads[entry.id] = entry
-            while len(self._uploads) > MAX_UPLOADS:
+            while len(self._uploads) > MAX_CACHED_FACES:
                 self._uploads.popitem(last=False)
-        return entry
+
+    async def for_stream(self, stream: StreamConfig) -> FaceEntry:
+        """A stream key's face: a library face by id, or its stored photo."""
+        if stream.face_id:
+            return await self.get(stream.face_id)
+        return await self.from_path(stream.source_face)
 
     async def from_path(self, path: str | Path) -> FaceEntry:
         """A photo named by path (a stream key's source face): registered once per file
@@ -152,12 +207,12 @@ class FaceLibrary:
             with self._lock:
                 self._samples[sample_id] = entry
 
-    def _register_upload(self, image_bytes: bytes, name: str | None) -> FaceEntry:
+    def _register_upload(self, image_bytes: bytes, name: str | None, owner: str) -> FaceEntry:
         image = decode_image(image_bytes)
-        face_id = "u-" + secrets.token_hex(6)
-        return self._register(image, face_id, name or f"upload {face_id[2:8]}", False)
+        face_id = UPLOAD_PREFIX + secrets.token_hex(6)
+        return self._register(image, face_id, name or f"upload {face_id[2:8]}", False, owner)
 
-    def _register(self, image: np.ndarray, face_id: str, name: str, sample: bool) -> FaceEntry:
+    def _register(self, image: np.ndarray, face_id: str, name: str, sample: bool, owner: str = "") -> FaceEntry:
         try:
             source = self.engine.register_source(image, label="photo")
         except ManyFacesError as exc:
@@ -166,7 +221,7 @@ class FaceLibrary:
             ) from None
         except NoFaceError:
             raise NoFaceInImageError("no face found in the photo; use a clear, frontal photo of one face") from None
-        return FaceEntry(face_id, name, face_thumbnail(image, source.face.box), source, sample)
+        return FaceEntry(face_id, name, face_thumbnail(image, source.face.box), source, sample, owner)
 
 
 def check_size(image_bytes: bytes) -> None:

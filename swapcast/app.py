@@ -1,32 +1,52 @@
 """The composition root: the one place that wires a node together from the config.
 
-``build_node(config)`` creates the node's parts (face engine, face library, live sessions)
-without starting anything; ``build_app(config)`` puts them behind the HTTP application and
-hooks their startup and teardown into its lifecycle (aiohttp ``on_startup`` / ``on_shutdown``
-/ ``on_cleanup``), so ``swapcast serve``, Ctrl+C / SIGTERM and the tests all go through the
-same path. More parts (the RTMP server, ...) are added to ``Node`` and its three hooks.
+``build_node(config)`` creates the node's parts (face engine, registry, face library, live
+sessions, RTMP) without starting anything; ``build_app(config)`` puts them behind the HTTP
+application and hooks their startup and teardown into its lifecycle (aiohttp
+``on_startup`` / ``on_shutdown`` / ``on_cleanup``), so ``swapcast serve``, Ctrl+C / SIGTERM
+and the tests all go through the same path.
+
+Without ``cluster.redis_url`` the node is the embedded single node: an in-process registry
+it registers itself in. With it, the node joins the cluster (``signaling.node_agent``) and
+serves what the gateway forwards to it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+import socket
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from gpu.engine import FaceEngine
+from signaling.auth import require_admin
+from signaling.auth.middleware import principal
+from signaling.events import add_event_routes
+from signaling.auth.wiring import ApiAuth, api_auth
+from signaling.jobs import JobService, JobSettings, add_job_routes, face_checker
+from signaling.keys_api import KeyApi, add_key_routes
+from signaling.node_agent import AgentSettings, NodeAgent
+from signaling.openapi import add_openapi_route
+from signaling.registry import NodeInfo, Registry, RegistryError, open_registry
 from signaling.stream_keys import StreamKeyStore
 from streamer.faces import FaceLibrary
 from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
+from streamer.metrics import NodeMetrics, add_metrics_routes
 from streamer.rtmp.client import RtmpPublishClient
 from streamer.rtmp.server import RtmpServer
+from streamer.samples import SAMPLE_FACES
 from streamer.webrtc import routes as webrtc_routes
 from streamer.webrtc.manager import SessionManager
 from swapcast.config import Config
+import web as web_pages  # the static pages: a package, so an installed swapcast carries them
 
-WEB_ROOT = Path(__file__).resolve().parent.parent / "web"
+WEB_ROOT = Path(web_pages.__file__).resolve().parent
 NODE_KEY = web.AppKey("node", object)
+AUTH_KEY = web.AppKey("auth", ApiAuth)
 
 
 @dataclass
@@ -35,36 +55,101 @@ class Node:
 
     config: Config
     engine: FaceEngine
+    registry: Registry
     faces: FaceLibrary
     sessions: SessionManager  # WebRTC, WHIP and WHEP
     rtmp_ingest: RtmpIngest  # OBS/ffmpeg publishers, re-publish, recording, play
     rtmp_server: RtmpServer
+    keys: StreamKeyStore
+    agent: NodeAgent | None = None
+    owns_registry: bool = True  # False when the caller shares one registry between nodes
+    metrics: NodeMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = NodeMetrics(self.live_sessions, self.engine.batch_metrics)
+        self.sessions.observe_stats = self.rtmp_ingest.observe_stats = self.metrics.stream_observer
+
+    @property
+    def node_id(self) -> str:
+        return self.sessions.node_id
 
     async def startup(self, _: web.Application | None = None) -> None:
         self.sessions.start()
         await self.rtmp_server.start()
+        self.agent = NodeAgent(self.registry, self._node_info(), NodeHooksAdapter(self), AgentSettings(
+            heartbeat_s=self.config.cluster.heartbeat_s, offer_timeout_s=self.config.cluster.offer_timeout_s))
+        await self.agent.start()
+
+    def _node_info(self) -> NodeInfo:
+        cluster, server = self.config.cluster, self.config.server
+        address = cluster.advertise or f"{server.host}:{server.port}"
+        host = address.rsplit(":", 1)[0]
+        return NodeInfo(
+            id=self.node_id, address=address, rtmp_address=f"{host}:{self.rtmp_server.port}",
+            gpu=self.engine.device.name if self.engine.device.is_cuda else "cpu",
+            capacity=cluster.capacity or self.config.webrtc.max_sessions,
+        )
 
     async def shutdown(self, _: web.Application | None = None) -> None:
-        """Before the HTTP server stops: end every live session and stream."""
+        """Before the HTTP server stops: end every live connection, then leave the
+        registry, which moves the sessions' records to other nodes."""
         await self.sessions.close_all()
         await self.rtmp_ingest.close()
         await self.rtmp_server.close()
+        if self.agent is not None:
+            await self.agent.close()
 
-    def live_sessions(self) -> list[dict]:
-        """Every live session of the node, whatever its protocol."""
-        return [*self.sessions.snapshot(), *self.rtmp_ingest.sessions()]
+    async def live_sessions(self) -> list[dict]:
+        """Every session of the node, whatever its protocol."""
+        return [*await self.sessions.snapshot(), *self.rtmp_ingest.sessions()]
 
     async def cleanup(self, _: web.Application | None = None) -> None:
         self.faces.close()
+        if self.owns_registry:
+            await self.registry.close()
 
 
-def build_node(config: Config, *, engine: FaceEngine | None = None) -> Node:
-    """The node's parts; ``engine`` lets tests share one loaded engine."""
+class NodeHooksAdapter:
+    """What the node agent may do to the node's sessions (``signaling.node_agent.NodeHooks``)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def records(self):
+        return [*self.node.sessions.records(), *self.node.rtmp_ingest.records()]
+
+    async def kill_session(self, session_id: str) -> None:
+        await self.node.sessions.close(session_id)  # RTMP streams too (its kill_stream)
+
+    async def update_session(self, session_id: str, changes: dict[str, Any]) -> None:
+        await self.node.sessions.update(session_id, changes)
+
+    async def disown_session(self, session_id: str) -> None:
+        await self.node.sessions.disown(session_id)
+
+    def numbers(self) -> tuple[float, dict[str, Any]]:
+        metrics = self.node.engine.batch_metrics() or {}
+        sessions = self.node.sessions.list()
+        return float(metrics.get("queue_delay_p50_ms") or 0.0), {
+            "sessions_live": len(sessions) + len(self.node.rtmp_ingest.streams),
+            "fps_out": round(sum(s.video.stats.snapshot().get("fps_out", 0.0) or 0.0 for s in sessions), 1),
+            "device_busy_pct": round(float(metrics.get("device_busy_pct") or 0.0), 1),
+        }
+
+
+def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Registry | None = None) -> Node:
+    """The node's parts; ``engine`` and ``registry`` let tests share one loaded engine and
+    run several in-process nodes on one registry."""
     engine = engine or FaceEngine(config.engine.settings())
-    faces = FaceLibrary(engine)
+    cluster = config.cluster
+    node_id = cluster.node_id or f"{socket.gethostname()}-{secrets.token_hex(3)}"
+    shared = registry
+    registry = shared or open_registry(cluster.redis_url, ttl_s=cluster.node_ttl_s)
+    faces = FaceLibrary(engine, registry)
     keys = StreamKeyStore(config.server.data_dir)
     sessions = SessionManager(
         engine, faces, webrtc=config.webrtc, swap_defaults=config.swap, live=config.live, stream_keys=keys,
+        registry=registry, node_id=node_id, capacity=cluster.capacity or None,
     )
     live = config.live
     ingest = RtmpIngest(
@@ -77,30 +162,110 @@ def build_node(config: Config, *, engine: FaceEngine | None = None) -> Node:
             push_retry_max_s=live.push_retry_max_s,
         ),
         RtmpPublishClient,
+        faces,
+        registry=registry,
+        node_id=node_id,
     )
+    sessions.kill_stream = ingest.kill
+    sessions.preview_stream = ingest.preview_jpeg
     rtmp_server = RtmpServer(
         ingest, host=config.server.host, port=config.rtmp.port, stall_timeout=config.rtmp.stall_timeout_s,
         chunk_size=config.rtmp.chunk_size,
     )
-    return Node(config=config, engine=engine, faces=faces, sessions=sessions, rtmp_ingest=ingest, rtmp_server=rtmp_server)
+    return Node(config=config, engine=engine, registry=registry, faces=faces, sessions=sessions,
+                rtmp_ingest=ingest, rtmp_server=rtmp_server, keys=keys, owns_registry=shared is None)
 
 
-def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | None = None) -> web.Application:
-    """The node's HTTP application: pages, health, faces, live sessions (WebRTC/WHIP/WHEP)."""
-    node = node or build_node(config, engine=engine)
-    app = web.Application()
+PUBLIC_PATHS = frozenset({"/", "/admin/", "/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/whip"})
+
+
+def is_public(request: web.Request) -> bool:
+    """What needs no token: pages, health, metrics, the API document, and WHIP (its
+    publishers present a stream key instead; a WHIP resource URL is its own capability)."""
+    path = request.path
+    return path in PUBLIC_PATHS or path.startswith(("/web/", "/whip/"))
+
+
+def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | None = None,
+              registry: Registry | None = None) -> web.Application:
+    """The node's HTTP application: pages, health, faces, live sessions (WebRTC/WHIP/WHEP),
+    stream keys, offline jobs and the cluster view (nodes, drain), behind auth."""
+    auth = api_auth(config.auth, host=config.server.host, cluster=bool(config.cluster.redis_url),
+                    data_dir=config.server.data_dir, is_public=is_public)
+    node = node or build_node(config, engine=engine, registry=registry)
+    node.sessions.max_sessions_per_owner = auth.max_sessions_per_user
+    app = web.Application(middlewares=[auth.middleware])
     app[NODE_KEY] = node
+    app[AUTH_KEY] = auth
 
     async def index(_: web.Request) -> web.FileResponse:
         return web.FileResponse(WEB_ROOT / "index.html")
 
+    async def admin_page(_: web.Request) -> web.FileResponse:  # the operator dashboard (web/admin/)
+        return web.FileResponse(WEB_ROOT / "admin" / "index.html")
+
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def readyz(_: web.Request) -> web.Response:
+        """Ready when the models are loaded (they are, once the app exists) and the node
+        is registered with a registry that answers."""
+        if node.agent is None or not node.agent.registered or not await node.registry.ping():
+            return web.json_response({"status": "not ready", "error": "not registered with the session registry"},
+                                     status=503)
+        return web.json_response({"status": "ready", "node_id": node.node_id, "state": node.agent.info.state})
+
+    async def list_nodes(request: web.Request) -> web.Response:
+        require_admin(request)
+        return web.json_response([info.to_dict() for info in await node.registry.nodes()])
+
+    async def set_state(request: web.Request) -> web.Response:
+        caller = require_admin(request)
+        node_id, action = request.match_info["node_id"], request.match_info["action"]
+        wanted = "draining" if action == "drain" else "ready"
+        try:
+            if node_id in ("self", node.node_id) and node.agent is not None:
+                info = await node.agent.set_state(wanted)
+            else:
+                info = await node.registry.set_node_state(node_id, wanted)
+                if wanted == "draining":
+                    await node.registry.send_control(node_id, {"kind": "drain"})
+        except RegistryError as exc:  # the base class: no such node
+            return webrtc_routes.error(404 if type(exc) is RegistryError else webrtc_routes.status_of(exc), str(exc))
+        await auth.audit.append(caller.subject, f"node.{action}", info.id)
+        return web.json_response(info.to_dict())
+
+    async def check_face(face_id: str) -> None:
+        await node.faces.get(face_id)
+
+    def check_options(options: dict) -> None:
+        node.sessions.resolve_options(config.swap, options)
+
     app.router.add_get("/", index)
+    app.router.add_get("/admin/", admin_page)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/api/v1/nodes", list_nodes)
+    app.router.add_post("/api/v1/nodes/{node_id}/{action:drain|ready}", set_state)
     app.router.add_static("/web/", WEB_ROOT)
-    webrtc_routes.add_routes(app, node.sessions, node.faces, all_sessions=node.live_sessions)
+    webrtc_routes.add_routes(app, node.sessions, node.faces, auth.audit, all_sessions=node.live_sessions)
+    add_key_routes(app, KeyApi(node.keys, check_face, check_options, auth.audit))
+    jobs = None  # offline jobs need Redis; without it their routes answer 503 saying so
+    if config.cluster.redis_url:
+        jobs = JobService.connect(config.cluster.redis_url, JobSettings.from_config(config.jobs, config.server.data_dir),
+                                  face_checker(SAMPLE_FACES, node.registry))
+    add_job_routes(app, jobs)
+    add_metrics_routes(app, node.metrics)
+    add_openapi_route(app, gateway=False)
+
+    async def visible_sessions(request: web.Request) -> list[dict]:
+        caller = principal(request)
+        return [s for s in await node.live_sessions() if caller.may_access(s.get("owner", ""))]
+
+    async def node_list() -> list[dict]:
+        return [info.to_dict() for info in await node.registry.nodes()]
+
+    add_event_routes(app, visible_sessions, node_list)
 
     app.on_startup.append(node.startup)
     app.on_shutdown.append(node.shutdown)

@@ -12,18 +12,34 @@ import sys
 from collections.abc import Sequence
 
 from gpu.errors import SwapcastError
+from swapcast.config import ConfigError, load_config
+from swapcast.logs import LogFormat, configure_logging
 
 EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from swapcast.commands import bench, doctor, keys, score, serve, swap
+    from swapcast.commands import (
+        bench,
+        doctor,
+        gateway,
+        jobs,
+        keys,
+        score,
+        serve,
+        swap,
+        token,
+        worker,
+    )
 
     parser = argparse.ArgumentParser(prog="swapcast", description="Real-time face-swap media server.")
     parser.add_argument("--config", metavar="FILE", help="YAML config file (default: embedded defaults; env SWAPCAST_CONFIG)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument("--log-format", choices=["text", "json"],
+                        help="text, or one JSON object per line (default: server.log_format of the config: "
+                             "file, env SWAPCAST_SERVER__LOG_FORMAT)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, swap, score, keys, bench, doctor):
+    for module in (serve, gateway, worker, jobs, swap, score, keys, token, bench, doctor):
         module.register(commands)
     return parser
 
@@ -32,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_native_logs()
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.DEBUG if args.verbose else logging.INFO, args.log_format or _configured_log_format(args.config))
     try:
         return int(args.run(args) or 0)
     except SwapcastError as exc:
@@ -41,6 +57,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _configured_log_format(path: str | None) -> LogFormat:
+    """``server.log_format`` from the config file and environment: logging starts before
+    a command builds its config. A config that does not load falls back to text here; the
+    command then reports what is wrong with it."""
+    try:
+        return load_config(path).server.log_format
+    except ConfigError:
+        return "text"
 
 
 def _quiet_native_logs() -> None:

@@ -69,6 +69,7 @@ class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
     data_dir: Path = Field(Path("~/.local/share/swapcast"), description="stream keys, stored faces, recordings")
+    log_format: Literal["text", "json"] = "text"  # json: one object per line, for log shippers
 
 
 class LiveConfig(_Section):
@@ -127,6 +128,23 @@ class JobsConfig(_Section):
     webhook_secret: str | None = None  # HMAC-SHA256 key for webhook bodies
 
 
+class AuthConfig(_Section):
+    """Who may use the API: JWT bearer tokens, HS256 with ``jwt_secret`` or RS256 checked
+    against ``jwks_file``; claims ``sub`` (the user), ``role`` (admin | user), ``exp``.
+    With neither set, a server bound to loopback makes a development secret and prints an
+    admin token at start; any other bind, or a cluster, refuses to start."""
+
+    jwt_secret: str | None = Field(None, description="HS256 shared secret (nodes and gateway of a cluster share it)")
+    jwks_file: Path | None = Field(None, description="JWKS with the RS256 public keys tokens are signed with")
+    issuer: str | None = None  # when set, tokens must carry this iss
+    audience: str | None = None  # when set, tokens must carry this aud
+    requests_per_minute_per_token: int = Field(600, ge=1)
+    requests_per_minute_per_ip: int = Field(1200, ge=1)
+    max_sessions_per_user: int = Field(4, ge=1, le=1000)  # live sessions one user may hold (admins too)
+    audit_log: Path | None = Field(None, description="append-only JSON lines; default <data_dir>/audit.jsonl")
+    trusted_proxies: list[str] = []  # gateways (addresses or CIDRs) whose X-Forwarded-For names the client
+
+
 class Config(_Section):
     engine: EngineConfig = EngineConfig()
     swap: SwapConfig = SwapConfig()
@@ -137,6 +155,7 @@ class Config(_Section):
     webrtc: WebRtcConfig = WebRtcConfig()
     cluster: ClusterConfig = ClusterConfig()
     jobs: JobsConfig = JobsConfig()
+    auth: AuthConfig = AuthConfig()
 
 
 class ConfigError(SwapcastError):
@@ -185,13 +204,22 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     """``SWAPCAST_SECTION__KEY=value`` -> {"section": {"key": value}}; values are parsed as YAML
-    scalars so ``true``, ``8`` and ``0.5`` arrive typed."""
+    scalars so ``true``, ``8`` and ``0.5`` arrive typed. Names without ``__`` belong to
+    tools (``SWAPCAST_CHROMIUM``, ``SWAPCAST_TOKEN``, ...), except a section name followed by
+    a single ``_``, which is a typo of the config form and an error."""
     result: dict[str, Any] = {}
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
             continue
-        keys = name[len(ENV_PREFIX) :].lower().split("__")
-        if len(keys) < 2 or not all(keys):
+        rest = name[len(ENV_PREFIX) :].lower()
+        if "__" not in rest:
+            section = next((s for s in Config.model_fields if rest.startswith(s + "_")), None)
+            if section is not None:
+                raise ConfigError(f"environment variable {name}: expected SWAPCAST_{section.upper()}__"
+                                  f"{rest[len(section) + 1:].upper()} (two underscores between section and key)")
+            continue
+        keys = rest.split("__")
+        if not all(keys):
             raise ConfigError(f"environment variable {name}: expected SWAPCAST_<SECTION>__<KEY>")
         try:
             value = yaml.safe_load(raw) if raw.strip() else None

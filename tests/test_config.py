@@ -38,7 +38,8 @@ def test_config_file_from_environment(tmp_path):
         ("swap:\n  blnd: 1\n", {}, "swap.blnd"),
         ("- a list\n", {}, "mapping"),
         ("", {"SWAPCAST_SWAP__FACE_SELECTION": "everyone"}, "swap.face_selection"),
-        ("", {"SWAPCAST_BLEND": "1"}, "SWAPCAST_<SECTION>__<KEY>"),
+        ("", {"SWAPCAST_SWAP_BLEND": "1"}, "expected SWAPCAST_SWAP__BLEND"),
+        ("", {"SWAPCAST_SWAP____BLEND": "1"}, "SWAPCAST_<SECTION>__<KEY>"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(tmp_path, text, env, needle):
@@ -46,6 +47,11 @@ def test_bad_configuration_is_a_clear_error(tmp_path, text, env, needle):
     path.write_text(text)
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("<", "<").replace("[", r"\[")):
         load_config(path, environ=env)
+
+
+def test_tool_variables_are_not_config():
+    """SWAPCAST_CHROMIUM, SWAPCAST_TOKEN, ... belong to tools and tests, not the schema."""
+    assert load_config(environ={"SWAPCAST_CHROMIUM": "/usr/bin/chromium", "SWAPCAST_TOKEN": "t"}) == load_config(environ={})
 
 
 def test_missing_config_file(tmp_path):

@@ -104,13 +104,16 @@ def node_deployment() -> dict:
     return k8s("Deployment", "swapcast-node")[0]
 
 
-_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?(-|\?)([^}]*))?\}")
+SECRET_SAMPLE = "sample-secret-" + "x" * 32  # what an operator puts in the Secret / SWAPCAST_JWT_SECRET
 
 
 def _interpolate(value: Any) -> Any:
     """Compose's ``${VAR:-default}`` with an empty environment (what `config` would print)."""
     if isinstance(value, str):
-        return _INTERPOLATION.sub(lambda m: m.group(2) or "", value).replace("$$", "$")
+        # ${VAR:-default} -> default; ${VAR:?message} (required) -> a sample value
+        return _INTERPOLATION.sub(lambda m: SECRET_SAMPLE if m.group(2) == "?" else (m.group(3) or ""),
+                                  value).replace("$$", "$")
     if isinstance(value, list):
         return [_interpolate(v) for v in value]
     if isinstance(value, dict):
@@ -291,6 +294,10 @@ def k8s_container_env(container: dict) -> dict[str, str]:
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = expand(str(item["value"]), env)
+        elif "secretKeyRef" in item["valueFrom"]:
+            ref = item["valueFrom"]["secretKeyRef"]
+            assert (ref["name"], ref["key"]) == ("swapcast-auth", "jwt-secret"), f"{container['name']}: unknown secret {ref}"
+            env[item["name"]] = SECRET_SAMPLE
         else:
             field = item["valueFrom"]["fieldRef"]["fieldPath"]
             assert field in FIELD_SAMPLES, f"{container['name']}: unexpected fieldRef {field}"
@@ -459,10 +466,15 @@ def test_node_pre_stop_drains_through_the_node_api(sessions, timeout_s, serving,
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    from signaling.auth import TokenVerifier
+
     calls: list[tuple[str, str]] = []
+    verifier = TokenVerifier(secret=SECRET_SAMPLE)
 
     class Api(BaseHTTPRequestHandler):
         def _answer(self, body) -> None:
+            caller = verifier.verify(self.headers.get("Authorization", "").removeprefix("Bearer "))
+            assert caller.is_admin  # the hook signs its own admin token with the cluster's secret
             calls.append((self.command, self.path))
             data = json.dumps(body).encode()
             self.send_response(200)
@@ -490,7 +502,7 @@ def test_node_pre_stop_drains_through_the_node_api(sessions, timeout_s, serving,
         script = _pre_stop_script().replace("127.0.0.1:8080", f"127.0.0.1:{port}")
         done = subprocess.run(
             [sys.executable, "-I", "-S", "-c", script], check=False, capture_output=True, text=True, timeout=20,
-            env={**os.environ, "DRAIN_TIMEOUT_S": timeout_s},
+            env={**os.environ, "DRAIN_TIMEOUT_S": timeout_s, "SWAPCAST_AUTH__JWT_SECRET": SECRET_SAMPLE},
         )
     finally:
         if serving:

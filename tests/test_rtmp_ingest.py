@@ -16,7 +16,8 @@ import pytest
 
 from gpu.analysis.identity import identity_distance
 from media_fixtures import write_test_video
-from signaling.stream_keys import StreamKeyStore
+from signaling.stream_keys import StreamKeyStore, rtmp_session_id
+from streamer.faces import FaceLibrary
 from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
 from streamer.media.images import write_image
@@ -89,7 +90,9 @@ class Node:
         self.keys = StreamKeyStore(data_dir)
         settings = IngestSettings(EncoderSettings(bitrate_kbps=2000, keyframe_interval_s=1.0),
                                   push_retry_initial_s=0.2, push_retry_max_s=1.0, resume_window_s=resume_window_s)
-        self.ingest = RtmpIngest(self.keys, engine, lambda swap: SwapConfig(**swap).options(), settings, RtmpPublishClient)
+        self.faces = FaceLibrary(engine)
+        self.ingest = RtmpIngest(self.keys, engine, lambda swap: SwapConfig(**swap).options(), settings, RtmpPublishClient,
+                                 self.faces)
         self.server = RtmpServer(self.ingest, port=0, stall_timeout=stall_timeout)
 
     async def __aenter__(self):
@@ -99,6 +102,7 @@ class Node:
     async def __aexit__(self, *exc):
         await self.ingest.close()
         await self.server.close()
+        self.faces.close()
 
     def url(self, name: str) -> str:
         return f"rtmp://127.0.0.1:{self.server.port}/live/{name}"
@@ -269,12 +273,14 @@ def test_reconnect_resumes_the_same_stream_for_its_viewers(engine, grace_image, 
             await wait_until(lambda: stream.worker.stats.frames_out + stream.worker.stats.frames_dropped >= 40)
             await asyncio.sleep(0.3)
             same = node.ingest.streams.get(record.key_id) is stream
+            preview = node.ingest.preview_jpeg(rtmp_session_id(key))  # what the dashboard shows of it
             await viewer.close()
             watching.cancel()
-            return same, stream.publishes, received
+            return same, stream.publishes, received, preview
 
-    same, publishes, timestamps = asyncio.run(scenario())
+    same, publishes, timestamps, preview = asyncio.run(scenario())
     assert same and publishes == 2
+    assert preview.startswith(b"\xff\xd8") and len(preview) > 1000
     assert len(timestamps) > 10
     assert timestamps == sorted(timestamps)  # continuous for the viewer across the reconnect
 

@@ -1,5 +1,5 @@
 // The swapcast page: camera → server (WebRTC) → swapped video, with live controls.
-import { ApiError, LiveSwap, SwapcastClient } from '/web/swapcast-client.js';
+import { ApiError, LiveSwap, SwapcastClient, pageToken } from '/web/swapcast-client.js';
 
 const $ = (id) => document.getElementById(id);
 const el = {
@@ -38,7 +38,7 @@ const el = {
   },
 };
 
-const client = new SwapcastClient();
+const client = new SwapcastClient({ token: pageToken() });
 const state = {
   faces: [],
   faceId: null,
@@ -88,8 +88,12 @@ function cameraErrorMessage(err) {
   }
 }
 
+const SIGN_IN_HINT = 'Open the address `swapcast serve` printed (it ends in #token=…), or ask your operator for a token.';
+
 function sessionErrorMessage(err) {
   if (err instanceof ApiError) {
+    if (err.status === 401) return `You are not signed in: ${err.reason}. ${SIGN_IN_HINT}`;
+    if (err.status === 429) return `Too many requests: ${err.reason}`;
     if (err.status === 503) {
       return `The server is full right now — every live slot is in use (${err.reason}). Please try again in a minute.`;
     }
@@ -175,7 +179,8 @@ async function loadFaces() {
     }
   } catch (err) {
     el.faceList.innerHTML = '<p class="hint">Faces could not be loaded.</p>';
-    showMessage(`The face list could not be loaded: ${err.reason || err.message}`);
+    const hint = err instanceof ApiError && err.status === 401 ? ` ${SIGN_IN_HINT}` : '';
+    showMessage(`The face list could not be loaded: ${err.reason || err.message}.${hint}`);
   }
 }
 
@@ -379,6 +384,7 @@ async function start() {
       if (connection === 'connected') setStatus('live', 'Live');
       else if (connection === 'disconnected') setStatus('connecting', 'Reconnecting…');
     },
+    onReconnecting: (attempt) => setStatus('connecting', `Reconnecting… (${attempt})`),
     onEnded: (reason) => {
       stop({ keepMessage: true });
       showMessage(`${reason} Press Start camera to try again.`);

@@ -9,8 +9,17 @@
 //   live.pollStats((stats) => ..., 1000);
 //   await live.stop();                                 // DELETE + close
 //
+// A live swap survives the loss of its server node: when the connection fails or the
+// swapped video stalls, LiveSwap offers again for the same session (through the gateway,
+// which places it on a live node); the face and options are kept by the server, nothing
+// is uploaded again. onReconnecting(attempt) reports it; onTrack fires with the new stream.
+//
 // Errors from the API are thrown as ApiError {status, reason}; `reason` is the server's own
 // `{"error": "..."}` text when it sent one.
+//
+// Every API call carries the user's token (a JWT) as `Authorization: Bearer`. Pages get it
+// from `#token=...` in their address (what `swapcast serve` prints) and keep it in
+// localStorage: `new SwapcastClient({ token: pageToken() })`.
 
 const API = '/api/v1';
 
@@ -42,11 +51,48 @@ async function readError(response) {
   return new ApiError(response.status, reason || `HTTP ${response.status}`, body);
 }
 
+const TOKEN_STORAGE = 'swapcast.token';
+
+/** The page's API token: from `#token=...` (then removed from the address bar and kept
+ *  in localStorage), else the one kept before; null when there is none. */
+export function pageToken() {
+  const match = /(?:^#|&)token=([^&]+)/.exec(window.location.hash || '');
+  if (match) {
+    const token = decodeURIComponent(match[1]);
+    try {
+      localStorage.setItem(TOKEN_STORAGE, token);
+    } catch {
+      /* storage disabled: the token lives as long as the page */
+    }
+    history.replaceState(null, '', window.location.pathname + window.location.search);
+    return token;
+  }
+  try {
+    return localStorage.getItem(TOKEN_STORAGE);
+  } catch {
+    return null;
+  }
+}
+
 export class SwapcastClient {
-  /** @param {{baseUrl?: string, fetch?: typeof fetch}} [init] */
-  constructor({ baseUrl = '', fetch: fetchImpl } = {}) {
+  /** @param {{baseUrl?: string, token?: string|null, fetch?: typeof fetch}} [init] */
+  constructor({ baseUrl = '', token = null, fetch: fetchImpl } = {}) {
     this.baseUrl = baseUrl.replace(/\/$/, '');
+    this.token = token;
     this._fetch = fetchImpl || globalThis.fetch.bind(globalThis);
+  }
+
+  /** Authorization for API calls (and for WHEP, which takes the same token). */
+  authHeaders() {
+    return this.token ? { Authorization: `Bearer ${this.token}` } : {};
+  }
+
+  /** The WebSocket of session events and live stats (browsers cannot set its headers,
+   *  so the token rides in the query). */
+  eventsUrl() {
+    const base = this.baseUrl || `${window.location.protocol}//${window.location.host}`;
+    const ws = base.replace(/^http/, 'ws');
+    return `${ws}${API}/events${this.token ? `?token=${encodeURIComponent(this.token)}` : ''}`;
   }
 
   url(path) {
@@ -54,7 +100,7 @@ export class SwapcastClient {
   }
 
   async request(method, path, { json, body, headers = {}, keepalive = false, signal } = {}) {
-    const init = { method, headers: { Accept: 'application/json', ...headers }, keepalive, signal };
+    const init = { method, headers: { Accept: 'application/json', ...this.authHeaders(), ...headers }, keepalive, signal };
     if (json !== undefined) {
       init.body = JSON.stringify(json);
       init.headers['Content-Type'] = 'application/json';
@@ -91,10 +137,17 @@ export class SwapcastClient {
     return this.request('GET', '/sessions');
   }
 
+  /** Without `sdp`: a placed session ({session_id, offer_url}) that `offerSession` connects.
+   *  With `sdp`: create and connect in one request ({session_id, sdp, type}). */
   createSession({ sdp, faceId, options = {} }) {
-    return this.request('POST', '/sessions', {
-      json: { sdp, type: 'offer', face_id: faceId, options },
-    });
+    const json = { face_id: faceId, options };
+    if (sdp !== undefined) Object.assign(json, { sdp, type: 'offer' });
+    return this.request('POST', '/sessions', { json });
+  }
+
+  /** Offer (or re-offer, after a failure) media for a session: {session_id, sdp, type}. */
+  offerSession(id, sdp) {
+    return this.request('POST', `/sessions/${encodeURIComponent(id)}/offer`, { json: { sdp, type: 'offer' } });
   }
 
   getSession(id) {
@@ -114,10 +167,72 @@ export class SwapcastClient {
   /** Fire-and-forget DELETE that survives page unload (fetch keepalive). */
   deleteSessionOnUnload(id) {
     try {
-      this._fetch(this.url(`/sessions/${encodeURIComponent(id)}`), { method: 'DELETE', keepalive: true })
+      this._fetch(this.url(`/sessions/${encodeURIComponent(id)}`), {
+        method: 'DELETE', keepalive: true, headers: this.authHeaders(),
+      })
         .catch(() => {});
     } catch {
       /* the page is going away; nothing else to do */
+    }
+  }
+
+  // --- operators (admin role): nodes, WHEP preview ------------------------------------
+  /** Every node of the cluster: [{id, address, gpu, capacity, load, state, queue_delay_ms, stats, last_seen}]. */
+  listNodes() {
+    return this.request('GET', '/nodes');
+  }
+
+  /** Stop placing new sessions on a node (its own sessions go on); returns the node. */
+  drainNode(id) {
+    return this.request('POST', `/nodes/${encodeURIComponent(id)}/drain`);
+  }
+
+  /** Take a drained node back into placement; returns the node. */
+  readyNode(id) {
+    return this.request('POST', `/nodes/${encodeURIComponent(id)}/ready`);
+  }
+
+  /** WHEP: view a session's swapped video. POSTs a recvonly offer (application/sdp, same
+   *  Bearer token) and returns {sdp, location}; `location` is what `whepStop` deletes. */
+  async whepView(sessionId, sdp) {
+    let response;
+    try {
+      response = await this._fetch(`${this.baseUrl}/whep/${encodeURIComponent(sessionId)}`, {
+        method: 'POST',
+        headers: { ...this.authHeaders(), 'Content-Type': 'application/sdp', Accept: 'application/sdp' },
+        body: sdp,
+      });
+    } catch {
+      throw new ApiError(0, 'The swapcast server cannot be reached. Check that it is running.');
+    }
+    if (!response.ok) throw await readError(response);
+    const location = response.headers.get('Location');
+    return { sdp: await response.text(), location: location ? new URL(location, response.url).href : null };
+  }
+
+  /** The session's newest swapped frame as a JPEG Blob (any protocol, RTMP included). */
+  async sessionPreview(id) {
+    let response;
+    try {
+      response = await this._fetch(this.url(`/sessions/${encodeURIComponent(id)}/preview.jpg`), {
+        headers: this.authHeaders(), cache: 'no-store',
+      });
+    } catch {
+      throw new ApiError(0, 'The swapcast server cannot be reached. Check that it is running.');
+    }
+    if (!response.ok) throw await readError(response);
+    return response.blob();
+  }
+
+  /** End a WHEP viewer (the `location` whepView returned); a viewer already gone is fine. */
+  async whepStop(location) {
+    if (!location) return;
+    try {
+      const response = await this._fetch(location, { method: 'DELETE', headers: this.authHeaders() });
+      if (!response.ok && response.status !== 404) throw await readError(response);
+    } catch (err) {
+      if (err instanceof ApiError) throw err;
+      /* unreachable server: the viewer ends with its peer connection */
     }
   }
 }
@@ -193,19 +308,28 @@ export async function tuneSender(sender, { maxBitrateKbps = 2500, degradationPre
  * Events (all optional): onTrack(stream), onState(state), onEnded(reason).
  */
 export class LiveSwap {
-  constructor(client, { onTrack, onState, onEnded, iceServers = [], codec = 'video/H264', maxBitrateKbps = 2500 } = {}) {
+  constructor(client, {
+    onTrack, onState, onEnded, onReconnecting, iceServers = [], codec = 'video/H264', maxBitrateKbps = 2500,
+    stallMs = 1000, maxReconnects = 8,
+  } = {}) {
     this.client = client;
     this.onTrack = onTrack || (() => {});
     this.onState = onState || (() => {});
     this.onEnded = onEnded || (() => {});
+    this.onReconnecting = onReconnecting || (() => {});
     this.iceServers = iceServers;
     this.codec = codec;
     this.maxBitrateKbps = maxBitrateKbps;
+    this.stallMs = stallMs;
+    this.maxReconnects = maxReconnects;
     this.pc = null;
     this.sessionId = null;
     this.remoteStream = null;
+    this.reconnects = 0;
+    this._camera = null;
     this._pollTimer = null;
-    this._disconnectTimer = null;
+    this._watchTimer = null;
+    this._reconnecting = null;
     this._stopped = false;
     this._patches = Promise.resolve();
   }
@@ -214,64 +338,121 @@ export class LiveSwap {
     return Boolean(this.pc) && !this._stopped;
   }
 
-  /** Offer the camera's video track, wait for ICE gathering, POST, apply the answer. */
+  /** Create the session (face and options are checked before the camera is offered),
+   *  then connect it. */
   async start(cameraStream, { faceId, options = {} } = {}) {
+    if (!cameraStream.getVideoTracks()[0]) throw new Error('The camera stream has no video track.');
+    this._stopped = false;
+    this._camera = cameraStream;
+    const placed = await this.client.createSession({ faceId, options });
+    this.sessionId = placed.session_id;
+    if (this._stopped) {
+      this.client.deleteSession(placed.session_id).catch(() => {});
+      throw new Error('stopped');
+    }
+    try {
+      return await this._connect();
+    } catch (err) {
+      if (!this._stopped) await this.stop();
+      throw err;
+    }
+  }
+
+  /** One peer connection for the session: offer the camera, wait for ICE gathering,
+   *  POST the offer, apply the answer, then watch that swapped video keeps coming. */
+  async _connect() {
+    this._closePeer();
     const pc = new RTCPeerConnection({ iceServers: this.iceServers });
     this.pc = pc;
-    this._stopped = false;
-    const track = cameraStream.getVideoTracks()[0];
-    if (!track) throw new Error('The camera stream has no video track.');
-
-    const transceiver = pc.addTransceiver(track, {
+    const camera = this._camera;
+    const transceiver = pc.addTransceiver(camera.getVideoTracks()[0], {
       direction: 'sendrecv',
-      streams: [cameraStream],
+      streams: [camera],
       sendEncodings: [{ maxBitrate: this.maxBitrateKbps * 1000 }],
     });
     this.codecPreferred = preferCodec(transceiver, this.codec);
     this.transceiver = transceiver;
-
     pc.addEventListener('track', (event) => {
+      if (this.pc !== pc) return;
       this.remoteStream = event.streams[0] || new MediaStream([event.track]);
       this.onTrack(this.remoteStream, event.track);
     });
-    pc.addEventListener('connectionstatechange', () => this._onConnectionState());
+    pc.addEventListener('connectionstatechange', () => this._onConnectionState(pc));
 
     await pc.setLocalDescription(await pc.createOffer());
     await waitForIceGathering(pc);
-    if (this._stopped) throw new Error('stopped');
-
-    let answer;
-    try {
-      answer = await this.client.createSession({ sdp: pc.localDescription.sdp, faceId, options });
-    } catch (err) {
-      this._closePeer();
-      throw err;
-    }
-    this.sessionId = answer.session_id;
-    if (this._stopped) {
-      // stop() ran while the offer was in flight: drop the session we just got.
-      this.client.deleteSession(this.sessionId).catch(() => {});
-      throw new Error('stopped');
-    }
+    if (this._stopped || this.pc !== pc) throw new Error('stopped');
+    const answer = await this.client.offerSession(this.sessionId, pc.localDescription.sdp);
+    if (this._stopped || this.pc !== pc) throw new Error('stopped');
     await pc.setRemoteDescription({ type: answer.type || 'answer', sdp: answer.sdp });
     await tuneSender(transceiver.sender, { maxBitrateKbps: this.maxBitrateKbps });
+    this._watch(pc);
     return answer;
   }
 
-  _onConnectionState() {
-    const pc = this.pc;
-    if (!pc || this._stopped) return;
+  _onConnectionState(pc) {
+    if (pc !== this.pc || this._stopped) return;
     const state = pc.connectionState;
     this.onState(state);
-    clearTimeout(this._disconnectTimer);
-    if (state === 'failed') {
-      this._end('The connection to the server failed.');
-    } else if (state === 'disconnected') {
-      // Often recovers by itself; give it a few seconds before giving up.
-      this._disconnectTimer = setTimeout(() => {
-        if (this.pc && this.pc.connectionState === 'disconnected') this._end('The connection to the server was lost.');
-      }, 5000);
-    }
+    if (state === 'failed' || state === 'closed') this._reconnect(`connection ${state}`);
+  }
+
+  /** Reconnect when no new swapped frame was decoded for `stallMs` (a dead node's
+   *  connection can take many seconds to be declared failed; frames stop at once). */
+  _watch(pc) {
+    clearInterval(this._watchTimer);
+    let lastFrames = -1;
+    let lastChange = performance.now();
+    this._watchTimer = setInterval(async () => {
+      if (pc !== this.pc || this._stopped) return;
+      let frames = 0;
+      try {
+        (await pc.getStats()).forEach((s) => {
+          if (s.type === 'inbound-rtp' && s.kind === 'video') frames = s.framesDecoded || 0;
+        });
+      } catch {
+        return;
+      }
+      const now = performance.now();
+      if (frames !== lastFrames) {
+        if (frames > 0) this.reconnects = 0; // media flows again: a later failure starts a new count
+        lastFrames = frames;
+        lastChange = now;
+      } else if (frames > 0 && now - lastChange > this.stallMs) {
+        this._reconnect('swapped video stalled');
+      }
+    }, 250);
+  }
+
+  /** Offer again for the same session, with backoff, until it works or `maxReconnects`. */
+  _reconnect(why) {
+    if (this._stopped || this._reconnecting) return this._reconnecting;
+    clearInterval(this._watchTimer);
+    this._reconnecting = (async () => {
+      while (!this._stopped) {
+        this.reconnects += 1;
+        if (this.reconnects > this.maxReconnects) {
+          this._reconnecting = null;
+          this._end(`The connection to the server was lost (${why}).`);
+          return;
+        }
+        this.onReconnecting(this.reconnects, why);
+        try {
+          await this._connect();
+          this._reconnecting = null;
+          return;
+        } catch (err) {
+          if (err instanceof ApiError && err.status === 404) {
+            this._reconnecting = null;
+            this._end('The server ended this session.');
+            return;
+          }
+          await new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** (this.reconnects - 1), 3000)));
+        }
+      }
+      this._reconnecting = null;
+    })();
+    return this._reconnecting;
   }
 
   async _end(reason) {
@@ -358,7 +539,7 @@ export class LiveSwap {
   }
 
   _closePeer() {
-    clearTimeout(this._disconnectTimer);
+    clearInterval(this._watchTimer);
     if (this.pc) {
       try {
         this.pc.getSenders().forEach((s) => s.track && s.replaceTrack(null).catch(() => {}));

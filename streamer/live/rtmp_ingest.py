@@ -3,7 +3,11 @@ the key's destinations, recorded, and can be played from this server.
 
 A stream outlives its publisher for ``resume_window_s``: a publisher that reconnects with
 the same key (as OBS does after a network blip) resumes the same stream, and viewers and
-destinations carry on with continuous timestamps."""
+destinations carry on with continuous timestamps.
+
+Each live stream has a record in the session registry under ``rtmp_session_id(key)`` (the
+id a gateway computes from the key alone), so the gateway routes a reconnecting publisher
+back here, or to another node when this one died."""
 
 from __future__ import annotations
 
@@ -17,13 +21,15 @@ from dataclasses import dataclass
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import SwapcastError
 from gpu.options import SwapOptions
-from signaling.stream_keys import StreamKey, StreamKeyStore
+from signaling.registry import MemoryRegistry, Registry, RegistryUnavailable, SessionRecord
+from signaling.stream_keys import StreamKey, StreamKeyStore, rtmp_session_id
 from streamer.live.flv_file import FlvFileWriter, recording_path
 from streamer.live.h264 import EncodedVideo
 from streamer.live.interleave import AudioDelay
 from streamer.live.outputs import Headers, Output, PlayerOutput, PublishClientFactory, PushOutput, RecordingOutput
-from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, SequenceHeader, VideoSample
-from streamer.media.images import read_image
+from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, ObserveStats, SequenceHeader, VideoSample
+from streamer.faces import FaceLibrary
+from streamer.media.images import jpeg_preview
 from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.rtmp import amf0
 from streamer.rtmp.errors import RtmpProtocolError
@@ -53,6 +59,7 @@ class LiveStream:
         self.name = record.stream.name
         self.created = time.time()
         self.publisher: Publisher | None = None
+        self.record: SessionRecord | None = None  # set by the ingest: the registry's view
         self.publishes = 0
         self.headers = Headers()
         self.players: set[PlayerOutput] = set()
@@ -165,8 +172,13 @@ class LiveStream:
 
     def info(self) -> dict:
         return {
-            "id": self.key_id,
+            "id": self.record.id,
+            "key_id": self.key_id,
             "protocol": "rtmp",
+            "owner": self.record.owner,
+            "node_id": self.record.node_id,
+            "state": self.record.state,
+            "connection": "publishing" if self.publisher is not None else "waiting for the publisher",
             "name": self.name,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
             "publishing": self.publisher is not None,
@@ -190,27 +202,35 @@ class RtmpIngest:
     """The RTMP server's handler: stream keys in, live streams out."""
 
     def __init__(self, keys: StreamKeyStore, engine: FaceEngine, base_options: Callable[[dict], SwapOptions],
-                 settings: IngestSettings, connect_push: PublishClientFactory) -> None:
+                 settings: IngestSettings, connect_push: PublishClientFactory, faces: FaceLibrary,
+                 registry: Registry | None = None, node_id: str = "local") -> None:
         self._keys = keys
+        self._faces = faces
+        self.registry = registry or MemoryRegistry()
+        self.node_id = node_id
         self._engine = engine
         self._options = base_options
         self._settings = settings
         self._connect_push = connect_push
         self.streams: dict[str, LiveStream] = {}
-        self._sources: dict[str, SourceFace] = {}
+        self.observe_stats: ObserveStats | None = None  # set by the node: its metrics
 
     async def authorize_publish(self, app: str, name: str) -> None:
         record = self._keys.find(name)
         if record is None:
             raise PublishRejected("NetStream.Publish.BadName", "unknown or revoked stream key")
-        if record.key_id not in self._sources:
-            try:
-                self._sources[record.key_id] = await asyncio.get_running_loop().run_in_executor(None, self._register, record)
-            except SwapcastError as exc:
-                raise PublishRejected("NetStream.Publish.BadName", f"the stream key's source face is unusable: {exc}") from None
+        try:
+            await self._faces.for_stream(record.stream)  # registered once, cached by the library
+        except SwapcastError as exc:
+            raise PublishRejected("NetStream.Publish.BadName", f"the stream key's source face is unusable: {exc}") from None
+        try:
+            await self.registry.save_session(self._record(record, name))
+        except RegistryUnavailable as exc:
+            raise PublishRejected("NetStream.Publish.Failed", f"{exc}; try again shortly") from None
 
-    def _register(self, record: StreamKey) -> SourceFace:
-        return self._engine.register_source(read_image(record.stream.source_face), label=f"stream {record.stream.name}")
+    def _record(self, record: StreamKey, stream_key: str) -> SessionRecord:
+        return SessionRecord(id=rtmp_session_id(stream_key), protocol="rtmp", node_id=self.node_id, owner=record.owner,
+                             options=dict(record.stream.swap), label=record.stream.name, state="live")
 
     async def on_publish(self, publisher: Publisher) -> None:
         record = self._keys.find(publisher.name)
@@ -219,8 +239,12 @@ class RtmpIngest:
             return
         stream = self.streams.get(record.key_id)
         if stream is None:
-            stream = LiveStream(record, self._sources[record.key_id], self._options(record.stream.swap),
+            face = await self._faces.for_stream(record.stream)
+            stream = LiveStream(record, face.source, self._options(record.stream.swap),
                                 self._engine, self._settings, self._connect_push)
+            stream.record = self._record(record, publisher.name)
+            if self.observe_stats is not None:
+                stream.worker.stats.observer = self.observe_stats("rtmp")
             self.streams[record.key_id] = stream
         elif stream.publisher is not None:
             await stream.publisher.close("replaced by a new connection with the same stream key")
@@ -239,13 +263,45 @@ class RtmpIngest:
         if stream.publisher is None and self.streams.get(stream.key_id) is stream:
             del self.streams[stream.key_id]
             await stream.close()
+            try:
+                await self.registry.end_session(stream.record.id, node_id=self.node_id)
+            except RegistryUnavailable:
+                log.warning("rtmp: %s ended while the registry is down", stream.name)
+
+    async def kill(self, session_id: str) -> bool:
+        """End a live stream at once (an operator's kill): publisher cut, outputs closed."""
+        for stream in list(self.streams.values()):
+            if stream.record.id == session_id:
+                if stream.teardown is not None:
+                    stream.teardown.cancel()
+                if stream.publisher is not None:
+                    await stream.publisher.close("ended by an operator")
+                    stream.publisher = None
+                await self._end(stream)
+                return True
+        return False
+
+    def records(self) -> list[SessionRecord]:
+        return [stream.record for stream in self.streams.values()]
+
+    def preview_jpeg(self, session_id: str) -> bytes | None:
+        """The newest swapped picture of a live stream, as a small JPEG (None: no such
+        stream here, or no frame yet)."""
+        stream = next((s for s in self.streams.values() if s.record.id == session_id), None)
+        rgb = stream.worker.latest_rgb if stream is not None else None
+        return jpeg_preview(rgb) if rgb is not None else None
+
+    def _playable(self, name: str) -> LiveStream | None:
+        """Play names a stream by its key id or by its session id (what a gateway knows)."""
+        return self.streams.get(name) or next((s for s in self.streams.values() if s.record.id == name), None)
 
     async def authorize_play(self, app: str, name: str) -> None:
-        if name not in self.streams:
-            raise PublishRejected("NetStream.Play.StreamNotFound", f"no live stream {name!r} (play by stream key id)")
+        if self._playable(name) is None:
+            raise PublishRejected("NetStream.Play.StreamNotFound",
+                                  f"no live stream {name!r} (play by stream key id or session id)")
 
     async def on_play(self, player: Player) -> None:
-        stream = self.streams.get(player.name)
+        stream = self._playable(player.name)
         if stream is None:
             return
         output = stream.add_player(player)

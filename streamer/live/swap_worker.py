@@ -48,6 +48,10 @@ class EncoderSettings:
 
 # (encoded frame, the encoder's avcC when it is new or changed, else None)
 Emit = Callable[[EncodedVideo, bytes | None], None]
+# told of every output frame: (the stream's stats, its latency in ms, its stage times); the
+# node's metrics (streamer.metrics.StreamObserver)
+StatsObserver = Callable[["LiveStats", float, StageTimes], None]
+ObserveStats = Callable[[str], StatsObserver]  # a new stream's observer, by protocol
 
 
 class LiveStats:
@@ -59,9 +63,16 @@ class LiveStats:
         self.frames_dropped = 0
         self.decode_errors = 0
         self.frames_unswapped_busy = 0  # sent on unswapped: the node's batcher was saturated
+        self.swap_errors = 0  # frames sent on unswapped because the swap raised
         self.latencies_ms: deque[float] = deque(maxlen=window)
         self.last_stages: StageTimes | None = None
+        self.observer: StatsObserver | None = None
+        self._in_times: deque[float] = deque(maxlen=window)
         self._out_times: deque[float] = deque(maxlen=window)
+
+    def record_input(self) -> None:
+        self.frames_in += 1
+        self._in_times.append(time.monotonic())
 
     def record_output(self, latency_ms: float, stages: StageTimes) -> None:
         self.frames_out += 1
@@ -69,10 +80,12 @@ class LiveStats:
         self.latencies_ms.append(latency_ms)
         self.last_stages = stages
         self._out_times.append(time.monotonic())
+        if self.observer is not None:
+            self.observer(self, latency_ms, stages)
 
     def snapshot(self) -> dict[str, float | int | None]:
         latencies = np.array(self.latencies_ms) if self.latencies_ms else None
-        recent = [t for t in self._out_times if t > time.monotonic() - 2.0]
+        since = time.monotonic() - 2.0
         stages = self.last_stages
         return {
             "frames_in": self.frames_in,
@@ -80,7 +93,9 @@ class LiveStats:
             "frames_dropped": self.frames_dropped,
             "decode_errors": self.decode_errors,
             "frames_unswapped_busy": self.frames_unswapped_busy,
-            "fps_out": len(recent) / 2.0,
+            "swap_errors": self.swap_errors,
+            "fps_in": sum(1 for t in self._in_times if t > since) / 2.0,
+            "fps_out": sum(1 for t in self._out_times if t > since) / 2.0,
             "latency_p50_ms": float(np.percentile(latencies, 50)) if latencies is not None else None,
             "latency_p99_ms": float(np.percentile(latencies, 99)) if latencies is not None else None,
             "swap_ms": stages.total if stages else None,
@@ -97,6 +112,7 @@ class LiveSwapWorker:
         self.swapper = swapper
         self.encoder_settings = encoder
         self.stats = LiveStats()
+        self.latest_rgb: np.ndarray | None = None
         self._emit = emit
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._decoder = H264Decoder()
@@ -136,7 +152,7 @@ class LiveSwapWorker:
                 self.stats.decode_errors += 1
                 continue
             for frame in frames:
-                self.stats.frames_in += 1
+                self.stats.record_input()
                 if newest is not None:
                     self.stats.frames_dropped += 1
                 newest = (frame, item.arrived)
@@ -149,7 +165,9 @@ class LiveSwapWorker:
             stages = self.swapper.process(rgb, pts / 1000.0)
         except Exception:  # a swap bug must not end the broadcast: the frame goes out unswapped
             log.exception("swap failed on a frame; sending it unswapped")
+            self.stats.swap_errors += 1
             stages = StageTimes()
+        self.latest_rgb = rgb  # the newest swapped picture, for operators' previews
         encoder = self._encoder_for(rgb)
         new_header = encoder.sequence_header is None
         for packet in encoder.encode(rgb, pts):

@@ -78,3 +78,15 @@ def write_image(path: str | os.PathLike[str], rgb: np.ndarray) -> None:
         path.write_bytes(encoded.tobytes())
     except OSError as exc:
         raise ImageError(f"{path}: cannot write file ({exc.strerror or exc})") from None
+
+
+def jpeg_preview(rgb: np.ndarray, max_side: int = 320, quality: int = 80) -> bytes:
+    """A small JPEG of a frame (operators' previews): at most ``max_side`` px per side."""
+    height, width = rgb.shape[:2]
+    scale = min(1.0, max_side / max(height, width))
+    if scale < 1.0:
+        rgb = cv2.resize(rgb, (max(1, round(width * scale)), max(1, round(height * scale))), interpolation=cv2.INTER_AREA)
+    ok, encoded = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:  # pragma: no cover - OpenCV always encodes a non-empty RGB frame
+        raise RuntimeError("preview encoding failed")
+    return encoded.tobytes()

@@ -367,7 +367,7 @@ class RtmpConnection:
             return
         self._publisher = ServerPublisher(self, self._app, name, self._queue_size)
         self._send(msg.command("onStatus", 0, None, _status("status", "NetStream.Publish.Start", f"{name} is now published."), stream_id=stream_id))
-        log.info("rtmp %s: publishing %s/%s", self.remote, self._app, name)
+        log.info("rtmp %s: publishing %s/%s…", self.remote, self._app, name[:6])  # never log a whole stream key
         self._start_handler(self._handler.on_publish(self._publisher))
 
     async def _on_play(self, name: str, stream_id: int) -> None:
@@ -386,7 +386,7 @@ class RtmpConnection:
             msg.data("|RtmpSampleAccess", True, True, stream_id=stream_id),
         )
         self._player = ServerPlayer(self, self._app, name, self._queue_size)
-        log.info("rtmp %s: playing %s/%s", self.remote, self._app, name)
+        log.info("rtmp %s: playing %s/%s…", self.remote, self._app, name[:6])
         self._tasks.append(asyncio.create_task(self._play_writer(self._player, stream_id)))
         self._start_handler(self._handler.on_play(self._player))
 

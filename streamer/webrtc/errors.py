@@ -54,3 +54,9 @@ class ServerFullError(SessionError):
     """``config.webrtc.max_sessions`` (or the viewer limit) reached."""
 
     status = 503
+
+
+class SessionLimitError(SessionError):
+    """A user already holds ``auth.max_sessions_per_user`` sessions."""
+
+    status = 429

@@ -1,6 +1,13 @@
 """All live WebRTC sessions of a node: negotiation, the session limit, live changes and
 teardown. The HTTP routes are a thin layer over this object.
 
+Every session has a record in the registry (``signaling.registry``): created ``placed``
+(by this node, or by the gateway, which then forwards the request with
+``X-Swapcast-Session-Id``), ``live`` once its media is negotiated here. The record holds the
+face id and option overrides, so an offer for a known id on any node resumes the session
+(after a node died, the browser re-offers through the gateway). A session that ends (hang-up,
+``DELETE``) ends its record; a node shutting down leaves them for another node.
+
 Negotiation (aiortc answers, no trickle ICE): the offer is checked first; then the
 transceivers are created *before* ``setRemoteDescription`` so their directions and codec
 preferences are ours (aiortc fixes codecs there), the peer's tracks are attached to the
@@ -12,14 +19,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc.sdp import candidate_from_sdp
 from pydantic import ValidationError
 
 from gpu.engine import FaceEngine
+from signaling.registry import MemoryRegistry, Registry, RegistryUnavailable, SessionRecord
 from signaling.stream_keys import StreamKeyStore, hash_key
 from streamer.faces import FaceEntry, FaceLibrary
+from streamer.live.swap_worker import ObserveStats
 from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.webrtc import encoders, ice
 from streamer.webrtc.delayed_audio import DelayedAudio
@@ -28,6 +40,7 @@ from streamer.webrtc.errors import (
     ForbiddenError,
     NotFoundError,
     ServerFullError,
+    SessionLimitError,
     UnprocessableError,
 )
 from streamer.webrtc.offers import Offer, parse_offer
@@ -47,8 +60,18 @@ class SessionManager:
     def __init__(
         self, engine: FaceEngine, faces: FaceLibrary, *, webrtc: WebRtcConfig, swap_defaults: SwapConfig,
         live: LiveConfig | None = None, stream_keys: StreamKeyStore | None = None,
+        registry: Registry | None = None, node_id: str = "local", capacity: int | None = None,
+        max_sessions_per_owner: int | None = None,
     ) -> None:
         self.engine = engine
+        self.registry = registry or MemoryRegistry()
+        self.node_id = node_id
+        self.capacity = capacity or webrtc.max_sessions
+        self.max_sessions_per_owner = max_sessions_per_owner
+        # ends a live RTMP stream of this node (set by the composition root): DELETE of an
+        # RTMP session must stop the stream itself, not only forget its record
+        self.kill_stream: Callable[[str], Awaitable[bool]] | None = None
+        self.preview_stream: Callable[[str], bytes | None] | None = None  # an RTMP stream's newest picture
         self.faces = faces
         self.webrtc = webrtc
         self.swap_defaults = swap_defaults
@@ -58,6 +81,7 @@ class SessionManager:
         self._reserved = 0  # sessions being negotiated, counted against the limit
         self._background: set[asyncio.Task] = set()
         self._closed = False
+        self.observe_stats: ObserveStats | None = None  # set by the node: its metrics
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -92,16 +116,81 @@ class SessionManager:
 
     # -- creating sessions ----------------------------------------------------------------------
 
-    async def create_webrtc(self, offer_sdp: object, face_id: object, options: object) -> tuple[Session, str]:
-        """A browser session: its swapped video goes back on the same connection."""
-        offer = parse_offer(offer_sdp, need="send")
+    async def place(self, face_id: object, options: object, *, session_id: str | None = None,
+                    owner: str = "") -> SessionRecord:
+        """A browser session without media yet: its face and options are checked and
+        recorded; the browser's offer follows (``offer``). ``session_id`` is the id the
+        gateway already placed on this node."""
         if not isinstance(face_id, str) or not face_id:
             raise BadRequestError("face_id is required (see GET /api/v1/faces)")
-        swap = self.resolve_options(self.swap_defaults, options)
-        face = await self.faces.get(face_id)
-        return await self._create("webrtc", offer, face, face_id, swap)
+        self.resolve_options(self.swap_defaults, options)
+        await self.faces.get(face_id)
+        if session_id is None:
+            mine = await self.registry.sessions(self.node_id)
+            if len(mine) >= self.capacity:
+                raise ServerFullError(f"server full: {self.capacity} of {self.capacity} sessions in use; try again later")
+        await self._check_owner_quota(owner, session_id)
+        record = SessionRecord(
+            id=session_id or secrets.token_urlsafe(12), protocol="webrtc", node_id=self.node_id, owner=owner,
+            face_id=face_id, options=dict(options or {}), state="placed",
+        )
+        await self.registry.save_session(record)
+        return record
 
-    async def create_whip(self, offer_sdp: object, stream_key: str) -> tuple[Session, str]:
+    async def _check_owner_quota(self, owner: str, session_id: str | None) -> None:
+        """One user holds at most ``max_sessions_per_owner`` sessions, across the cluster."""
+        limit = self.max_sessions_per_owner
+        if limit is None or not owner:
+            return
+        held = [r for r in await self.registry.sessions() if r.owner == owner and r.id != session_id]
+        if len(held) >= limit:
+            raise SessionLimitError(f"user {owner} already has {len(held)} live session(s), the most one user may "
+                                    "hold; end one first")
+
+    async def owner_of(self, session_id: str, *, anywhere: bool = False) -> str:
+        """Who a session of this node belongs to (404 when it is not this node's, unless
+        ``anywhere``: an offer may resume a session recorded on another node)."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return session.record.owner
+        if anywhere:
+            record = await self.registry.get_session(session_id)
+            if record is None:
+                raise NotFoundError(f"no session with id {session_id!r}")
+            return record.owner
+        return (await self._record_here(session_id)).owner
+
+    async def create_webrtc(self, offer_sdp: object, face_id: object, options: object, *,
+                            session_id: str | None = None, owner: str = "") -> tuple[Session, str]:
+        """A browser session in one step (place, then offer): its swapped video goes back
+        on the same connection."""
+        parse_offer(offer_sdp, need="send")
+        record = await self.place(face_id, options, session_id=session_id, owner=owner)
+        try:
+            return await self.offer(record.id, offer_sdp)
+        except BaseException:
+            await self.registry.end_session(record.id, node_id=self.node_id)
+            raise
+
+    async def offer(self, session_id: str, offer_sdp: object) -> tuple[Session, str]:
+        """Negotiate media for a recorded session: the first offer after ``place``, or a
+        re-offer (the browser reconnecting, here or on another node after a failover),
+        which replaces any connection the session had on this node."""
+        offer = parse_offer(offer_sdp, need="send")
+        record = await self.registry.get_session(session_id)
+        if record is None:
+            raise NotFoundError(f"no session with id {session_id!r}")
+        if record.protocol != "webrtc":
+            raise BadRequestError(f"session {session_id} is a {record.protocol.upper()} session; it takes no offers here")
+        face = await self.faces.get(record.face_id or "")
+        swap = self.resolve_options(self.swap_defaults, record.options)
+        previous = self._sessions.pop(session_id, None)
+        if previous is not None:
+            await previous.close()
+        record = record.with_changes(node_id=self.node_id, state="live")
+        return await self._create("webrtc", offer, face, record.face_id, swap, record=record)
+
+    async def create_whip(self, offer_sdp: object, stream_key: str, *, session_id: str | None = None) -> tuple[Session, str]:
         """A WHIP publisher: the stream key's face and options apply; no video goes back
         to the publisher; viewers watch the swapped output over WHEP."""
         record = self.check_stream_key(stream_key)
@@ -111,11 +200,15 @@ class SessionManager:
         except BadRequestError as exc:
             raise UnprocessableError(f"stream key {record.key_id}: {exc.reason}") from None
         try:
-            face = await self.faces.from_path(record.stream.source_face)
+            face = await self.faces.for_stream(record.stream)
         except Exception as exc:
             reason = getattr(exc, "reason", None) or str(exc)
             raise UnprocessableError(f"stream key {record.key_id}: source face unusable: {reason}") from None
-        return await self._create("whip", offer, face, None, swap, label=record.stream.name)
+        session_record = SessionRecord(
+            id=session_id or secrets.token_urlsafe(12), protocol="whip", node_id=self.node_id, owner=record.owner,
+            options=dict(record.stream.swap), label=record.stream.name, state="live",
+        )
+        return await self._create("whip", offer, face, None, swap, record=session_record)
 
     def check_stream_key(self, stream_key: str):
         if self.stream_keys is None:
@@ -129,12 +222,15 @@ class SessionManager:
         raise ForbiddenError("stream key not recognised")
 
     async def _create(self, protocol, offer: Offer, face: FaceEntry, face_id: str | None, swap,
-                      label: str | None = None) -> tuple[Session, str]:
+                      record: SessionRecord) -> tuple[Session, str]:
         self._reserve()
         session = None
         try:
             pc = RTCPeerConnection(ice.rtc_configuration(self.webrtc.ice_servers))
-            session = Session(secrets.token_urlsafe(12), protocol, pc, face, face_id, swap, label=label)
+            session = Session(record.id, protocol, pc, face, face_id, swap, enabled=record.enabled,
+                              label=record.label, record=record)
+            if self.observe_stats is not None:
+                session.video.stats.observer = self.observe_stats(protocol)
             engine, source, options = self.engine, face.source, swap.options()
             batch_id = f"{protocol}-{session.id}"  # the batcher's fairness unit, named in its metrics
             await session.video.start_swapper(lambda: FrameSwapper(engine, source, options, session_id=batch_id))
@@ -153,15 +249,18 @@ class SessionManager:
                     audio.sender.replaceTrack(session.audio.output())
 
             answer = await self._answer(pc, offer)
-            session.video.attach(video.receiver.track, on_end=lambda: self._close_later(session.id, "video ended"))
+            session.video.attach(video.receiver.track, on_end=lambda: self._close_later(session, "video ended"))
             if audio is not None and offer.peer_sends_audio and audio.receiver.track is not None:
                 session.audio.attach(audio.receiver.track)
-            self._watch(pc, lambda: self._close_later(session.id, "connection ended"))
+            self._watch(pc, lambda: self._close_later(session, "connection ended"))
             self._sessions[session.id] = session
+            await self.registry.save_session(record)  # live here: the registry is the truth for the cluster
             log.info("%s session %s started (face %s)", protocol, session.id, face.id)
             return session, answer
         except BaseException:
             if session is not None:
+                if self._sessions.get(session.id) is session:
+                    del self._sessions[session.id]
                 await session.close()
             raise
         finally:
@@ -170,7 +269,7 @@ class SessionManager:
     def _reserve(self) -> None:
         if self._closed:
             raise ServerFullError("the server is shutting down")
-        limit = self.webrtc.max_sessions
+        limit = max(self.webrtc.max_sessions, self.capacity)
         if len(self._sessions) + self._reserved >= limit:
             raise ServerFullError(f"server full: {limit} of {limit} live sessions in use; try again later")
         self._reserved += 1
@@ -210,11 +309,36 @@ class SessionManager:
         task.add_done_callback(self._background.discard)
         return task
 
-    def _close_later(self, session_id: str, why: str) -> None:
-        session = self._sessions.get(session_id)
-        if session is not None and not session.closed:
-            log.info("session %s ends: %s", session_id, why)
-            self._spawn(self.close(session_id))
+    def _close_later(self, session: Session, why: str) -> None:
+        if self._sessions.get(session.id) is session and not session.closed:
+            log.info("session %s ends: %s", session.id, why)
+            self._spawn(self._drop(session))
+
+    async def add_candidate(self, session_id: str, body: object) -> None:
+        """Trickle ICE: one remote candidate (``{candidate, sdpMid, sdpMLineIndex}``, as the
+        browser's ``RTCIceCandidate.toJSON()``), or the end of them (``candidate: ""``).
+        Answers carry every local candidate, so only the peer trickles."""
+        session = self.get(session_id)
+        if not isinstance(body, dict) or not isinstance(body.get("candidate"), str):
+            raise BadRequestError('expected a JSON object {"candidate", "sdpMid", "sdpMLineIndex"}')
+        line = body["candidate"].strip()
+        if not line:
+            for transceiver in session.pc.getTransceivers():
+                await transceiver.receiver.transport.transport.addRemoteCandidate(None)
+            return
+        try:
+            candidate = candidate_from_sdp(line.removeprefix("candidate:"))
+        except (ValueError, IndexError, AssertionError):  # aiortc asserts on a short candidate
+            raise BadRequestError(f"malformed ICE candidate: {line[:80]!r}") from None
+        candidate.sdpMid = body.get("sdpMid") if isinstance(body.get("sdpMid"), str) else None
+        index = body.get("sdpMLineIndex")
+        candidate.sdpMLineIndex = index if isinstance(index, int) and not isinstance(index, bool) else None
+        if candidate.sdpMid is None and candidate.sdpMLineIndex is None:
+            raise BadRequestError("the candidate needs sdpMid or sdpMLineIndex")
+        try:
+            await session.pc.addIceCandidate(candidate)
+        except ValueError as exc:
+            raise BadRequestError(f"the candidate cannot be used: {exc}") from None
 
     # -- viewers (WHEP) -------------------------------------------------------------------------
 
@@ -254,31 +378,113 @@ class SessionManager:
 
     # -- live changes and ending ----------------------------------------------------------------
 
-    async def update(self, session_id: str, body: object) -> Session:
-        session = self.get(session_id)
+    async def describe(self, session_id: str) -> dict[str, Any]:
+        """A live session on this node, or one recorded here that has no media yet."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return self._describe(session)
+        return describe_record(await self._record_here(session_id))
+
+    async def _record_here(self, session_id: str) -> SessionRecord:
+        record = await self.registry.get_session(session_id)
+        if record is None or record.node_id != self.node_id:
+            raise NotFoundError(f"no session with id {session_id!r}")
+        return record
+
+    def _describe(self, session: Session) -> dict[str, Any]:
+        return {**session.describe(), "node_id": self.node_id, "owner": session.record.owner}
+
+    async def update(self, session_id: str, body: object) -> dict[str, Any]:
+        """Apply ``{enabled, face_id, options}`` live (or to the record of a session that
+        has no media yet); returns the new state."""
+        self._check_patch(body)
+        session = self._sessions.get(session_id)
+        if session is None:
+            record = await self._record_here(session_id)
+            options = {**record.options, **body.get("options", {})}
+            self.resolve_options(self.swap_defaults, options)
+            changes: dict[str, Any] = {"options": options}
+            if "face_id" in body:
+                changes["face_id"] = (await self.faces.get(body["face_id"])).id
+            if "enabled" in body:
+                changes["enabled"] = body["enabled"]
+            return describe_record(await self.registry.update_session(session_id, **changes))
+        async with session.updates:
+            options = self.resolve_options(session.options, body["options"]) if "options" in body else None
+            face = await self.faces.get(body["face_id"]) if "face_id" in body else None
+            await session.apply(enabled=body.get("enabled"), face=face, face_id=face.id if face else None, options=options)
+            session.record = session.record.with_changes(
+                enabled=session.enabled, face_id=session.face_id,
+                options={**session.record.options, **body.get("options", {})},
+            )
+            try:
+                await self.registry.save_session(session.record)
+            except RegistryUnavailable:
+                log.warning("session %s changed while the registry is down; it is re-saved when it returns", session_id)
+        return self._describe(session)
+
+    @staticmethod
+    def _check_patch(body: object) -> None:
         if not isinstance(body, dict) or not body:
             raise BadRequestError('expected a JSON object with any of "enabled", "face_id", "options"')
         unknown = sorted(set(body) - PATCH_KEYS)
         if unknown:
             raise BadRequestError(f"unknown field(s) {', '.join(unknown)}; expected enabled, face_id, options")
-        enabled = body.get("enabled")
-        if "enabled" in body and not isinstance(enabled, bool):
+        if "enabled" in body and not isinstance(body["enabled"], bool):
             raise BadRequestError("enabled must be true or false")
-        async with session.updates:
-            options = self.resolve_options(session.options, body["options"]) if "options" in body else None
-            face = None
-            if "face_id" in body:
-                if not isinstance(body["face_id"], str) or not body["face_id"]:
-                    raise BadRequestError("face_id must be a face id (see GET /api/v1/faces)")
-                face = await self.faces.get(body["face_id"])
-            await session.apply(enabled=enabled, face=face, face_id=face.id if face else None, options=options)
-        return session
+        if "options" in body and not isinstance(body["options"], dict):
+            raise BadRequestError("options must be a JSON object of swap settings")
+        if "face_id" in body and (not isinstance(body["face_id"], str) or not body["face_id"]):
+            raise BadRequestError("face_id must be a face id (see GET /api/v1/faces)")
 
     async def close(self, session_id: str) -> None:
-        session = self.get(session_id)
-        await session.close()
-        self._sessions.pop(session_id, None)
+        """End a session for good (``DELETE``, hang-up): its connection and its record."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            record = await self._record_here(session_id)
+            if record.protocol == "rtmp" and self.kill_stream is not None and await self.kill_stream(session_id):
+                log.info("rtmp session %s ended", session_id)
+                return
+            await self.registry.end_session(session_id, node_id=self.node_id)
+            log.info("session %s (no media yet) ended", session_id)
+            return
+        await self._drop(session)
         log.info("session %s closed", session_id)
+
+    async def _drop(self, session: Session) -> None:
+        await session.close()
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+        try:
+            await self.registry.end_session(session.id, node_id=self.node_id)
+        except RegistryUnavailable:
+            log.warning("session %s ended while the registry is down; its record goes when the node re-registers", session.id)
+
+    async def preview_jpeg(self, session_id: str) -> bytes:
+        """The session's newest swapped frame as a small JPEG, whatever its protocol."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            jpeg = await asyncio.get_running_loop().run_in_executor(None, session.video.preview_jpeg)
+        elif self.preview_stream is not None:
+            await self._record_here(session_id)
+            jpeg = await asyncio.get_running_loop().run_in_executor(None, self.preview_stream, session_id)
+        else:
+            jpeg = None
+        if jpeg is None:
+            raise NotFoundError(f"session {session_id} has no swapped frame yet")
+        return jpeg
+
+    async def disown(self, session_id: str) -> None:
+        """Close this node's copy of a session that now lives elsewhere (or was killed by
+        an operator elsewhere), leaving the record alone."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            await session.close()
+            log.info("session %s closed here: it moved to another node", session_id)
+
+    def records(self) -> list[SessionRecord]:
+        """The records of the sessions with media on this node (re-saved after Redis returns)."""
+        return [session.record for session in self._sessions.values()]
 
     @staticmethod
     def resolve_options(base, changes: object):
@@ -299,5 +505,22 @@ class SessionManager:
                                   "which live sessions do not take yet; use 'all' or 'largest'")
         return merged
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        return [session.describe() for session in self._sessions.values()]
+    async def snapshot(self) -> list[dict[str, Any]]:
+        """Live sessions of this node, then those recorded here without media yet."""
+        live = [self._describe(session) for session in self._sessions.values()]
+        try:
+            waiting = [describe_record(r) for r in await self.registry.sessions(self.node_id)
+                       if r.id not in self._sessions and r.protocol in ("webrtc", "whip")]
+        except RegistryUnavailable:
+            waiting = []
+        return [*live, *waiting]
+
+
+def describe_record(record: SessionRecord) -> dict[str, Any]:
+    """A recorded session that has no media on this node (yet)."""
+    return {
+        "id": record.id, "protocol": record.protocol, "face_id": record.face_id,
+        "created": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "enabled": record.enabled, "options": record.options, "state": record.state, "node_id": record.node_id,
+        "owner": record.owner, "viewers": 0, "stats": None,
+    }

@@ -1,13 +1,19 @@
 """HTTP API of live sessions: the face library, browser sessions, WHIP ingest, WHEP playback.
 
 Every error under these paths is JSON ``{"error": reason}`` with a 4xx status (5xx only for
-a full server or a bug), and a bad request never touches another session.
+a full server, an unreachable registry, or a bug), and a bad request never touches another
+session. Behind a gateway, requests that create or resume a session carry the id the gateway
+placed in ``X-Swapcast-Session-Id``.
 
     GET    /api/v1/faces                          [{id, name, thumbnail_url}] (samples first)
     POST   /api/v1/faces                          raw image body or multipart field "image" -> 201
     GET    /api/v1/faces/{id}/thumbnail.jpg
-    POST   /api/v1/sessions                       {sdp, type: "offer", face_id, options} -> 201 {session_id, sdp, type}
-    GET    /api/v1/sessions                       [{id, protocol, created, face_id, options, stats, ...}]
+    POST   /api/v1/sessions                       {face_id, options} -> 201 {session_id, state: "placed", offer_url}
+                                                  {face_id, options, sdp, type: "offer"} -> 201 {session_id, sdp, type}
+    POST   /api/v1/sessions/{id}/offer            {sdp, type: "offer"} -> 201 {session_id, sdp, type} (also a re-offer)
+    POST   /api/v1/sessions/{id}/candidates       {candidate, sdpMid, sdpMLineIndex} -> 204 (trickle ICE; "" ends)
+    GET    /api/v1/sessions/{id}/preview.jpg      the newest swapped frame, small (any protocol)
+    GET    /api/v1/sessions                       [{id, protocol, created, face_id, options, state, node_id, stats, ...}]
     GET    /api/v1/sessions/{id}
     PATCH  /api/v1/sessions/{id}                  any of {enabled, face_id, options} -> 200 new state
     DELETE /api/v1/sessions/{id}                  -> 204
@@ -21,22 +27,26 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from gpu.errors import SwapcastError
 from streamer.faces import (
     MAX_UPLOAD_BYTES,
     FaceEntry,
     FaceLibrary,
+    FaceListing,
     ImageTooLargeError,
     NotAnImageError,
     UnknownFaceError,
 )
+from signaling.auth import AuditLog, AuthError, NotYours
+from signaling.auth.middleware import check_owner, principal
+from signaling.registry import NoCapacityError, RegistryUnavailable, UnknownSessionError
 from streamer.webrtc.errors import (
     BadRequestError,
-    SessionError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
 )
@@ -47,8 +57,10 @@ log = logging.getLogger(__name__)
 SESSIONS_KEY = web.AppKey("webrtc_sessions", SessionManager)
 FACES_KEY = web.AppKey("face_library", FaceLibrary)
 ALL_SESSIONS_KEY = web.AppKey("all_sessions", object)
-API_PREFIXES = ("/api/v1/faces", "/api/v1/sessions", "/whip", "/whep")
+AUDIT_KEY = web.AppKey("audit_log", AuditLog)
+API_PREFIXES = ("/api/v1/", "/whip", "/whep")
 SDP = "application/sdp"
+SESSION_ID_HEADER = "X-Swapcast-Session-Id"
 
 # face library errors -> HTTP status
 _FACE_STATUS = {NotAnImageError: 415, ImageTooLargeError: 413, UnknownFaceError: 404}
@@ -59,8 +71,13 @@ def error(status: int, reason: str, headers: dict[str, str] | None = None) -> we
 
 
 def status_of(exc: SwapcastError) -> int:
-    if isinstance(exc, SessionError):
-        return exc.status
+    status = getattr(exc, "status", None)  # session, auth and ownership errors carry theirs
+    if isinstance(status, int) and 400 <= status < 600:
+        return status
+    if isinstance(exc, (RegistryUnavailable, NoCapacityError)):
+        return 503
+    if isinstance(exc, UnknownSessionError):
+        return 404
     for kind, status in _FACE_STATUS.items():
         if isinstance(exc, kind):
             return status
@@ -74,6 +91,8 @@ async def json_errors(request: web.Request, handler):
         return await handler(request)
     try:
         return await handler(request)
+    except AuthError:
+        raise  # the auth middleware renders these (WWW-Authenticate, Retry-After)
     except SwapcastError as exc:
         headers = {"WWW-Authenticate": 'Bearer realm="whip"'} if isinstance(exc, UnauthorizedError) else None
         return error(status_of(exc), str(exc), headers)
@@ -86,12 +105,15 @@ async def json_errors(request: web.Request, handler):
         return error(500, "internal error (see the server log)")
 
 
-def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrary,
-               all_sessions: Callable[[], list[dict]] | None = None) -> None:
+def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrary, audit: AuditLog,
+               all_sessions: Callable[[], Awaitable[list[dict]]] | None = None) -> None:
     """``all_sessions`` lists the node's sessions of every protocol (RTMP too) for
-    ``GET /api/v1/sessions``; by default only this manager's."""
+    ``GET /api/v1/sessions``; by default only this manager's. Every route but WHIP (which
+    takes a stream key) runs behind the auth middleware: a user sees and touches only
+    their own sessions and faces, an admin all of them."""
     app[SESSIONS_KEY] = sessions
     app[FACES_KEY] = faces
+    app[AUDIT_KEY] = audit
     app[ALL_SESSIONS_KEY] = all_sessions or sessions.snapshot
     app.middlewares.append(json_errors)
     r = app.router
@@ -100,6 +122,9 @@ def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrar
     r.add_get("/api/v1/faces/{face_id}/thumbnail.jpg", face_thumbnail)
     r.add_get("/api/v1/sessions", list_sessions)
     r.add_post("/api/v1/sessions", create_session)
+    r.add_post("/api/v1/sessions/{session_id}/offer", offer_session)
+    r.add_post("/api/v1/sessions/{session_id}/candidates", add_candidate)
+    r.add_get("/api/v1/sessions/{session_id}/preview.jpg", session_preview)
     r.add_get("/api/v1/sessions/{session_id}", get_session)
     r.add_patch("/api/v1/sessions/{session_id}", patch_session)
     r.add_delete("/api/v1/sessions/{session_id}", delete_session)
@@ -114,23 +139,47 @@ def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrar
 # -- faces ----------------------------------------------------------------------------------------
 
 
-def face_json(entry: FaceEntry) -> dict[str, str]:
-    return {"id": entry.id, "name": entry.name, "thumbnail_url": f"/api/v1/faces/{entry.id}/thumbnail.jpg"}
+def face_json(entry: FaceEntry | FaceListing) -> dict[str, str]:
+    return {"id": entry.id, "name": entry.name, "owner": entry.owner,
+            "thumbnail_url": f"/api/v1/faces/{entry.id}/thumbnail.jpg"}
+
+
+def _shared(owner: str) -> bool:
+    """Faces without an owner (the samples, faces of command-line stream keys) are everyone's."""
+    return not owner
+
+
+async def _check_face(request: web.Request, face_id: object) -> None:
+    """404 for a face that does not exist or is another user's (the same answer)."""
+    if not isinstance(face_id, str) or not face_id:
+        return  # the manager says what is wrong with it
+    entry = await request.app[FACES_KEY].get(face_id)
+    if not _shared(entry.owner) and not principal(request).may_access(entry.owner):
+        raise NotYours(f"no face with id {face_id!r}")
+
+
+async def _check_session(request: web.Request, session_id: str, *, anywhere: bool = False) -> None:
+    check_owner(request, await request.app[SESSIONS_KEY].owner_of(session_id, anywhere=anywhere), "session")
 
 
 async def list_faces(request: web.Request) -> web.Response:
-    return web.json_response([face_json(entry) for entry in await request.app[FACES_KEY].list()])
+    caller = principal(request)
+    faces = await request.app[FACES_KEY].list()
+    return web.json_response([face_json(entry) for entry in faces if _shared(entry.owner) or caller.may_access(entry.owner)])
 
 
 async def upload_face(request: web.Request) -> web.Response:
+    caller = principal(request)
     data, name = await _read_upload(request)
-    entry = await request.app[FACES_KEY].add(data, name=name)
+    entry = await request.app[FACES_KEY].add(data, name=name, owner=caller.subject)
+    await request.app[AUDIT_KEY].append(caller.subject, "face.upload", entry.id, name=entry.name, bytes=len(data))
     return web.json_response(face_json(entry), status=201, headers={"Location": face_json(entry)["thumbnail_url"]})
 
 
 async def face_thumbnail(request: web.Request) -> web.Response:
-    entry = await request.app[FACES_KEY].get(request.match_info["face_id"])
-    return web.Response(body=entry.thumbnail_jpeg, content_type="image/jpeg",
+    await _check_face(request, request.match_info["face_id"])
+    thumbnail = await request.app[FACES_KEY].thumbnail(request.match_info["face_id"])
+    return web.Response(body=thumbnail, content_type="image/jpeg",
                         headers={"Cache-Control": "max-age=3600"})
 
 
@@ -147,7 +196,7 @@ async def _read_upload(request: web.Request) -> tuple[bytes, str | None]:
                     filename = getattr(part, "filename", None)
                     return data, name or (filename.rsplit(".", 1)[0] if filename else None)
                 await part.release()
-        except (ValueError, AssertionError) as exc:  # aiohttp's multipart parser on bad input
+        except (ValueError, AssertionError, HttpProcessingError) as exc:  # aiohttp's multipart parser on bad input
             raise BadRequestError(f"malformed multipart body: {exc}") from None
         raise BadRequestError('the multipart upload needs a field named "image"')
     return await _read_limited(request.content.read), name
@@ -173,36 +222,86 @@ async def _json_body(request: web.Request) -> object:
         raise BadRequestError("the body must be JSON") from None
 
 
+def _placed_id(request: web.Request) -> str | None:
+    """The session id the gateway placed on this node, if it forwarded the request."""
+    value = request.headers.get(SESSION_ID_HEADER, "").strip()
+    if value and (len(value) > 64 or not value.replace("-", "").replace("_", "").isalnum()):
+        raise BadRequestError(f"malformed {SESSION_ID_HEADER}")
+    return value or None
+
+
 async def create_session(request: web.Request) -> web.Response:
     body = await _json_body(request)
     if not isinstance(body, dict):
-        raise BadRequestError('expected a JSON object {"sdp", "type": "offer", "face_id", "options"}')
+        raise BadRequestError('expected a JSON object {"face_id", "options"} (and "sdp", "type": "offer" to connect at once)')
+    manager = request.app[SESSIONS_KEY]
+    owner = principal(request).subject
+    await _check_face(request, body.get("face_id"))
+    if "sdp" not in body and "type" not in body:
+        record = await manager.place(body.get("face_id"), body.get("options"), session_id=_placed_id(request), owner=owner)
+        return web.json_response(
+            {"session_id": record.id, "state": record.state, "node_id": record.node_id,
+             "offer_url": f"/api/v1/sessions/{record.id}/offer"},
+            status=201, headers={"Location": f"/api/v1/sessions/{record.id}"},
+        )
     if body.get("type") != "offer":
         raise BadRequestError('"type" must be "offer"')
-    session, answer = await request.app[SESSIONS_KEY].create_webrtc(
-        body.get("sdp"), body.get("face_id"), body.get("options")
+    session, answer = await manager.create_webrtc(
+        body.get("sdp"), body.get("face_id"), body.get("options"), session_id=_placed_id(request), owner=owner
     )
     return web.json_response({"session_id": session.id, "sdp": answer, "type": "answer"}, status=201,
                              headers={"Location": f"/api/v1/sessions/{session.id}"})
 
 
+async def offer_session(request: web.Request) -> web.Response:
+    await _check_session(request, request.match_info["session_id"], anywhere=True)
+    body = await _json_body(request)
+    if not isinstance(body, dict) or body.get("type") != "offer":
+        raise BadRequestError('expected a JSON object {"sdp", "type": "offer"}')
+    session, answer = await request.app[SESSIONS_KEY].offer(request.match_info["session_id"], body.get("sdp"))
+    return web.json_response({"session_id": session.id, "sdp": answer, "type": "answer"}, status=201)
+
+
+async def add_candidate(request: web.Request) -> web.Response:
+    await _check_session(request, request.match_info["session_id"])
+    await request.app[SESSIONS_KEY].add_candidate(request.match_info["session_id"], await _json_body(request))
+    return web.Response(status=204)
+
+
+async def session_preview(request: web.Request) -> web.Response:
+    """The newest swapped frame (any protocol, RTMP included): the dashboard's preview of
+    sessions WHEP cannot show."""
+    await _check_session(request, request.match_info["session_id"])
+    jpeg = await request.app[SESSIONS_KEY].preview_jpeg(request.match_info["session_id"])
+    return web.Response(body=jpeg, content_type="image/jpeg", headers={"Cache-Control": "no-store"})
+
+
 async def list_sessions(request: web.Request) -> web.Response:
-    return web.json_response(request.app[ALL_SESSIONS_KEY]())
+    caller = principal(request)
+    return web.json_response([s for s in await request.app[ALL_SESSIONS_KEY]() if caller.may_access(s.get("owner", ""))])
 
 
 async def get_session(request: web.Request) -> web.Response:
-    return web.json_response(request.app[SESSIONS_KEY].get(request.match_info["session_id"]).describe())
+    await _check_session(request, request.match_info["session_id"])
+    return web.json_response(await request.app[SESSIONS_KEY].describe(request.match_info["session_id"]))
 
 
 async def patch_session(request: web.Request) -> web.Response:
     manager = request.app[SESSIONS_KEY]
-    manager.get(request.match_info["session_id"])  # 404 before looking at the body
-    session = await manager.update(request.match_info["session_id"], await _json_body(request))
-    return web.json_response(session.describe())
+    await _check_session(request, request.match_info["session_id"])  # 404 before looking at the body
+    body = await _json_body(request)
+    if isinstance(body, dict):
+        await _check_face(request, body.get("face_id"))
+    return web.json_response(await manager.update(request.match_info["session_id"], body))
 
 
 async def delete_session(request: web.Request) -> web.Response:
-    await request.app[SESSIONS_KEY].close(request.match_info["session_id"])
+    session_id = request.match_info["session_id"]
+    owner = await request.app[SESSIONS_KEY].owner_of(session_id)
+    caller = check_owner(request, owner, "session")
+    await request.app[SESSIONS_KEY].close(session_id)
+    if owner != caller.subject:  # an operator ending someone's session
+        await request.app[AUDIT_KEY].append(caller.subject, "session.kill", session_id, owner=owner)
     return web.Response(status=204)
 
 
@@ -231,7 +330,7 @@ def _bearer(request: web.Request) -> str:
 async def whip_publish(request: web.Request) -> web.Response:
     key = _bearer(request)
     offer = await _sdp_body(request)
-    session, answer = await request.app[SESSIONS_KEY].create_whip(offer, key)
+    session, answer = await request.app[SESSIONS_KEY].create_whip(offer, key, session_id=_placed_id(request))
     return web.Response(status=201, text=answer, content_type=SDP, headers={"Location": f"/whip/{session.id}"})
 
 
@@ -245,13 +344,14 @@ async def whip_delete(request: web.Request) -> web.Response:
 async def whep_view(request: web.Request) -> web.Response:
     manager = request.app[SESSIONS_KEY]
     session_id = request.match_info["session_id"]
-    manager.get(session_id)  # 404 before reading the body
+    await _check_session(request, session_id)  # 404 before reading the body
     viewer, answer = await manager.add_viewer(session_id, await _sdp_body(request))
     return web.Response(status=201, text=answer, content_type=SDP,
                         headers={"Location": f"/whep/{session_id}/{viewer.id}"})
 
 
 async def whep_delete(request: web.Request) -> web.Response:
+    await _check_session(request, request.match_info["session_id"])
     await request.app[SESSIONS_KEY].remove_viewer(request.match_info["session_id"], request.match_info["viewer_id"])
     return web.Response(status=204)
 

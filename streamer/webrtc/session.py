@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiortc import RTCPeerConnection
 
+from signaling.registry import SessionRecord
 from streamer.faces import FaceEntry
 from streamer.webrtc.delayed_audio import DelayedAudio
 from streamer.webrtc.swapped_track import SwappedVideo
@@ -60,8 +61,10 @@ class Session:
     def __init__(
         self, session_id: str, protocol: Protocol, pc: RTCPeerConnection, face: FaceEntry | None,
         face_id: str | None, options: SwapConfig, *, enabled: bool = True, label: str | None = None,
+        record: SessionRecord,
     ) -> None:
         self.id = session_id
+        self.record = record  # what the registry holds about it (face id, option overrides)
         self.protocol = protocol
         self.pc = pc
         self.face = face
@@ -89,7 +92,8 @@ class Session:
             "face_id": self.face_id,
             "enabled": self.enabled,
             "options": self.options.model_dump(),
-            "state": self.pc.connectionState,
+            "state": self.record.state,
+            "connection": self.pc.connectionState,
             "viewers": len(self.viewers),
             "stats": self.video.stats.snapshot(),
         }

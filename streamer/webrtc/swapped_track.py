@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any
 
 import av
+import cv2
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from streamer.live.swap_worker import LiveStats
+from streamer.media.images import jpeg_preview
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
 
 log = logging.getLogger(__name__)
@@ -35,20 +36,10 @@ STAGES = ("track", "identity", "prepare", "run", "paste")
 
 
 class SessionStats(LiveStats):
-    """``LiveStats`` plus the input rate and the per-stage times of the last frame."""
-
-    def __init__(self, window: int = 600) -> None:
-        super().__init__(window)
-        self._in_times: deque[float] = deque(maxlen=window)
-
-    def record_input(self) -> None:
-        self.frames_in += 1
-        self._in_times.append(time.monotonic())
+    """``LiveStats`` plus the per-stage times of the last frame."""
 
     def snapshot(self) -> dict[str, Any]:
         snap = super().snapshot()
-        now = time.monotonic()
-        snap["fps_in"] = sum(1 for t in self._in_times if t > now - 2.0) / 2.0
         snap["latency_ms"] = self.latencies_ms[-1] if self.latencies_ms else None
         stages = self.last_stages
         snap["stages_ms"] = {name: getattr(stages, name) for name in STAGES} if stages else None
@@ -142,6 +133,13 @@ class SwappedVideo:
             self._sequence += 1
             self._publish_event()
 
+    def preview_jpeg(self) -> bytes | None:
+        """The newest swapped frame as a small JPEG (None before the first)."""
+        latest = self._latest
+        if latest is None:
+            return None
+        return jpeg_preview(cv2.cvtColor(latest[0], cv2.COLOR_YUV2RGB_I420))
+
     def _publish_event(self) -> None:
         event, self._published = self._published, asyncio.Event()
         event.set()
@@ -157,6 +155,7 @@ class SwappedVideo:
             stages = swapper.process(rgb, seconds)
         except Exception:  # a swap bug must not end the session: the frame goes out unswapped
             log.exception("session %s: swap failed on a frame; sending it unswapped", self.name)
+            self.stats.swap_errors += 1
             return _i420(frame), StageTimes()
         return av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p").to_ndarray(), stages
 

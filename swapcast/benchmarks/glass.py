@@ -167,6 +167,7 @@ def run_glass_benchmark(
     chromium: str | None = None,
     start_timeout_s: float = 30.0,
     browser=None,
+    token: str | None = None,
 ) -> dict[str, Any]:
     """Glass-to-glass latency of one live WebRTC swap on the node at ``base_url``.
 
@@ -174,12 +175,13 @@ def run_glass_benchmark(
     ``face_id`` (default: the first face the page lists), discards ``warmup_s``, measures for
     ``seconds``, stops the session. Returns p50/p99/mean/min/max in ms, the sample count,
     frames shown and unreadable, the resolution sent and shown, and the server's own
-    latency numbers for the same session. ``browser``: an already launched Playwright
+    latency numbers for the same session. ``token``: the API token the page signs in with.
+    ``browser``: an already launched Playwright
     (sync) Chromium to open the page in (it needs ``--use-fake-ui-for-media-stream``);
     by default one is launched and closed here."""
     from playwright.sync_api import sync_playwright
 
-    base_url = base_url.rstrip("/")
+    base_url = base_url.rstrip("/") + "/" + (f"#token={token}" if token else "")
     init_script = _CANVAS_CAMERA_JS % {
         "bits": BITS, "block": BLOCK, "width": WIDTH, "height": HEIGHT, "fps": FPS, "face_url": _face_data_url(),
     }
@@ -221,7 +223,7 @@ def _measure(browser, base_url, init_script, collect_js, seconds, face_id, warmu
         context.add_init_script(init_script)
         page = context.new_page()
         page.set_default_timeout(start_timeout_s * 1000)
-        page.goto(f"{base_url}/")
+        page.goto(base_url)
         page.wait_for_selector(".face[data-face-id]")
         page.click(f'.face[data-face-id="{face_id}"]' if face_id else ".face[data-face-id]")
         page.click("#start")
@@ -246,10 +248,10 @@ def _measure(browser, base_url, init_script, collect_js, seconds, face_id, warmu
         context.close()
 
 
-if __name__ == "__main__":  # python -m swapcast.benchmarks.glass http://127.0.0.1:8080 10
+if __name__ == "__main__":  # python -m swapcast.benchmarks.glass http://127.0.0.1:8080 10 [TOKEN]
     import json
     import sys
 
     url = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8080"
     duration = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
-    print(json.dumps(run_glass_benchmark(url, duration), indent=2))
+    print(json.dumps(run_glass_benchmark(url, duration, token=sys.argv[3] if len(sys.argv) > 3 else None), indent=2))

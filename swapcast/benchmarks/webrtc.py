@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -46,6 +47,7 @@ from typing import Any, TextIO
 import numpy as np
 import yaml
 
+from signaling.auth import mint_token
 from swapcast.config import Config, load_config
 
 WIDTH, HEIGHT, FPS = 640, 480, 30
@@ -148,6 +150,9 @@ class ServerProcess:
         data["rtmp"]["port"] = 0
         data["webrtc"]["host_addresses"] = ["127.0.0.1"]
         data["webrtc"]["max_sessions"] = max(data["webrtc"]["max_sessions"], sessions + 1)  # + the glass page
+        secret = secrets.token_urlsafe(32)  # the bench's own node: its own secret, one user for every peer
+        data["auth"].update(jwt_secret=secret, max_sessions_per_user=max(data["auth"]["max_sessions_per_user"], sessions + 1))
+        self.token = mint_token(secret, "bench", role="admin")
         self.config_path = workdir / "bench-node.yaml"
         self.config_path.write_text(yaml.safe_dump(data))
         self.log_path = workdir / "server.log"
@@ -496,7 +501,8 @@ async def _run_phases(config: Config, sessions: int, seconds: float, warmup_s: f
     server.start()
     report: dict[str, Any] = {}
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30),
+                                         headers={"Authorization": f"Bearer {server.token}"}) as http:
             await server.wait_ready(http)
             report["server_idle"] = server.memory_mb()
             counts = [1] if sessions == 1 else [1, sessions]
@@ -527,7 +533,7 @@ def measure_webrtc(
                 from swapcast.benchmarks.glass import run_glass_benchmark
 
                 print(f"[glass] Chromium glass-to-glass for {seconds:.0f} s …", file=err, flush=True)
-                report["glass"] = run_glass_benchmark(server.base_url, seconds, face_id=FACE_ID)
+                report["glass"] = run_glass_benchmark(server.base_url, seconds, face_id=FACE_ID, token=server.token)
             report["server_peak_rss_mb"] = server.memory_mb()["peak_rss_mb"]
         finally:
             server.stop()

@@ -36,6 +36,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     rtmp.add_argument("--seconds", type=float, default=15.0, help="seconds per run (default 15)")
     rtmp.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     rtmp.set_defaults(run=_run_rtmp)
+    cluster = benches.add_parser("cluster", help="registry placement latency (200 at once) and failover time after SIGKILL")
+    cluster.add_argument("--rounds", type=int, default=3, help="failover rounds (default 3)")
+    cluster.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    cluster.set_defaults(run=_run_cluster)
+    jobs = benches.add_parser("jobs", help="offline jobs on a local redis + 1 and 2 workers: frames/s, end-to-end time vs clip")
+    jobs.add_argument("--seconds", type=float, default=60.0, help="length of the generated 720p clip (default 60)")
+    jobs.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    add_engine_flags(jobs)
+    jobs.set_defaults(run=_run_jobs)
 
 
 def _run_engine(args: argparse.Namespace) -> int:
@@ -46,6 +55,19 @@ def _run_engine(args: argparse.Namespace) -> int:
         config_from_args(args), frames=args.frames, report_dir=args.report, as_json=args.json,
         sessions=args.sessions, device=args.device, seconds=args.seconds, max_sessions=args.max_sessions,
     )
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.cluster import run_cluster_benchmark
+
+    return run_cluster_benchmark(rounds=args.rounds, as_json=args.json)
+
+
+def _run_jobs(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.jobs import run_jobs_benchmark
+    from swapcast.commands.common import config_from_args
+
+    return run_jobs_benchmark(config_from_args(args), seconds=args.seconds, as_json=args.json)
 
 
 def _run_rtmp(args: argparse.Namespace) -> int:

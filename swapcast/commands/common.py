@@ -50,5 +50,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "swap": swap_overrides(args),
         "server": {"host": get("host"), "port": get("port")},
         "rtmp": {"port": get("rtmp_port")},
+        "cluster": {"redis_url": get("redis"), "advertise": get("advertise"), "node_id": get("node_id")},
     }
     return load_config(args.config, overrides=overrides)

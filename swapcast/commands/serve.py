@@ -1,10 +1,12 @@
-"""``swapcast serve``: run a node (single node, embedded defaults, no Redis needed)."""
+"""``swapcast serve``: run a node: the embedded single node by default (no Redis needed), or
+a cluster node behind ``swapcast gateway`` with ``--redis URL --advertise HOST:PORT``."""
 
 from __future__ import annotations
 
 import argparse
 
 from swapcast.commands.common import add_engine_flags, config_from_args
+from swapcast.config import ConfigError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -12,6 +14,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (default 8080)")
     parser.add_argument("--rtmp-port", type=int, help="RTMP port for OBS/ffmpeg publishers (default 1935, 0 = any free)")
+    parser.add_argument("--redis", metavar="URL", help="join a cluster: the registry's Redis (redis://host:6379/0)")
+    parser.add_argument("--advertise", metavar="HOST:PORT",
+                        help="the address the gateway reaches this node at (default: --host:--port)")
+    parser.add_argument("--node-id", help="this node's id in the cluster (default: hostname + random suffix)")
     add_engine_flags(parser)
     parser.set_defaults(run=run)
 
@@ -20,16 +26,22 @@ def run(args: argparse.Namespace) -> int:
     import uvloop
     from aiohttp import web
 
-    from swapcast.app import build_app
+    from swapcast.app import AUTH_KEY, build_app
 
     config = config_from_args(args)
+    if config.cluster.redis_url and not config.cluster.advertise and config.server.host in ("0.0.0.0", "::"):
+        raise ConfigError("--advertise HOST:PORT is needed when listening on all interfaces in a cluster: "
+                         "the gateway must know which address reaches this node")
     uvloop.install()
     app = build_app(config)  # loads the face engine
-    print(
-        f"swapcast serving on http://{config.server.host}:{config.server.port}/ and "
-        f"rtmp://{config.server.host}:{config.rtmp.port}/live/<stream key> (Ctrl+C stops)",
-        flush=True,
-    )
+    base = f"http://{config.server.host}:{config.server.port}"
+    print(f"swapcast serving on {base}/ and rtmp://{config.server.host}:{config.rtmp.port}/live/<stream key> "
+          "(Ctrl+C stops)", flush=True)
+    dev_token = app[AUTH_KEY].dev_token
+    if dev_token:  # development mode: loopback, no auth configured
+        print(f"development mode (loopback, no auth configured): open {base}/#token={dev_token}\n"
+              f"  admin dashboard: {base}/admin/#token={dev_token}\n"
+              f"  API: Authorization: Bearer {dev_token}", flush=True)
     # run_app turns SIGINT/SIGTERM into a graceful exit: the node's shutdown hook ends every
     # live session before the server stops
     web.run_app(app, host=config.server.host, port=config.server.port, print=None)

@@ -11,12 +11,7 @@ own browser download is never used.
 
 from __future__ import annotations
 
-import base64
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,39 +20,26 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from browser_harness import (
+    REMOTE_PLAYING_JS,
+    grab_frames,
+    identity_votes,
+    serve_node,
+    write_y4m,
+)
 
+from signaling.auth import mint_token
 from streamer.samples import grace_hopper, moving_face_frames
 from swapcast.benchmarks.chromium import HEADLESS_FLAGS, chromium_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = chromium_path()
-SERVER_START_TIMEOUT_S = 60
 REMOTE_PLAYING_TIMEOUT_MS = 30_000
 
 CHROMIUM_FLAGS = [*HEADLESS_FLAGS, "--use-fake-device-for-media-stream"]
-
-# Draw the current frame of a <video> into a canvas and return it as a PNG data URL.
-GRAB_FRAME_JS = """async (id) => {
-  const video = document.getElementById(id);
-  if ('requestVideoFrameCallback' in video) {
-    await Promise.race([
-      new Promise((resolve) => video.requestVideoFrameCallback(() => resolve())),
-      new Promise((resolve) => setTimeout(resolve, 1000)),
-    ]);
-  }
-  const canvas = document.createElement('canvas');
-  canvas.width = video.videoWidth;
-  canvas.height = video.videoHeight;
-  canvas.getContext('2d').drawImage(video, 0, 0);
-  return canvas.toDataURL('image/png');
-}"""
-
-REMOTE_PLAYING_JS = """() => {
-  const v = document.getElementById('remote-video');
-  return v.readyState >= 2 && v.currentTime > 0.3 && v.videoWidth > 0;
-}"""
+SECRET = "swapcast-browser-tests-" + "b" * 32
+TOKEN = mint_token(SECRET, "page-user")  # the page and these tests act as one user
 
 DENY_CAMERA_JS = """
 Object.defineProperty(navigator.mediaDevices, 'getUserMedia', {
@@ -70,15 +52,10 @@ Object.defineProperty(navigator.mediaDevices, 'getUserMedia', {
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def _http(method: str, url: str, body: bytes | None = None, content_type: str | None = None, timeout: float = 10):
     """(status, parsed JSON or None) without raising on 4xx/5xx."""
-    request = urllib.request.Request(url, data=body, method=method)
+    request = urllib.request.Request(url, data=body, method=method, headers={"Authorization": f"Bearer {TOKEN}"})
     if content_type:
         request.add_header("Content-Type", content_type)
     try:
@@ -107,32 +84,6 @@ def _wait_for(predicate, timeout_s: float, interval_s: float = 0.25):
         time.sleep(interval_s)
 
 
-def write_y4m(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
-    """RGB frames -> YUV4MPEG2 (I420), the format Chromium's fake camera reads."""
-    height, width = frames[0].shape[:2]
-    with open(path, "wb") as out:
-        out.write(f"YUV4MPEG2 W{width} H{height} F{fps}:1 Ip A1:1 C420jpeg\n".encode())
-        for frame in frames:
-            out.write(b"FRAME\n")
-            out.write(cv2.cvtColor(frame, cv2.COLOR_RGB2YUV_I420).tobytes())
-
-
-def _decode_data_url(data_url: str) -> np.ndarray:
-    assert data_url.startswith("data:image/png;base64,"), data_url[:40]
-    raw = np.frombuffer(base64.b64decode(data_url.split(",", 1)[1]), np.uint8)
-    bgr = cv2.imdecode(raw, cv2.IMREAD_COLOR)
-    assert bgr is not None and bgr.size, "the grabbed frame did not decode"
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-
-
-def grab_frames(page, count: int, spacing_s: float = 0.25, video_id: str = "remote-video") -> list[np.ndarray]:
-    frames = []
-    for _ in range(count):
-        frames.append(_decode_data_url(page.evaluate(GRAB_FRAME_JS, video_id)))
-        time.sleep(spacing_s)
-    return frames
-
-
 def _face_id(faces: list[dict], word: str) -> str:
     for face in faces:
         if word in face["id"].lower() or word in face["name"].lower().replace(" ", "_"):
@@ -140,10 +91,6 @@ def _face_id(faces: list[dict], word: str) -> str:
     raise AssertionError(f"no sample face like {word!r} in {faces}")
 
 
-class NodeURL(str):
-    """The node's base URL; ``log_path`` is its stdout+stderr (aiohttp access log included)."""
-
-    log_path: Path
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -160,50 +107,8 @@ def fake_camera(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A real node: ``swapcast serve`` on a free loopback port, at most one live session."""
-    data_dir = tmp_path_factory.mktemp("node")
-    port = _free_port()
-    env = dict(os.environ)
-    env.update(
-        SWAPCAST_WEBRTC__HOST_ADDRESSES='["127.0.0.1"]',
-        SWAPCAST_SERVER__DATA_DIR=str(data_dir),
-        SWAPCAST_WEBRTC__MAX_SESSIONS="1",
-        SWAPCAST_RTMP__PORT="0",
-    )
-    log_path = data_dir / "server.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "swapcast.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--rtmp-port", "0"],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    base_url = NodeURL(f"http://127.0.0.1:{port}")
-    base_url.log_path = log_path
-
-    def ready():
-        if process.poll() is not None:
-            return True
-        try:
-            return _http("GET", f"{base_url}/api/v1/faces", timeout=2)[0] == 200
-        except OSError:
-            return False
-
-    try:
-        _wait_for(ready, SERVER_START_TIMEOUT_S)
-        if process.poll() is not None or not ready():
-            raise AssertionError(f"swapcast serve did not come up:\n{log_path.read_text(errors='replace')[-4000:]}")
+    with serve_node(tmp_path_factory.mktemp("node"), SECRET, SWAPCAST_WEBRTC__MAX_SESSIONS="1") as base_url:
         yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        tail = log_path.read_text(errors="replace")[-3000:]
-        if "Traceback" in tail:
-            print(f"--- swapcast serve log (tail) ---\n{tail}")
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +143,7 @@ def new_page(browser, server):
         page = context.new_page()
         page.errors = []
         page.on("pageerror", lambda err: page.errors.append(str(err)))
-        page.goto(f"{server}/")
+        page.goto(f"{server}/#token={TOKEN}")
         page.wait_for_selector(".face[data-face-id]", timeout=30_000)
         return page
 
@@ -255,24 +160,6 @@ def faces(server) -> list[dict]:
 
 
 # --- tests -----------------------------------------------------------------------------------
-
-
-def _identity_votes(frames, identity_of, astronaut_id, grace_id) -> tuple[int, int, list]:
-    """(frames closer to the astronaut, frames closer to Grace, distances)."""
-    to_astronaut = to_grace = 0
-    distances = []
-    for frame in frames:
-        try:
-            identity = identity_of(frame)
-        except AssertionError:  # no face found in this frame
-            distances.append(None)
-            continue
-        d_astronaut = float(np.linalg.norm(identity - astronaut_id))
-        d_grace = float(np.linalg.norm(identity - grace_id))
-        distances.append((round(d_astronaut, 3), round(d_grace, 3)))
-        to_astronaut += d_astronaut < d_grace
-        to_grace += d_grace < d_astronaut
-    return to_astronaut, to_grace, distances
 
 
 def test_live_swap_controls_and_stop(new_page, server, faces, identity_of, astronaut_image, grace_image, tmp_path):
@@ -300,7 +187,7 @@ def test_live_swap_controls_and_stop(new_page, server, faces, identity_of, astro
     page.screenshot(path=str(tmp_path / "live.png"))
     swapped = grab_frames(page, 6)
     assert swapped[0].shape[:2] == (480, 640)
-    votes_astronaut, votes_grace, distances = _identity_votes(swapped, identity_of, astronaut_id, grace_id)
+    votes_astronaut, votes_grace, distances = identity_votes(swapped, identity_of, astronaut_id, grace_id)
     print("swap on, (d astronaut, d grace) per frame:", distances)
     assert votes_astronaut > len(swapped) // 2, f"swapped frames should look like the astronaut: {distances}"
 
@@ -344,7 +231,7 @@ def test_live_swap_controls_and_stop(new_page, server, faces, identity_of, astro
     assert page.is_visible("#swap-badge")
     time.sleep(1.5)
     plain = grab_frames(page, 6)
-    votes_astronaut, votes_grace, distances = _identity_votes(plain, identity_of, astronaut_id, grace_id)
+    votes_astronaut, votes_grace, distances = identity_votes(plain, identity_of, astronaut_id, grace_id)
     print("swap off, (d astronaut, d grace) per frame:", distances)
     assert votes_grace > len(plain) // 2, f"with the swap off the frames should look like Grace Hopper: {distances}"
 
@@ -434,7 +321,7 @@ def test_glass_to_glass_benchmark(browser, server):
     """``run_glass_benchmark`` reads its own barcodes back through a real swap session."""
     from swapcast.benchmarks.glass import run_glass_benchmark
 
-    report = run_glass_benchmark(server, seconds=3, warmup_s=1.0, browser=browser)
+    report = run_glass_benchmark(server, seconds=3, warmup_s=1.0, browser=browser, token=TOKEN)
     print("glass-to-glass:", report)
     # ~30 fps shown for 3 s when the machine is idle; far fewer on a busy 2-core CI box
     assert report["samples"] >= 10, report

@@ -55,6 +55,7 @@ def test_live_swap_patch_and_teardown(engine, identity_of, astronaut_image, grac
     async def scenario():
         async with node(engine, tmp_path) as client:
             assert (await client.get("/api/v1/faces")).status == 200  # warm: keep-alive task, library thread
+            assert not engine.batcher.closed  # the node's batcher thread outlives sessions
             baseline_tasks = len(other_tasks())
             baseline_threads = own_threads()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import aiohttp
+
 import cv2
 from webrtc_harness import (
     answer,
@@ -35,7 +37,7 @@ def test_whip_publish_whep_view_and_delete(engine, identity_of, astronaut_image,
     source, camera = identity_of(astronaut_image), identity_of(grace_image)
 
     async def scenario():
-        async with node(engine, tmp_path / "data") as client:
+        async with node(engine, tmp_path / "data", role="admin") as client:  # WHEP on an operator's key
             assert (await client.get("/api/v1/faces")).status == 200
             baseline = len(other_tasks())
 
@@ -97,7 +99,7 @@ def test_whip_refusals(engine, astronaut_image, tmp_path):
     bad_options_key, _ = store.add("bad", tmp_path / "astronaut.png", swap={"blend": 9})
 
     async def scenario():
-        async with node(engine, tmp_path / "data") as client:
+        async with node(engine, tmp_path / "data", role="admin") as client:  # WHEP on an operator's key
             pc = client_peer()
             offer = await camera_offer(pc, direction="sendonly")
             got = {}
@@ -109,8 +111,10 @@ def test_whip_refusals(engine, astronaut_image, tmp_path):
                 "bad options": {**SDP, "Authorization": f"Bearer {bad_options_key}"},
                 "not sdp": {"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
             }.items():
-                response = await client.post("/whip", data=offer, headers=headers)
-                got[name] = response.status, (await response.json())["error"]
+                # a WHIP publisher sends only its stream key, not the test client's API token
+                async with aiohttp.ClientSession() as publisher_http:
+                    async with publisher_http.post(client.make_url("/whip"), data=offer, headers=headers) as response:
+                        got[name] = response.status, (await response.json())["error"]
             response = await client.post("/whip", data="garbage", headers={**SDP, "Authorization": f"Bearer {key}"})
             got["garbage"] = response.status, (await response.json())["error"]
             got["delete unknown"] = (await client.delete("/whip/nope")).status, None

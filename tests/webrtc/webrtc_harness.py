@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
+from signaling.auth import mint_token
 from streamer.samples import grace_hopper, moving_face_frames
 from swapcast.app import build_app
 from swapcast.config import load_config
@@ -44,19 +45,29 @@ def camera_frames() -> list[np.ndarray]:
     return _camera_frames
 
 
+TEST_SECRET = "swapcast-tests-" + "s" * 32  # HS256 secret of the nodes tests start
+
+
+def bearer(subject: str = "tester", role: str = "user") -> dict[str, str]:
+    """An Authorization header for a user of the test nodes."""
+    return {"Authorization": f"Bearer {mint_token(TEST_SECRET, subject, role=role)}"}
+
+
 def node_config(data_dir: Path, **webrtc):
     return load_config(environ={}, overrides={
         "server": {"data_dir": str(data_dir)},
         "rtmp": {"port": 0},
         "webrtc": {"host_addresses": ["127.0.0.1"], **webrtc},
+        "auth": {"jwt_secret": TEST_SECRET},
     })
 
 
 @contextlib.asynccontextmanager
-async def node(engine, data_dir: Path, **webrtc):
-    """A running node (the real composition root) and an HTTP client for it."""
+async def node(engine, data_dir: Path, subject: str = "tester", role: str = "user", **webrtc):
+    """A running node (the real composition root) and an HTTP client for it, signed in as
+    ``subject``."""
     app = build_app(node_config(data_dir, **webrtc), engine=engine)
-    client = TestClient(TestServer(app, host="127.0.0.1"))
+    client = TestClient(TestServer(app, host="127.0.0.1"), headers=bearer(subject, role))
     await client.start_server()
     try:
         yield client

@@ -1,0 +1,114 @@
+"""Stream keys over the API: each user makes, lists and revokes their own; admins see all.
+
+    GET    /api/v1/keys            [{key_id, name, face_id, owner, created, revoked, active, push, record}]
+    POST   /api/v1/keys            {name, face_id, options?, push?: [rtmp://...], record?: path} -> 201 {..., key}
+    DELETE /api/v1/keys/{key_id}   -> 204 (revoked; its publisher is refused from then on)
+
+The secret key is in the 201 answer only (the store keeps its SHA-256). Checking the face
+and the options is the node's business (it knows faces and the swap schema): it passes
+``check_face`` and ``check_options``, so this module never touches models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from signaling.auth import AuditLog
+from signaling.auth.middleware import NotYours, principal
+from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore
+
+KEYS_KEY = web.AppKey("stream_key_api", object)
+MAX_NAME = 80
+
+
+class KeyApi:
+    def __init__(self, store: StreamKeyStore, check_face: Callable[[str], Awaitable[None]],
+                 check_options: Callable[[dict[str, Any]], None], audit: AuditLog) -> None:
+        self.store = store
+        self.check_face = check_face
+        self.check_options = check_options
+        self.audit = audit
+
+
+def add_key_routes(app: web.Application, api: KeyApi) -> None:
+    app[KEYS_KEY] = api
+    app.router.add_get("/api/v1/keys", list_keys)
+    app.router.add_post("/api/v1/keys", create_key)
+    app.router.add_delete("/api/v1/keys/{key_id}", revoke_key)
+
+
+def key_json(record: StreamKey) -> dict[str, Any]:
+    return {
+        "key_id": record.key_id, "name": record.stream.name, "face_id": record.stream.face_id,
+        "owner": record.owner, "created": record.created, "revoked": record.revoked, "active": record.active,
+        "push": list(record.stream.push), "record": record.stream.record, "options": record.stream.swap,
+    }
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status)
+
+
+async def list_keys(request: web.Request) -> web.Response:
+    api: KeyApi = request.app[KEYS_KEY]
+    caller = principal(request)
+    records = await asyncio.get_running_loop().run_in_executor(None, api.store.list)
+    return web.json_response([key_json(r) for r in records if caller.may_access(r.owner)])
+
+
+async def create_key(request: web.Request) -> web.Response:
+    api: KeyApi = request.app[KEYS_KEY]
+    caller = principal(request)
+    try:
+        body = await request.json(loads=json.loads)
+    except (ValueError, UnicodeDecodeError):
+        return _error(400, "the body must be JSON")
+    if not isinstance(body, dict):
+        return _error(400, 'expected a JSON object {"name", "face_id", "options", "push", "record"}')
+    unknown = sorted(set(body) - {"name", "face_id", "options", "push", "record"})
+    if unknown:
+        return _error(400, f"unknown field(s) {', '.join(unknown)}")
+    name, face_id = body.get("name"), body.get("face_id")
+    options, push, record_to = body.get("options") or {}, body.get("push") or [], body.get("record")
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+        return _error(400, f"name is required (1 to {MAX_NAME} characters)")
+    if not isinstance(face_id, str) or not face_id:
+        return _error(400, "face_id is required (see GET /api/v1/faces)")
+    if not isinstance(options, dict):
+        return _error(400, "options must be a JSON object of swap settings")
+    if not isinstance(push, list) or not all(isinstance(url, str) for url in push):
+        return _error(400, "push must be a list of rtmp:// URLs")
+    if record_to is not None and (not isinstance(record_to, str) or not caller.is_admin):
+        return _error(403 if isinstance(record_to, str) else 400,
+                      "record names a path on the server: admins only" if isinstance(record_to, str)
+                      else "record must be a path")
+    await api.check_face(face_id)
+    api.check_options(options)
+    try:
+        key, record = await asyncio.get_running_loop().run_in_executor(None, lambda: api.store.add(
+            name.strip(), face_id=face_id, swap=options, push=tuple(push), record=record_to, owner=caller.subject))
+    except StreamKeyError as exc:
+        return _error(400, str(exc))
+    await api.audit.append(caller.subject, "key.create", record.key_id, name=record.stream.name, face_id=face_id)
+    return web.json_response({**key_json(record), "key": key, "rtmp_app": "live", "whip_path": "/whip"},
+                             status=201, headers={"Location": f"/api/v1/keys/{record.key_id}"})
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    api: KeyApi = request.app[KEYS_KEY]
+    caller = principal(request)
+    key_id = request.match_info["key_id"]
+    loop = asyncio.get_running_loop()
+    try:
+        record = await loop.run_in_executor(None, api.store.get, key_id)
+        if not caller.may_access(record.owner):
+            raise NotYours(f"no stream key with id {key_id!r}")
+        await loop.run_in_executor(None, api.store.revoke, key_id)
+    except StreamKeyError as exc:
+        return _error(404, str(exc))
+    await api.audit.append(caller.subject, "key.revoke", key_id, name=record.stream.name)
+    return web.Response(status=204)

@@ -1,0 +1,66 @@
+"""``swapcast gateway``: the one address clients use in front of several nodes (``swapcast
+serve --redis URL --advertise HOST:PORT``), sharing their Redis registry."""
+
+from __future__ import annotations
+
+import argparse
+
+from swapcast.config import Config, ConfigError, load_config
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("gateway", help="run the gateway in front of several nodes (needs Redis)")
+    parser.add_argument("--redis", metavar="URL", help="the nodes' registry, redis://host:port/db (config: cluster.redis_url)")
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="HTTP port (default 8080)")
+    parser.add_argument("--rtmp-port", type=int, help="RTMP port relayed to the nodes (default 1935, 0 = any free)")
+    # also accepted after the command; SUPPRESS keeps a --config given before it
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help="YAML config file")
+    parser.set_defaults(run=run)
+
+
+def gateway_config(args: argparse.Namespace) -> Config:
+    """Defaults < config file < environment < flags; a gateway without Redis is an error."""
+    config = load_config(args.config, overrides={
+        "server": {"host": args.host, "port": args.port},
+        "rtmp": {"port": args.rtmp_port},
+        "cluster": {"redis_url": args.redis},
+    })
+    if not config.cluster.redis_url:
+        raise ConfigError("a gateway needs the nodes' registry: pass --redis redis://HOST:PORT/0 (or set cluster.redis_url)")
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvloop
+    from aiohttp import web
+
+    from signaling.auth.wiring import api_auth
+    from signaling.gateway import RTMP_SERVER_KEY, GatewaySettings, build_gateway_app
+    from signaling.registry import open_registry
+    from swapcast.app import is_public
+
+    config = gateway_config(args)
+    host, port = config.server.host, config.server.port
+    auth = api_auth(config.auth, host=host, cluster=True, data_dir=config.server.data_dir, is_public=is_public)
+    registry = open_registry(config.cluster.redis_url, ttl_s=config.cluster.node_ttl_s)
+    app = build_gateway_app(registry, GatewaySettings(
+        rtmp_host=host, rtmp_port=config.rtmp.port, rtmp_stall_timeout_s=config.rtmp.stall_timeout_s,
+    ), auth)
+
+    def announce(_: str) -> None:
+        print(
+            f"swapcast gateway on http://{host}:{port}/ and rtmp://{host}:{app[RTMP_SERVER_KEY].port}/live/<stream key>, "
+            f"registry {config.cluster.redis_url} (Ctrl+C stops)",
+            flush=True,
+        )
+
+    async def close_registry(_: web.Application) -> None:
+        await registry.close()
+
+    app.on_cleanup.append(close_registry)
+    uvloop.install()
+    # run_app prints once every listener is up, and turns SIGINT/SIGTERM into a graceful
+    # exit: the RTMP relay and the reaper stop, then the registry closes
+    web.run_app(app, host=host, port=port, print=announce)
+    return 0

@@ -1,0 +1,130 @@
+"""What the browser tests share: a fake-camera file for Chromium, grabbing frames from a
+page's <video>, and scoring them by identity."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+# Draw the current frame of a <video> into a canvas and return it as a PNG data URL.
+GRAB_FRAME_JS = """async (id) => {
+  const video = document.getElementById(id);
+  if ('requestVideoFrameCallback' in video) {
+    await Promise.race([
+      new Promise((resolve) => video.requestVideoFrameCallback(() => resolve())),
+      new Promise((resolve) => setTimeout(resolve, 1000)),
+    ]);
+  }
+  const canvas = document.createElement('canvas');
+  canvas.width = video.videoWidth;
+  canvas.height = video.videoHeight;
+  canvas.getContext('2d').drawImage(video, 0, 0);
+  return canvas.toDataURL('image/png');
+}"""
+
+REMOTE_PLAYING_JS = """() => {
+  const v = document.getElementById('remote-video');
+  return v.readyState >= 2 && v.currentTime > 0.3 && v.videoWidth > 0;
+}"""
+
+def write_y4m(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
+    """RGB frames -> YUV4MPEG2 (I420), the format Chromium's fake camera reads."""
+    height, width = frames[0].shape[:2]
+    with open(path, "wb") as out:
+        out.write(f"YUV4MPEG2 W{width} H{height} F{fps}:1 Ip A1:1 C420jpeg\n".encode())
+        for frame in frames:
+            out.write(b"FRAME\n")
+            out.write(cv2.cvtColor(frame, cv2.COLOR_RGB2YUV_I420).tobytes())
+
+
+def decode_data_url(data_url: str) -> np.ndarray:
+    assert data_url.startswith("data:image/png;base64,"), data_url[:40]
+    raw = np.frombuffer(base64.b64decode(data_url.split(",", 1)[1]), np.uint8)
+    bgr = cv2.imdecode(raw, cv2.IMREAD_COLOR)
+    assert bgr is not None and bgr.size, "the grabbed frame did not decode"
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def grab_frames(page, count: int, spacing_s: float = 0.25, video_id: str = "remote-video") -> list[np.ndarray]:
+    frames = []
+    for _ in range(count):
+        frames.append(decode_data_url(page.evaluate(GRAB_FRAME_JS, video_id)))
+        time.sleep(spacing_s)
+    return frames
+
+
+def identity_votes(frames, identity_of, astronaut_id, grace_id) -> tuple[int, int, list]:
+    """(frames closer to the astronaut, frames closer to Grace, distances)."""
+    to_astronaut = to_grace = 0
+    distances = []
+    for frame in frames:
+        try:
+            identity = identity_of(frame)
+        except AssertionError:  # no face found in this frame
+            distances.append(None)
+            continue
+        d_astronaut = float(np.linalg.norm(identity - astronaut_id))
+        d_grace = float(np.linalg.norm(identity - grace_id))
+        distances.append((round(d_astronaut, 3), round(d_grace, 3)))
+        to_astronaut += d_astronaut < d_grace
+        to_grace += d_grace < d_astronaut
+    return to_astronaut, to_grace, distances
+
+
+class NodeURL(str):
+    """A node's base URL; ``log_path`` is its stdout+stderr (aiohttp access log included),
+    ``secret`` the HS256 secret its tokens are signed with."""
+
+    log_path: Path
+    secret: str
+
+
+@contextlib.contextmanager
+def serve_node(data_dir: Path, secret: str, timeout_s: float = 60.0, **env: str):
+    """``swapcast serve`` on a free loopback port with JWT auth, until the block ends."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SWAPCAST_")}
+    environ.update(SWAPCAST_AUTH__JWT_SECRET=secret, SWAPCAST_WEBRTC__HOST_ADDRESSES='["127.0.0.1"]',
+                   SWAPCAST_SERVER__DATA_DIR=str(data_dir), SWAPCAST_RTMP__PORT="0", **env)
+    log_path = data_dir / "server.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "swapcast.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--rtmp-port", "0"],
+            env=environ, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    base_url = NodeURL(f"http://127.0.0.1:{port}")
+    base_url.log_path, base_url.secret = log_path, secret
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"swapcast serve did not come up:\n{log_path.read_text(errors='replace')[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"{base_url}/healthz", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.25)
+        yield base_url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        tail = log_path.read_text(errors="replace")[-3000:]
+        if "Traceback" in tail:
+            print(f"--- swapcast serve log (tail) ---\n{tail}")
