@@ -7,8 +7,7 @@ so a route that changes without its entry here fails the tests.
 
 Two variants: a node's (``gateway=False``) and the gateway's (``gateway=True``), which
 differ where the gateway answers itself: it adds 502 (a node failed) to forwarded routes,
-lists sessions from the registry (``created`` as a Unix time until a node describes them),
-and serves no events WebSocket.
+and lists sessions from the registry (``created`` as a Unix time until a node describes them).
 """
 
 from __future__ import annotations
@@ -130,8 +129,7 @@ def openapi_document(*, gateway: bool) -> dict[str, Any]:
     _keys(b)
     _nodes(b)
     _jobs(b)
-    if not gateway:
-        _events(b)
+    _events(b)
     return {
         "openapi": "3.0.3",
         "info": {

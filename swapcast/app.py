@@ -21,11 +21,12 @@ from typing import Any
 
 from aiohttp import web
 
+import web as web_pages  # the static pages: a package, so an installed swapcast carries them
 from gpu.engine import FaceEngine
 from signaling.auth import require_admin
 from signaling.auth.middleware import principal
-from signaling.events import add_event_routes
 from signaling.auth.wiring import ApiAuth, api_auth
+from signaling.events import add_event_routes
 from signaling.jobs import JobService, JobSettings, add_job_routes, face_checker
 from signaling.keys_api import KeyApi, add_key_routes
 from signaling.node_agent import AgentSettings, NodeAgent
@@ -42,7 +43,6 @@ from streamer.samples import SAMPLE_FACES
 from streamer.webrtc import routes as webrtc_routes
 from streamer.webrtc.manager import SessionManager
 from swapcast.config import Config
-import web as web_pages  # the static pages: a package, so an installed swapcast carries them
 
 WEB_ROOT = Path(web_pages.__file__).resolve().parent
 NODE_KEY = web.AppKey("node", object)

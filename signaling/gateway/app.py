@@ -20,6 +20,16 @@ from typing import Any
 
 from aiohttp import web
 
+import web as web_pages  # the static pages: a package, so an installed swapcast carries them
+from signaling.auth import (
+    PRINCIPAL_KEY,
+    AuditLog,
+    AuthError,
+    check_owner,
+    require_admin,
+)
+from signaling.auth.wiring import ApiAuth
+from signaling.events import add_event_routes
 from signaling.gateway.proxy import (
     Body,
     NodeClient,
@@ -27,8 +37,6 @@ from signaling.gateway.proxy import (
     NodeUnreachable,
     on_session_node,
 )
-from signaling.auth import PRINCIPAL_KEY, AuditLog, AuthError, check_owner, require_admin
-from signaling.auth.wiring import ApiAuth
 from signaling.gateway.rtmp_relay import RtmpRelay
 from signaling.openapi import add_openapi_route
 from signaling.registry.base import (
@@ -43,7 +51,6 @@ from signaling.registry.base import (
 )
 from streamer.metrics import GatewayMetrics, add_metrics_routes
 from streamer.rtmp.server import RtmpServer
-import web as web_pages  # the static pages: a package, so an installed swapcast carries them
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +127,9 @@ class _Gateway:
         return await on_session_node(self.registry, record, node, attempt, retries=self.settings.node_retries)
 
     async def list_sessions(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.sessions_for(request))
+
+    async def sessions_for(self, request: web.Request) -> list[dict[str, Any]]:
         """The caller's registry sessions (an admin's: all), each with its node's live view
         (connection, viewers, stats; ``stats`` is None when the node has not got it yet, is
         gone, or did not answer within the fan-out timeout). Nodes are asked on the caller's
@@ -128,15 +138,20 @@ class _Gateway:
         records = [r for r in await self.registry.sessions() if caller is None or caller.may_access(r.owner)]
         nodes = await self.registry.nodes()
         headers = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
+        if not headers and "token" in request.query:  # the events socket: its token rides in the query
+            headers = {"Authorization": f"Bearer {request.query['token']}"}
         answers = await asyncio.gather(*(self._node_sessions(node, headers) for node in nodes))
         live = {node.id: items for node, items in zip(nodes, answers, strict=True)}
         # one shape everywhere: the registry's record, with the owning node's live view
         # (connection, viewers, stats) on top; where and in which state stay the registry's
-        return web.json_response([
+        return [
             {**record.to_dict(), **(live.get(record.node_id, {}).get(record.id) or {"stats": None}),
              "node_id": record.node_id, "state": record.state}
             for record in records
-        ])
+        ]
+
+    async def node_dicts(self) -> list[dict[str, Any]]:
+        return [node.to_dict() for node in await self.registry.nodes()]
 
     async def _node_sessions(self, node: NodeInfo, headers: dict[str, str]) -> dict[str, dict[str, Any]]:
         try:
@@ -223,7 +238,7 @@ class _Gateway:
 
     async def list_nodes(self, request: web.Request) -> web.Response:
         self._admin(request)
-        return web.json_response([node.to_dict() for node in await self.registry.nodes()])
+        return web.json_response(await self.node_dicts())
 
     async def drain_node(self, request: web.Request) -> web.Response:
         """No new sessions on the node; its sessions go on, and it is told to wind down."""
@@ -360,6 +375,8 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
     r.add_delete("/whep/{session_id}/{viewer_id}", gateway.to_owner)
     r.add_patch("/whep/{session_id}/{viewer_id}", gateway.to_owner)
     r.add_post("/api/v1/faces", gateway.upload_face)
+    if auth is not None:  # the events socket shows the caller's sessions: it needs to know who calls
+        add_event_routes(app, gateway.sessions_for, gateway.node_dicts)
     add_openapi_route(app, gateway=True)  # before the catch-all below
     add_metrics_routes(app, metrics)
     r.add_route("*", "/api/v1/{tail:.*}", gateway.any_node)

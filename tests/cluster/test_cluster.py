@@ -109,6 +109,24 @@ def test_thirty_sessions_spread_within_one(cluster):
     assert sum(cluster.loads().values()) == 0
 
 
+def test_the_gateways_event_socket_shows_the_cluster(cluster):
+    sessions = place(cluster, 2)
+
+    async def first_snapshot(token_: str) -> dict:
+        url = cluster.gateway.url.replace("http", "ws") + f"/api/v1/events?token={token_}"
+        async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+            return await ws.receive_json(timeout=10)
+
+    try:
+        admin = asyncio.run(first_snapshot(token("ops", "admin")))
+        owner = asyncio.run(first_snapshot(token("user-0")))
+    finally:
+        end(cluster, sessions)
+    assert admin["type"] == "snapshot" and {s["id"] for s in admin["sessions"]} >= set(sessions)
+    assert len(admin["nodes"]) == 3
+    assert [s["id"] for s in owner["sessions"]] == [sessions[0]] and not owner.get("nodes")
+
+
 def test_sigkilled_node_sessions_resume_elsewhere_with_the_same_face(cluster, identity_of, astronaut_image):
     source = identity_of(astronaut_image)
 
