@@ -114,6 +114,7 @@ class NodeHooksAdapter:
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._last_busy = (0.0, 0.0)  # (batcher wall s, busy s) at the previous beat
 
     def records(self):
         return [*self.node.sessions.records(), *self.node.rtmp_ingest.records()]
@@ -133,8 +134,19 @@ class NodeHooksAdapter:
         return float(metrics.get("queue_delay_p50_ms") or 0.0), {
             "sessions_live": len(sessions) + len(self.node.rtmp_ingest.streams),
             "fps_out": round(sum(s.video.stats.snapshot().get("fps_out", 0.0) or 0.0 for s in sessions), 1),
-            "device_busy_pct": round(float(metrics.get("device_busy_pct") or 0.0), 1),
+            "device_busy_pct": round(self._recent_busy_pct(metrics), 1),
         }
+
+    def _recent_busy_pct(self, metrics: dict[str, Any]) -> float:
+        """Device busy % since the previous beat (the batcher's own figure averages over its
+        whole life, so an idle node would go on showing its past load)."""
+        wall = float(metrics.get("wall_s") or 0.0)
+        busy = wall * float(metrics.get("device_busy_pct") or 0.0) / 100.0
+        last_wall, last_busy = self._last_busy
+        self._last_busy = (wall, busy)
+        if wall <= last_wall:  # a new batcher (or none yet): its own figure is the recent one
+            return float(metrics.get("device_busy_pct") or 0.0)
+        return 100.0 * max(0.0, busy - last_busy) / (wall - last_wall)
 
 
 def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Registry | None = None) -> Node:
