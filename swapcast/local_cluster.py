@@ -170,14 +170,15 @@ class Cluster:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="swapcast-cluster-")))
     redis: RedisServer | None = None
     gateway: Process | None = None
+    gateway_rtmp_port: int = 0
     nodes: dict[str, Process] = field(default_factory=dict)
 
     def start(self) -> Cluster:
         self.redis = RedisServer().start()
         env = cluster_env(self.workdir / "data", SWAPCAST_CLUSTER__CAPACITY=str(self.capacity))
-        port = free_port()
+        port, self.gateway_rtmp_port = free_port(), free_port()
         self.gateway = Process("gateway", ["gateway", "--redis", self.redis.url, "--host", "127.0.0.1",
-                                           "--port", str(port), "--rtmp-port", str(free_port())],
+                                           "--port", str(port), "--rtmp-port", str(self.gateway_rtmp_port)],
                                env, port, self.workdir / "gateway.log").start()
         for index in range(1, self.nodes_count + 1):
             self.add_node(f"node-{index}", env, wait=False)

@@ -6,6 +6,7 @@ those frames' display intervals, so a test can check audio/video sync by finding
 
 from __future__ import annotations
 
+import asyncio
 import math
 from fractions import Fraction
 from pathlib import Path
@@ -104,3 +105,32 @@ def corrupt_copy(src: str | Path, dst: str | Path, fraction: float = 0.3, seed: 
     start = (len(data) - size) // 2
     data[start : start + size] = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
     Path(dst).write_bytes(bytes(data))
+
+
+def camera_messages(grace_image, count: int, start_ms: int = 0) -> list:
+    """An OBS-like stream as RTMP messages: AVC sequence header, then one frame per 40 ms."""
+    from streamer.live.h264 import H264Encoder
+    from streamer.rtmp.flv import VideoPacketType, build_video_tag
+    from streamer.rtmp.handler import MediaMessage
+    from streamer.samples import moving_face_frames
+
+    encoder = H264Encoder(320, 240, bitrate_kbps=800, keyframe_interval_s=1.0, fps_hint=25)
+    frames = [p for i, f in enumerate(moving_face_frames(grace_image, count, (320, 240))) for p in encoder.encode(f, start_ms + 40 * i)]
+    header = build_video_tag(encoder.sequence_header, keyframe=True, packet_type=VideoPacketType.SEQUENCE_HEADER)
+    return [MediaMessage("video", start_ms, header)] + [
+        MediaMessage("video", p.dts, build_video_tag(p.data, keyframe=p.keyframe)) for p in frames
+    ]
+
+
+async def publish(url: str, messages: list, pace_s: float = 0.04, close: bool = True):
+    """Publish like OBS: connect, send paced messages, and close unless asked to stay."""
+    from streamer.rtmp.client import RtmpPublishClient
+
+    client = RtmpPublishClient(url, timeout=10)
+    await client.connect()
+    for message in messages:
+        await client.send(message)
+        await asyncio.sleep(pace_s)
+    if close:
+        await client.close()
+    return client

@@ -13,9 +13,9 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from media_fixtures import camera_messages, publish, write_test_video
 
 from gpu.analysis.identity import identity_distance
-from media_fixtures import write_test_video
 from signaling.stream_keys import StreamKeyStore, rtmp_session_id
 from streamer.faces import FaceLibrary
 from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
@@ -199,31 +199,6 @@ def test_unknown_key_is_refused_and_nothing_is_created(engine, camera_clip, tmp_
 
 
 # -- robustness, with swapcast's own RTMP client as a precisely controlled publisher -------------
-
-
-def camera_messages(grace_image, count: int, start_ms: int = 0) -> list:
-    """An OBS-like stream as RTMP messages: AVC sequence header, then one frame per 40 ms."""
-    from streamer.live.h264 import H264Encoder
-    from streamer.rtmp.flv import VideoPacketType, build_video_tag
-    from streamer.rtmp.handler import MediaMessage
-
-    encoder = H264Encoder(320, 240, bitrate_kbps=800, keyframe_interval_s=1.0, fps_hint=25)
-    frames = [p for i, f in enumerate(moving_face_frames(grace_image, count, (320, 240))) for p in encoder.encode(f, start_ms + 40 * i)]
-    header = build_video_tag(encoder.sequence_header, keyframe=True, packet_type=VideoPacketType.SEQUENCE_HEADER)
-    return [MediaMessage("video", start_ms, header)] + [
-        MediaMessage("video", p.dts, build_video_tag(p.data, keyframe=p.keyframe)) for p in frames
-    ]
-
-
-async def publish(url: str, messages: list, pace_s: float = 0.04, close: bool = True) -> RtmpPublishClient:
-    client = RtmpPublishClient(url, timeout=10)
-    await client.connect()
-    for message in messages:
-        await client.send(message)
-        await asyncio.sleep(pace_s)
-    if close:
-        await client.close()
-    return client
 
 
 async def wait_until(predicate, timeout: float = 20.0) -> None:

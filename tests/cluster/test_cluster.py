@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import time
 
 import aiohttp
 import numpy as np
 import pytest
+from media_fixtures import camera_messages, publish
+from webrtc_harness import answer, camera_offer, client_peer, collect_video
 
 from swapcast.local_cluster import Cluster, token
-from webrtc_harness import answer, camera_offer, client_peer, collect_video
 
 pytestmark = pytest.mark.slow
 
@@ -177,6 +179,49 @@ def test_sigkilled_node_sessions_resume_elsewhere_with_the_same_face(cluster, id
     cluster.add_node(killed)  # back to three for the next tests
 
 
+def test_an_rtmp_publisher_that_reconnects_lands_on_a_live_node(cluster, grace_image):
+    """OBS through the gateway with a key made over the API; its node is SIGKILLed; OBS
+    reconnects (as it does) and the stream goes on, swapped, on another node."""
+    status, made = cluster.api("POST", "/api/v1/keys", {"name": "studio", "face_id": SAMPLE_FACE},
+                               subject="streamer", role="user")
+    assert status == 201, made
+    url = f"rtmp://127.0.0.1:{cluster.gateway_rtmp_port}/live/{made['key']}"
+
+    def stream_state() -> dict:
+        status, sessions = cluster.api("GET", "/api/v1/sessions", subject="streamer", role="user")
+        assert status == 200, sessions
+        return next((s for s in sessions if s["protocol"] == "rtmp"), {})
+
+    def swapped_frames() -> int:
+        return int(((stream_state().get("stats") or {}).get("frames_out")) or 0)
+
+    async def scenario() -> tuple[str, str]:
+        loop = asyncio.get_running_loop()
+        first_client = await publish(url, camera_messages(grace_image, 50), close=False)
+        await loop.run_in_executor(None, lambda: wait_until(lambda: swapped_frames() > 10, 20, "swapped frames"))
+        first = (await loop.run_in_executor(None, stream_state))["node_id"]
+        cluster.nodes[first].kill()
+        with contextlib.suppress(Exception):  # its connection is cut: the gateway lost the node
+            await first_client.close()
+        second_client = await publish(url, camera_messages(grace_image, 75, start_ms=2000), close=False)  # OBS again
+        await loop.run_in_executor(None, lambda: wait_until(
+            lambda: stream_state().get("node_id") not in ("", first) and swapped_frames() > 10, 20,
+            "the stream swapped on another node"))
+        second = (await loop.run_in_executor(None, stream_state))["node_id"]
+        await second_client.close()
+        return first, second
+
+    try:
+        first, second = asyncio.run(asyncio.wait_for(scenario(), 90))
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.api("DELETE", f"/api/v1/keys/{made['key_id']}", subject="streamer", role="user")
+    assert second != first and cluster.nodes[second].alive()
+    cluster.add_node(first)
+
+
 def test_redis_restart_keeps_sessions_and_nodes_re_register(cluster):
     async def scenario() -> None:
         async with aiohttp.ClientSession(headers=AS_ADMIN) as http:
@@ -252,9 +297,14 @@ PAGE_LIVE_JS = """async () => {
 def test_the_page_resumes_by_itself_on_another_node(cluster, tmp_path, identity_of, astronaut_image, grace_image):
     """The page's own JS client, through the gateway: its node is SIGKILLed, it offers again
     without being told, lands on a live node and still wears the astronaut's face."""
+    from browser_harness import (
+        REMOTE_PLAYING_JS,
+        grab_frames,
+        identity_votes,
+        write_y4m,
+    )
     from playwright.sync_api import sync_playwright
 
-    from browser_harness import REMOTE_PLAYING_JS, grab_frames, identity_votes, write_y4m
     from streamer.samples import grace_hopper, moving_face_frames
     from swapcast.benchmarks.chromium import HEADLESS_FLAGS, chromium_path
 
