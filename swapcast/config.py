@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpu.engine import EngineSettings
 from gpu.errors import SwapcastError
@@ -118,14 +118,28 @@ class ClusterConfig(_Section):
 
 
 class JobsConfig(_Section):
-    """Offline video jobs: chunks on Redis Streams, rendered by workers."""
+    """Offline video jobs: chunks on Redis Streams, rendered by workers. Their files (uploads,
+    chunks, outputs) live in ``storage_dir`` or, with ``storage: s3``, in an S3 bucket whose
+    credentials come from the AWS chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), never
+    from here."""
 
-    storage_dir: Path | None = Field(None, description="uploads, chunks and outputs; default <data_dir>/jobs")
+    storage: Literal["local", "s3"] = "local"
+    storage_dir: Path | None = Field(None, description="local storage: uploads, chunks and outputs; default <data_dir>/jobs")
+    s3_endpoint_url: str | None = Field(None, pattern=r"^https?://", description="S3-compatible service; null = AWS")
+    s3_bucket: str | None = None  # required with storage s3
+    s3_prefix: str = ""  # keys go under <prefix>/
+    s3_region: str | None = None  # null = AWS_DEFAULT_REGION or the profile's
     chunk_seconds: float = Field(3.0, ge=1, le=30)  # target chunk length; cuts fall on keyframes
     claim_timeout_s: float = Field(30.0, gt=0)  # a chunk unacknowledged this long is reclaimed
     max_attempts: int = Field(3, ge=1, le=20)  # then the chunk goes to the dead-letter stream
     max_upload_mb: int = Field(2048, ge=1)
     webhook_secret: str | None = None  # HMAC-SHA256 key for webhook bodies
+
+    @model_validator(mode="after")
+    def _s3_needs_a_bucket(self) -> JobsConfig:
+        if self.storage == "s3" and not self.s3_bucket:
+            raise ValueError("storage s3 needs s3_bucket")
+        return self
 
 
 class AuthConfig(_Section):

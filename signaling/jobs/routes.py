@@ -8,10 +8,15 @@
 - ``GET /api/v1/jobs`` (newest first, ``?limit=``), ``GET /api/v1/jobs/{id}``: state,
   progress %, error.
 - ``DELETE /api/v1/jobs/{id}``: cancel (409 when it already ended).
-- ``GET /api/v1/jobs/{id}/output``: the finished video (409 until it is completed).
+- ``GET /api/v1/jobs/{id}/output``: the finished video (409 until it is completed). From a
+  local storage folder it is sent as a file (ranges work); from S3 it is streamed through
+  this API, so a download needs nothing but the API: not the bucket's endpoint, which
+  clients often cannot reach, nor a second credential beside the bearer token.
 
 Every error is JSON ``{"error": reason}``: 400 bad field, 404 unknown job, 413 too large,
-415 not a video (or not an image for ``source``), 503 without Redis or when it is down.
+415 not a video (or not an image for ``source``), 503 without Redis or when it is down, and
+when the job storage cannot be used (the reason says why: a missing bucket, an unreachable
+endpoint, refused credentials).
 
 Behind the auth middleware a job belongs to the token's subject: users see, cancel and
 download only their own jobs (another user's job is a 404, like a missing one, so ids
@@ -21,10 +26,13 @@ middleware (a bare jobs API, as the tests and the benchmark run it) there are no
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import mimetypes
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from aiohttp import BodyPartReader, MultipartReader, web
@@ -39,6 +47,7 @@ from signaling.jobs.service import (
     Submission,
     check_idempotency_key,
 )
+from signaling.jobs.storage import JobStorageError, Readable
 from signaling.jobs.uploads import (
     IMAGE_SUFFIXES,
     MAX_SOURCE_BYTES,
@@ -54,7 +63,9 @@ NO_REDIS = "offline jobs need Redis: start the server with --redis URL (cluster.
 TEXT_FIELDS = frozenset({"face_id", "path", "priority", "webhook_url"})
 _FORM_SLACK_BYTES = 64 * 1024  # multipart boundaries and text fields on top of the files
 _MAX_FIELD_BYTES = 4096
+_SEND_BYTES = 1 << 20
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger(__name__)
 
 
 def add_job_routes(app: web.Application, service: JobService | None) -> None:
@@ -70,9 +81,16 @@ def add_job_routes(app: web.Application, service: JobService | None) -> None:
         app.router.add_route(method, path, _json_errors(handler, service is not None))
     if service is not None:
 
+        async def check(_: web.Application) -> None:
+            try:
+                await service.check_storage()
+            except JobStorageError as exc:
+                log.error("offline jobs: %s; submissions and downloads answer 503 until it works", exc)
+
         async def close(_: web.Application) -> None:
             await service.close()
 
+        app.on_startup.append(check)
         app.on_cleanup.append(close)
 
 
@@ -88,7 +106,7 @@ def _json_errors(handler: Handler, available: bool) -> Handler:
             return await handler(request)
         except (JobRequestError, UploadRejected) as exc:
             return error(exc.status, str(exc))
-        except JobQueueUnavailable as exc:
+        except (JobQueueUnavailable, JobStorageError) as exc:
             return error(503, str(exc))
 
     return guarded
@@ -99,8 +117,8 @@ class _Form:
     """A submission as read from the request, files already stored in the job's folder."""
 
     fields: dict[str, str] = field(default_factory=dict)
-    video: tuple[str, str] | None = None  # (path relative to the storage, original name)
-    source: str | None = None  # path relative to the storage
+    video: tuple[str, str] | None = None  # (its key in the storage, original name)
+    source: str | None = None  # its key in the storage
 
 
 class _JobsApi:
@@ -123,16 +141,24 @@ class _JobsApi:
         limit = self.jobs.settings.max_upload_bytes
         if request.content_length is not None and request.content_length > limit + MAX_SOURCE_BYTES + _FORM_SLACK_BYTES:
             raise UploadRejected(413, _too_large(limit))
+        await self.jobs.check_storage()
         job_id = self.jobs.new_job_id()
         try:
             form = await self._read(request, job_id)
-            job, created = await self.jobs.submit(self._submission(job_id, form, key, owner))
+            job, created = await self.jobs.submit(await self._submission(job_id, form, key, owner))
         except BaseException:
-            self.jobs.discard_folder(job_id)
+            await self._discard(job_id)
             raise
         if not created:  # the same key raced in: the upload just stored is not needed
-            self.jobs.discard_folder(job_id)
+            await self._discard(job_id)
         return _job_response(job, 201 if created else 200)
+
+    async def _discard(self, job_id: str) -> None:
+        """Remove what a submission stored; a storage that fails here too keeps the first error."""
+        try:
+            await self.jobs.discard_files(job_id)
+        except JobStorageError as exc:
+            log.warning("the files of refused submission %s stay in the storage: %s", job_id, exc)
 
     async def _read(self, request: web.Request, job_id: str) -> _Form:
         if request.content_type == "application/json":
@@ -165,26 +191,33 @@ class _JobsApi:
         if container is None:
             raise UploadRejected(415, f"'video' ({part.filename or 'upload'}) is not a video file")
         name = Path(part.filename or "").name or "video"
-        relative = f"{job_id}/input{video_suffix(part.filename, container)}"
+        key = f"{job_id}/input{video_suffix(part.filename, container)}"
         limit = self.jobs.settings.max_upload_bytes
-        await store_part(part, head, self.jobs.job_folder(job_id) / Path(relative).name, limit, lambda: _too_large(limit))
-        return relative, name
+        await self._store(part, head, key, limit, lambda: _too_large(limit))
+        return key, name
 
     async def _store_source(self, part: BodyPartReader, job_id: str) -> str:
         head = await read_head(part)
         if not is_image(head):
             raise UploadRejected(415, "'source' is not an image (JPEG, PNG, WebP or BMP)")
         suffix = Path(part.filename or "").suffix.lower()
-        relative = f"{job_id}/source{suffix if suffix in IMAGE_SUFFIXES else '.img'}"
-        destination = self.jobs.job_folder(job_id) / Path(relative).name
-        await store_part(part, head, destination, MAX_SOURCE_BYTES, lambda: "'source' photo is larger than 10 MB")
-        return relative
+        key = f"{job_id}/source{suffix if suffix in IMAGE_SUFFIXES else '.img'}"
+        await self._store(part, head, key, MAX_SOURCE_BYTES, lambda: "'source' photo is larger than 10 MB")
+        return key
 
-    def _submission(self, job_id: str, form: _Form, key: str | None, owner: str) -> Submission:
+    async def _store(self, part: BodyPartReader, head: bytes, key: str, limit: int, too_large: Callable[[], str]) -> None:
+        """Receive the part into a scratch file, then put it into the storage as ``key``."""
+        storage = self.jobs.storage
+        with storage.scratch() as scratch:
+            local = scratch / PurePosixPath(key).name
+            await store_part(part, head, local, limit, too_large)
+            await asyncio.to_thread(storage.put_file, local, key)
+
+    async def _submission(self, job_id: str, form: _Form, key: str | None, owner: str) -> Submission:
         fields = form.fields
         if (form.video is None) == ("path" not in fields):
             raise JobRequestError("give exactly one of a 'video' file upload or a 'path' inside the job storage")
-        input_path, input_name = form.video or self.jobs.stored_video(fields["path"])
+        input_path, input_name = form.video or await self.jobs.stored_video(fields["path"])
         return Submission(
             job_id=job_id, input_path=input_path, input_name=input_name, face_id=fields.get("face_id"),
             source_path=form.source, priority=fields.get("priority", "normal"), webhook_url=fields.get("webhook_url"),
@@ -216,11 +249,22 @@ class _JobsApi:
         job = await self._job(request)
         if job.state != "completed":
             return error(409, f"job {job.id} is {job.state}: there is no output" + ("" if job.final else " yet"))
-        path = self.jobs.output_file(job)
-        if path is None or not path.is_file():
-            return error(404, f"the output of job {job.id} is no longer in the storage")
-        name = f"{Path(job.input_name).stem or job.id}-swapped{path.suffix}"
-        return web.FileResponse(path, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+        await self.jobs.check_storage()
+        storage, key = self.jobs.storage, job.output_path
+        gone = error(404, f"the output of job {job.id} is no longer in the storage")
+        if not key:
+            return gone
+        name = f"{Path(job.input_name).stem or job.id}-swapped{PurePosixPath(key).suffix}"
+        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        path = storage.path(key)
+        if path is not None:
+            return web.FileResponse(path, headers=headers) if path.is_file() else gone
+        try:
+            body, size = await asyncio.to_thread(storage.open, key)
+        except FileNotFoundError:
+            return gone
+        headers["Content-Type"] = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        return await _send(request, body, size, headers)
 
     async def _job(self, request: web.Request) -> Job:
         """The job the path names, if the caller may see it (else the same 404 as a missing one)."""
@@ -246,6 +290,20 @@ async def _parts(request: web.Request) -> AsyncIterator[BodyPartReader | Multipa
             yield part
     except (ValueError, AssertionError, HttpProcessingError) as exc:
         raise JobRequestError(f"malformed multipart body: {exc}") from None
+
+
+async def _send(request: web.Request, body: Readable, size: int, headers: dict[str, str]) -> web.StreamResponse:
+    """Stream ``body`` (a stored file, read in a thread) as the response, a block at a time."""
+    response = web.StreamResponse(headers=headers)
+    response.content_length = size
+    try:
+        await response.prepare(request)
+        while block := await asyncio.to_thread(body.read, _SEND_BYTES):
+            await response.write(block)
+    finally:
+        body.close()
+    await response.write_eof()
+    return response
 
 
 def _job_response(job: Job, status: int) -> web.Response:

@@ -1,20 +1,21 @@
-"""``JobService``: what the jobs API does, apart from HTTP — validating a submission, laying
-out the job's folder in the shared storage, creating the job once per idempotency key."""
+"""``JobService``: what the jobs API does, apart from HTTP — validating a submission, keeping
+the job's files in the shared storage, creating the job once per idempotency key."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-import shutil
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePosixPath
 from urllib.parse import urlparse
 
 from gpu.errors import SwapcastError
 from signaling.jobs.model import PRIORITIES, Job
 from signaling.jobs.queue import JobQueue, JobQueueUnavailable, now
 from signaling.jobs.settings import JobSettings
-from signaling.jobs.uploads import sniff_file
+from signaling.jobs.storage import CANNOT_BE_A_FILE
+from signaling.jobs.uploads import HEAD_BYTES, video_container
 from signaling.registry import Registry, RegistryUnavailable
 
 FaceCheck = Callable[[str], Awaitable[bool]]
@@ -34,7 +35,7 @@ class Submission:
     """A checked-in request: the video is already in the storage (uploaded or named)."""
 
     job_id: str
-    input_path: str  # relative to the storage
+    input_path: str  # its key in the storage
     input_name: str
     face_id: str | None
     source_path: str | None
@@ -48,7 +49,9 @@ class JobService:
     def __init__(self, queue: JobQueue, settings: JobSettings, face_exists: FaceCheck | None = None) -> None:
         self.queue = queue
         self.settings = settings
+        self.storage = settings.open_storage()
         self.face_exists = face_exists  # None: face ids are checked by the worker only
+        self._storage_answered = False
 
     @classmethod
     def connect(cls, redis_url: str, settings: JobSettings, face_exists: FaceCheck | None = None) -> JobService:
@@ -57,36 +60,36 @@ class JobService:
     async def close(self) -> None:
         await self.queue.close()
 
+    async def check_storage(self) -> None:
+        """``JobStorageError`` (the API's 503) until the storage has answered once: a broken
+        bucket is reported before an upload is read, not after. Later failures surface from
+        the operations themselves, so a working storage costs no extra request."""
+        if not self._storage_answered:
+            await asyncio.to_thread(self.storage.check)
+            self._storage_answered = True
+
     @staticmethod
     def new_job_id() -> str:
         return "job_" + secrets.token_hex(8)
 
-    def job_folder(self, job_id: str) -> Path:
-        """The job's own folder in the storage (uploads, chunks, output); created on demand."""
-        folder = self.settings.storage_dir / job_id
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+    async def discard_files(self, job_id: str) -> None:
+        await asyncio.to_thread(self.storage.delete_folder, job_id)
 
-    def discard_folder(self, job_id: str) -> None:
-        shutil.rmtree(self.settings.storage_dir / job_id, ignore_errors=True)
-
-    def stored_video(self, path: str) -> tuple[str, str]:
-        """A video named by a path inside the storage: (path relative to the storage, name).
-        Refuses paths outside the storage, missing files and files that are not videos."""
-        root = self.settings.storage_dir.resolve()
-        candidate = Path(path)
+    async def stored_video(self, path: str) -> tuple[str, str]:
+        """A video named by a path inside the storage: (its key, name). Refuses paths outside
+        the storage, missing files and files that are not videos."""
         try:
-            resolved = (root / candidate).resolve()
-            if candidate.is_absolute() or not resolved.is_relative_to(root):
-                raise JobRequestError(f"path {path!r} must be relative to the job storage and stay inside it")
-            if not resolved.is_file():
-                raise JobRequestError(f"path {path!r}: no such file in the job storage")
-            container = sniff_file(resolved)
-        except (OSError, ValueError):  # a NUL byte, a name too long, a file that cannot be read
-            raise JobRequestError(f"path {path!r} cannot be used as a file in the job storage") from None
-        if container is None:
+            key = self.storage.key_of(path)
+            head = await asyncio.to_thread(self.storage.read_head, key, HEAD_BYTES)
+        except ValueError as exc:
+            raise JobRequestError(f"path {path!r} {exc}") from None
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise JobRequestError(f"path {path!r}: no such file in the job storage") from None
+        except OSError:  # a file that cannot be read
+            raise JobRequestError(f"path {path!r} {CANNOT_BE_A_FILE}") from None
+        if video_container(head) is None:
             raise JobRequestError(f"path {path!r} is not a video file", status=415)
-        return str(resolved.relative_to(root)), resolved.name
+        return key, PurePosixPath(key).name
 
     async def submit(self, submission: Submission) -> tuple[Job, bool]:
         """Create the job (``True``) or return the one its idempotency key made earlier."""
@@ -113,9 +116,6 @@ class JobService:
             and not await self.face_exists(submission.face_id)
         ):
             raise JobRequestError(f"unknown face_id {submission.face_id!r}")
-
-    def output_file(self, job: Job) -> Path | None:
-        return self.settings.path(job.output_path) if job.output_path else None
 
 
 def _http_url(text: str) -> bool:

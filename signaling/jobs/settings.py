@@ -7,11 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from signaling.jobs.storage import JobStorage, LocalStorage
+
 
 class JobsSection(Protocol):
     """The config's ``jobs`` section (``swapcast.config.JobsConfig``), as far as read here."""
 
+    storage: str
     storage_dir: Path | None
+    s3_endpoint_url: str | None
+    s3_bucket: str | None
+    s3_prefix: str
+    s3_region: str | None
     chunk_seconds: float
     claim_timeout_s: float
     max_attempts: int
@@ -20,18 +27,34 @@ class JobsSection(Protocol):
 
 
 @dataclass(frozen=True)
+class S3Location:
+    """A bucket of an S3-compatible service; credentials come from the AWS chain, not from here."""
+
+    bucket: str
+    prefix: str = ""  # keys go under "<prefix>/"; "" = the bucket's top
+    endpoint_url: str | None = None  # None = AWS
+    region: str | None = None  # None = the credential chain's (AWS_DEFAULT_REGION, profile)
+
+
+@dataclass(frozen=True)
 class JobSettings:
-    storage_dir: Path  # uploads, chunks and outputs; shared by every API node and worker
+    storage_dir: Path  # uploads, chunks and outputs; shared by every API node and worker (unless s3)
     chunk_seconds: float = 3.0
     claim_timeout_s: float = 30.0
     max_attempts: int = 3
     max_upload_mb: int = 2048
     webhook_secret: str | None = None
+    s3: S3Location | None = None  # set: the files live in this bucket instead of storage_dir
 
     @classmethod
     def from_config(cls, jobs: JobsSection, data_dir: Path) -> JobSettings:
         """``jobs.storage_dir`` defaults to ``<server.data_dir>/jobs``; ``~`` is expanded."""
         storage = jobs.storage_dir if jobs.storage_dir is not None else Path(data_dir) / "jobs"
+        s3 = None
+        if jobs.storage == "s3":
+            assert jobs.s3_bucket is not None  # the config refuses s3 without a bucket
+            s3 = S3Location(bucket=jobs.s3_bucket, prefix=jobs.s3_prefix, endpoint_url=jobs.s3_endpoint_url,
+                            region=jobs.s3_region)
         return cls(
             storage_dir=storage.expanduser(),
             chunk_seconds=jobs.chunk_seconds,
@@ -39,12 +62,18 @@ class JobSettings:
             max_attempts=jobs.max_attempts,
             max_upload_mb=jobs.max_upload_mb,
             webhook_secret=jobs.webhook_secret,
+            s3=s3,
         )
 
     @property
     def max_upload_bytes(self) -> int:
         return self.max_upload_mb * 1024 * 1024
 
-    def path(self, relative: str) -> Path:
-        """A job's stored path (relative to the storage) on this host."""
-        return self.storage_dir / relative
+    def open_storage(self) -> JobStorage:
+        """The storage these settings name; ``JobStorageError`` for an S3 endpoint that is not
+        a URL (whether it answers is ``check()``'s business)."""
+        if self.s3 is None:
+            return LocalStorage(self.storage_dir)
+        from signaling.jobs.s3 import S3Storage  # boto3 only where S3 is used
+
+        return S3Storage(self.s3)

@@ -1,5 +1,6 @@
-"""Upload handling for job submissions: stream a multipart part to disk under a byte limit,
-after checking its first bytes are a video container (or an image) signature.
+"""Upload handling for job submissions: stream a multipart part to a local file under a byte
+limit (it goes into the job storage from there), after checking its first bytes are a video
+container (or an image) signature.
 
 The signature check is the API's only look at the media: it turns away what is plainly not
 a video (415) without decoding anything, since the control plane never touches frames. A
@@ -9,13 +10,12 @@ readable reason.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import BodyPartReader
 
-_HEAD_BYTES = 192  # enough for every signature below (MPEG-TS needs two 188-byte packets)
+HEAD_BYTES = 192  # enough for every signature below (MPEG-TS needs two 188-byte packets)
 _READ_BYTES = 1 << 20
 _ISO_BOXES = {b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot"}
 # container name -> the extension its stored copy gets when the upload's own name has none
@@ -70,17 +70,11 @@ def video_suffix(filename: str | None, container: str) -> str:
     return suffix if suffix in KNOWN_VIDEO_SUFFIXES else VIDEO_EXTENSIONS[container]
 
 
-def sniff_file(path: Path) -> str | None:
-    """``video_container`` of a file already in the storage."""
-    with path.open("rb") as handle:
-        return video_container(handle.read(_HEAD_BYTES))
-
-
 async def read_head(part: BodyPartReader) -> bytes:
-    """The part's first bytes (up to ``_HEAD_BYTES`` or its end); the rest stays unread."""
+    """The part's first bytes (up to ``HEAD_BYTES`` or its end); the rest stays unread."""
     head = b""
-    while len(head) < _HEAD_BYTES:
-        chunk = await part.read_chunk(_HEAD_BYTES - len(head))
+    while len(head) < HEAD_BYTES:
+        chunk = await part.read_chunk(HEAD_BYTES - len(head))
         if not chunk:
             break
         head += chunk
@@ -90,19 +84,15 @@ async def read_head(part: BodyPartReader) -> bytes:
 async def store_part(
     part: BodyPartReader, head: bytes, destination: Path, limit: int, too_large: Callable[[], str]
 ) -> int:
-    """Write ``head`` and the rest of ``part`` to ``destination`` (via a ``.part`` file renamed
-    at the end); more than ``limit`` bytes -> ``UploadRejected(413, too_large())``."""
-    temp = destination.with_name(destination.name + ".part")
+    """Write ``head`` and the rest of ``part`` to ``destination``, a file in a scratch folder
+    (one an error leaves half-written goes with that folder); more than ``limit`` bytes ->
+    ``UploadRejected(413, too_large())``."""
     size = len(head)
-    try:
-        with temp.open("wb") as handle:
-            handle.write(head)
-            while chunk := await part.read_chunk(_READ_BYTES):
-                size += len(chunk)
-                if size > limit:
-                    raise UploadRejected(413, too_large())
-                handle.write(chunk)
-        os.replace(temp, destination)
-    finally:
-        temp.unlink(missing_ok=True)
+    with destination.open("wb") as handle:
+        handle.write(head)
+        while chunk := await part.read_chunk(_READ_BYTES):
+            size += len(chunk)
+            if size > limit:
+                raise UploadRejected(413, too_large())
+            handle.write(chunk)
     return size

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from pathlib import Path
 
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import ManyFacesError, SwapcastError
 from signaling.jobs.model import Job
+from signaling.jobs.storage import JobStorage
 from signaling.registry import Registry
 from streamer.media.images import read_image
 from streamer.samples import SAMPLE_FACES
@@ -27,10 +27,10 @@ class UnknownFaceError(SwapcastError):
 
 
 class SourceFaces:
-    def __init__(self, engine: FaceEngine, registry: Registry | None, storage_dir: Path) -> None:
+    def __init__(self, engine: FaceEngine, registry: Registry | None, storage: JobStorage) -> None:
         self.engine = engine
         self.registry = registry
-        self.storage_dir = storage_dir
+        self.storage = storage
         self._cache: OrderedDict[str, SourceFace] = OrderedDict()
 
     async def for_job(self, job: Job) -> SourceFace:
@@ -46,7 +46,7 @@ class SourceFaces:
 
     async def _resolve(self, job: Job) -> SourceFace:
         if job.source_path:
-            return await asyncio.to_thread(self._from_photo, self.storage_dir / job.source_path)
+            return await asyncio.to_thread(self._from_photo, job.source_path)
         face_id = job.face_id or ""
         if face_id in SAMPLE_FACES:
             image = SAMPLE_FACES[face_id]()
@@ -56,8 +56,9 @@ class SourceFaces:
             raise UnknownFaceError(f"unknown face_id {face_id!r}: neither a sample face nor a stored one")
         return self.engine.source_from_bytes(record.source)
 
-    def _from_photo(self, path: Path) -> SourceFace:
-        image = read_image(path)
+    def _from_photo(self, key: str) -> SourceFace:
+        with self.storage.scratch() as scratch:
+            image = read_image(self.storage.fetch(key, scratch))
         try:
             return self.engine.register_source(image, None, "the uploaded source photo")
         except ManyFacesError as exc:

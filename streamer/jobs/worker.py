@@ -11,7 +11,12 @@ unknown face) fails the job at once, since another attempt would fail the same w
 other error is recorded and the task is given back for another attempt, up to
 ``jobs.max_attempts``. A worker that dies holding a task leaves it pending; another worker
 reclaims it after ``jobs.claim_timeout_s``, which also counts as an attempt. A task out of
-attempts goes to the dead-letter stream and fails its job with the last error.
+attempts goes to the dead-letter stream and fails its job with the last error. An outage of
+the job storage (``JobStorageError``) is such an error: it is retried, it fails no job at once.
+
+Files go through the job storage (``signaling.jobs.storage``): each step reads its inputs
+with ``fetch`` and writes its results into a scratch folder, then ``put_file``s them, so a
+step's result is stored whole or not at all, and S3 works like a shared folder.
 """
 
 from __future__ import annotations
@@ -20,12 +25,11 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import shutil
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Self
 
@@ -37,11 +41,13 @@ from gpu.options import SwapOptions
 from signaling.jobs.model import Chunk, Job, Task, TaskKind
 from signaling.jobs.queue import JobQueue, JobQueueUnavailable, lost_groups
 from signaling.jobs.settings import JobSettings
+from signaling.jobs.storage import JobStorage, JobStorageError
 from signaling.jobs.webhook import send_webhook
 from streamer.jobs.assemble import Expected, assemble
 from streamer.jobs.render import Abandoned, Encoding, render_chunk
 from streamer.jobs.sources import SourceFaces
-from streamer.jobs.split import split_video
+from streamer.jobs.split import SplitResult, split_video
+from streamer.media.errors import VideoError
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +112,11 @@ class Lease:
 
 
 class Worker:
-    def __init__(self, queue: JobQueue, engine: FaceEngine, faces: SourceFaces, settings: WorkerSettings) -> None:
-        self.queue, self.engine, self.faces, self.settings = queue, engine, faces, settings
+    def __init__(
+        self, queue: JobQueue, engine: FaceEngine, faces: SourceFaces, settings: WorkerSettings, storage: JobStorage
+    ) -> None:
+        self.queue, self.engine, self.faces, self.settings, self.storage = queue, engine, faces, settings, storage
         self.name = settings.name
-        self.storage = settings.jobs.storage_dir
         self._stopping = asyncio.Event()
         self._steps: dict[TaskKind, Callable[[Task, Job, Lease], Awaitable[None]]] = {
             "split": self._split, "chunk": self._chunk, "finalise": self._finalise, "notify": self._notify,
@@ -207,25 +214,47 @@ class Worker:
         the chunk's files, so an ended job's leftovers go away task by task."""
         await self.queue.ack(task)
         if job is not None and task.kind == "chunk" and task.index is not None:
+            keys = [self._rendered(job.id, task.index)]
             with contextlib.suppress(KeyError):
-                chunk = await self.queue.chunk(job.id, task.index)
-                (self.storage / chunk.path).unlink(missing_ok=True)
-            self._rendered(job.id, task.index).unlink(missing_ok=True)
+                keys.append((await self.queue.chunk(job.id, task.index)).path)
+            await self._remove(job.id, keys=keys)
+
+    async def _remove(self, job_id: str, *, keys: Iterable[str] = (), folders: Iterable[str] = ()) -> None:
+        """Delete a job's intermediate files; a storage outage leaves them (logged), as they
+        only take space."""
+        try:
+            for key in keys:
+                await asyncio.to_thread(self.storage.delete, key)
+            for folder in folders:
+                await asyncio.to_thread(self.storage.delete_folder, folder)
+        except JobStorageError as exc:
+            log.warning("%s: intermediate files stay in the storage: %s", job_id, exc)
 
     # -- the steps ------------------------------------------------------------------------------
 
-    def _rendered(self, job_id: str, index: int) -> Path:
-        return self.storage / job_id / "rendered" / f"chunk-{index:04d}.mov"
+    @staticmethod
+    def _rendered(job_id: str, index: int) -> str:
+        return f"{job_id}/rendered/chunk-{index:04d}.mov"
 
     async def _split(self, task: Task, job: Job, lease: Lease) -> None:
-        folder = self.storage / job.id / f"split-{secrets.token_hex(4)}"  # per attempt: racing attempts never share files
+        folder = f"{job.id}/split-{secrets.token_hex(4)}"  # per attempt: racing attempts never share files
+
+        def cut(scratch: Path) -> SplitResult:
+            try:
+                source = self.storage.fetch(job.input_path, scratch)
+            except FileNotFoundError:
+                raise VideoError(f"{job.input_name}: no longer in the job storage") from None
+            result = split_video(source, scratch / "chunks", self.settings.jobs.chunk_seconds, label=job.input_name)
+            for piece in result.pieces:
+                self.storage.put_file(piece.path, f"{folder}/{piece.path.name}")
+            return result
+
         try:
-            result = await asyncio.to_thread(
-                split_video, self.storage / job.input_path, folder, self.settings.jobs.chunk_seconds, label=job.input_name
-            )
+            with self.storage.scratch() as scratch:
+                result = await asyncio.to_thread(cut, scratch)
             lease.check()
             chunks = [
-                Chunk(p.index, str(p.path.relative_to(self.storage)), p.frames, round(p.start_s, 6), round(p.duration_s, 6))
+                Chunk(p.index, f"{folder}/{p.path.name}", p.frames, round(p.start_s, 6), round(p.duration_s, 6))
                 for p in result.pieces
             ]
             committed = await self.queue.commit_split(
@@ -233,41 +262,59 @@ class Worker:
                 has_audio=result.has_audio,
             )
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            await self._remove(job.id, folders=[folder])
             raise
         if not committed:
-            shutil.rmtree(folder, ignore_errors=True)
+            await self._remove(job.id, folders=[folder])
 
     async def _chunk(self, task: Task, job: Job, lease: Lease) -> None:
         assert task.index is not None
         chunk = await self.queue.chunk(job.id, task.index)
         source = await self.faces.for_job(job)
         lease.check()
-        output = self._rendered(job.id, chunk.index)
+        rendered = self._rendered(job.id, chunk.index)
         end = chunk.start_s + chunk.duration_s
-        await asyncio.to_thread(
-            render_chunk, self.engine, source, self.settings.swap, self.storage / chunk.path, output,
-            expected_frames=chunk.frames, encoding=self.settings.encoding, stopped=lease.stopped,
-            label=f"{job.input_name} between {chunk.start_s:.1f} s and {end:.1f} s", session_id=f"{job.id}-{chunk.index}",
-        )
+
+        def render(scratch: Path) -> None:
+            output = scratch / "rendered.mov"
+            render_chunk(
+                self.engine, source, self.settings.swap, self.storage.fetch(chunk.path, scratch), output,
+                expected_frames=chunk.frames, encoding=self.settings.encoding, stopped=lease.stopped,
+                label=f"{job.input_name} between {chunk.start_s:.1f} s and {end:.1f} s",
+                session_id=f"{job.id}-{chunk.index}",
+            )
+            self.storage.put_file(output, rendered)
+
+        with self.storage.scratch() as scratch:
+            await asyncio.to_thread(render, scratch)
         if await self.queue.complete_chunk(task) == "gone":
-            output.unlink(missing_ok=True)
+            await self._remove(job.id, keys=[rendered])
 
     async def _finalise(self, task: Task, job: Job, lease: Lease) -> None:
         if job.frames is None or job.duration_s is None or job.frame_s is None:
             raise RuntimeError(f"job {job.id} reached finalisation without the split's measurements")
         chunks = await self.queue.chunks(job.id)
         expected = Expected(job.frames, job.duration_s, job.frame_s, job.has_audio)
-        result = await asyncio.to_thread(
-            assemble, self.storage / job.input_path, [self._rendered(job.id, c.index) for c in chunks],
-            self.storage / job.id, expected,
-        )
-        if await self.queue.complete(task, str(result.path.relative_to(self.storage))):
-            shutil.rmtree(self.storage / job.id / "rendered", ignore_errors=True)
-            for folder in {(self.storage / c.path).parent for c in chunks}:
-                shutil.rmtree(folder, ignore_errors=True)
+
+        def join(scratch: Path) -> str:
+            fetch = self.storage.fetch
+            result = assemble(
+                fetch(job.input_path, scratch), [fetch(self._rendered(job.id, c.index), scratch) for c in chunks],
+                scratch, expected,
+            )
+            # each attempt stores under its own name: if a reclaimed attempt races this one,
+            # the one that does not complete the job deletes its own file, never the winner's
+            key = f"{job.id}/{secrets.token_hex(4)}-{result.path.name}"
+            self.storage.put_file(result.path, key)
+            return key
+
+        with self.storage.scratch() as scratch:
+            output = await asyncio.to_thread(join, scratch)
+        if await self.queue.complete(task, output):
+            split_folders = {PurePosixPath(c.path).parent.as_posix() for c in chunks}
+            await self._remove(job.id, folders=[f"{job.id}/rendered", *split_folders])
         else:
-            result.path.unlink(missing_ok=True)
+            await self._remove(job.id, keys=[output])
 
     async def _notify(self, task: Task, job: Job, lease: Lease) -> None:
         if job.webhook_url is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from gpu.options import SwapOptions
 from signaling.jobs import Chunk, Job, JobQueue, JobSettings
 from signaling.jobs.model import Task
+from signaling.jobs.storage import LocalStorage
 from streamer.jobs.render import Encoding
 from streamer.jobs.worker import Worker, WorkerSettings
 
@@ -104,7 +105,7 @@ class BrokenFaces:
 def run_worker_until_final(queue: JobQueue, job_id: str, tmp_path: Path) -> asyncio.Future:
     settings = WorkerSettings(jobs=JobSettings(storage_dir=tmp_path, claim_timeout_s=0.3, max_attempts=3),
                               swap=SwapOptions(), encoding=Encoding(), name="w")
-    worker = Worker(queue, None, BrokenFaces(), settings)  # type: ignore[arg-type]  # never reaches the engine
+    worker = Worker(queue, None, BrokenFaces(), settings, LocalStorage(tmp_path))  # type: ignore[arg-type]  # never reaches the engine
 
     async def until_final() -> Job:
         serving = asyncio.create_task(worker.run())

@@ -9,56 +9,31 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import io
 import json
 import threading
 import time
-from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 from aiohttp import web
-from jobs_harness import CLAIM_TIMEOUT_S, FPS, SECRET, ffprobe, queue_call
+from jobs_harness import (
+    FPS,
+    JOB_TIMEOUT_S,
+    SECRET,
+    Workers,
+    ffprobe,
+    finish,
+    queue_call,
+    run_cli,
+)
 from media_fixtures import corrupt_copy
 
 from streamer.media.images import write_image
-from swapcast.benchmarks.jobs import FINAL, JobsClient, WorkerProcess, worker_env
-from swapcast.cli import main
+from swapcast.benchmarks.jobs import FINAL
 
 pytestmark = pytest.mark.slow
 
 STREAM = "swapcast:{jobs}:tasks:normal"
-JOB_TIMEOUT_S = 90.0
-
-
-class Workers:
-    """Two worker processes shared by the module's tests; one killed by a test is replaced."""
-
-    def __init__(self, redis_url: str, storage: Path, log_dir: Path) -> None:
-        self.redis_url, self.log_dir = redis_url, log_dir
-        self.env = worker_env(
-            storage, SWAPCAST_JOBS__CLAIM_TIMEOUT_S=str(CLAIM_TIMEOUT_S), SWAPCAST_JOBS__CHUNK_SECONDS="2",
-            SWAPCAST_JOBS__WEBHOOK_SECRET=SECRET, SWAPCAST_ENGINE__RUNNER_THREADS="1",
-        )
-        self.procs = [self._start(f"w{n}") for n in range(2)]
-        for proc in self.procs:
-            proc.wait_ready()
-
-    def _start(self, name: str) -> WorkerProcess:
-        return WorkerProcess(self.redis_url, name, self.env, self.log_dir)
-
-    def revive(self) -> None:
-        for n, proc in enumerate(self.procs):
-            if proc.popen.poll() is not None:
-                self.procs[n] = self._start(f"{proc.name}-again").wait_ready()
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.log()[-2500:]}" for p in self.procs)
-
-    def close(self) -> None:
-        for proc in self.procs:
-            proc.stop()
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +47,6 @@ def pool(redis_server, storage, tmp_path_factory):
 def workers(pool, client) -> Workers:
     pool.revive()
     return pool
-
-
-def finish(client: JobsClient, workers: Workers, job_id: str, **kwargs: Any) -> dict[str, Any]:
-    try:
-        return client.wait(job_id, JOB_TIMEOUT_S, **kwargs)
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}\n{workers.logs()}") from None
 
 
 def test_a_worker_killed_mid_chunk_loses_nothing(workers, client, clips, redis_url, storage) -> None:
@@ -215,13 +183,6 @@ def test_webhook_is_signed_and_retried_and_a_source_photo_works(workers, client,
     output = tmp_path / "out.mp4"
     output.write_bytes(video)
     assert ffprobe(output).frames == 4 * FPS
-
-
-def run_cli(*args: str | Path) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in args])
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_jobs_cli_submit_wait_status_cancel(workers, client, api, clips, tmp_path) -> None:
