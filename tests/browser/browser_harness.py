@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -128,3 +130,22 @@ def serve_node(data_dir: Path, secret: str, timeout_s: float = 60.0, **env: str)
         tail = log_path.read_text(errors="replace")[-3000:]
         if "Traceback" in tail:
             print(f"--- swapcast serve log (tail) ---\n{tail}")
+
+
+def http_json(method: str, url: str, token: str | None = None, body: bytes | None = None,
+              content_type: str | None = None, timeout: float = 10):
+    """(status, parsed JSON or text or None) without raising on 4xx/5xx."""
+    request = urllib.request.Request(url, data=body, method=method)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if content_type:
+        request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as err:
+        status, raw = err.code, err.read()
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, raw.decode("utf-8", "replace")

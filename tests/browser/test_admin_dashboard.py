@@ -16,15 +16,12 @@ directory, there too. Needs Debian's ``chromium`` (``/usr/bin/chromium``, or
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import shutil
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -32,7 +29,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))  # the aiortc client helpers
 
-from browser_harness import serve_node
+from browser_harness import http_json, serve_node
 from webrtc_harness import answer, camera_offer, client_peer, collect_video
 
 from swapcast.benchmarks.chromium import HEADLESS_FLAGS, chromium_path
@@ -52,20 +49,7 @@ PREVIEW_PLAYING_JS = """() => {
 
 
 
-def _http(method: str, url: str, token: str | None = None, body: bytes | None = None, timeout: float = 10):
-    """(status, parsed JSON or text or None) without raising on 4xx/5xx."""
-    request = urllib.request.Request(url, data=body, method=method)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as err:
-        status, raw = err.code, err.read()
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode("utf-8", "replace")
+_http = http_json
 
 
 def _wait_for(predicate, timeout_s: float, interval_s: float = 0.25):

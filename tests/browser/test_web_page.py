@@ -11,10 +11,7 @@ own browser download is never used.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import cv2
@@ -23,6 +20,7 @@ import pytest
 from browser_harness import (
     REMOTE_PLAYING_JS,
     grab_frames,
+    http_json,
     identity_votes,
     serve_node,
     write_y4m,
@@ -54,19 +52,8 @@ Object.defineProperty(navigator.mediaDevices, 'getUserMedia', {
 
 
 def _http(method: str, url: str, body: bytes | None = None, content_type: str | None = None, timeout: float = 10):
-    """(status, parsed JSON or None) without raising on 4xx/5xx."""
-    request = urllib.request.Request(url, data=body, method=method, headers={"Authorization": f"Bearer {TOKEN}"})
-    if content_type:
-        request.add_header("Content-Type", content_type)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as err:
-        status, raw = err.code, err.read()
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode("utf-8", "replace")
+    """As the page's user: (status, parsed JSON or None) without raising on 4xx/5xx."""
+    return http_json(method, url, TOKEN, body, content_type, timeout)
 
 
 def _sessions(base_url: str) -> list:
