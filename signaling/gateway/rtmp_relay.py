@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections import defaultdict, deque
 from typing import TypeVar
 
@@ -34,10 +33,6 @@ log = logging.getLogger(__name__)
 BAD_CONNECTION = "NetStream.Publish.BadConnection"
 PLAY_NOT_FOUND = "NetStream.Play.StreamNotFound"
 PLAY_FAILED = "NetStream.Play.Failed"
-# RtmpClientError texts: "... refused: <code>: <description>" when the node said no;
-# "cannot connect" / "no answer within" when it could not be reached at all.
-_REFUSAL = re.compile(r"refused: (?P<code>Net[A-Za-z]+(?:\.[A-Za-z]+)+)(?:: (?P<description>.*))?$", re.DOTALL)
-_UNREACHABLE = ("cannot connect", "no answer within")
 
 _StreamKey = tuple[str, str]  # (app, stream name) as the server hands them to the handler
 C = TypeVar("C", RtmpPublishClient, RtmpPlayClient)
@@ -161,12 +156,11 @@ class RtmpRelay:
         try:
             await client.connect()
         except RtmpClientError as exc:
-            text = str(exc)
-            if refusal := _REFUSAL.search(text):
-                raise PublishRejected(refusal["code"], refusal["description"] or "refused by the node") from None
-            if any(marker in text for marker in _UNREACHABLE):
-                raise NodeUnreachable(node, text) from None
-            raise PublishRejected(BAD_CONNECTION, f"node {node.id}: {text}") from None
+            if exc.code:  # the node said no: the publisher hears the same
+                raise PublishRejected(exc.code, exc.description or "refused by the node") from None
+            if exc.unreachable:
+                raise NodeUnreachable(node, str(exc)) from None
+            raise PublishRejected(BAD_CONNECTION, f"node {node.id}: {exc}") from None
         return client
 
     async def close(self) -> None:

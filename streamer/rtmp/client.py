@@ -27,7 +27,22 @@ _SAMPLE_ACCESS = amf0.encode("|RtmpSampleAccess")
 
 
 class RtmpClientError(Exception):
-    """The destination is down, refused us, timed out, or broke the protocol."""
+    """The destination is down, refused us, timed out, or broke the protocol. A refusal
+    carries the server's ``code`` and ``description``; ``unreachable`` says the server could
+    not be reached at all (a relay tries another one then)."""
+
+    def __init__(self, message: str, *, code: str | None = None, description: str = "",
+                 unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.description = description
+        self.unreachable = unreachable
+
+
+def _refusal(what: str, args: list[Any]) -> RtmpClientError:
+    info = next((arg for arg in args if isinstance(arg, dict)), {})
+    return RtmpClientError(f"{what} refused: {_describe(args)}", code=str(info.get("code") or "") or None,
+                           description=str(info.get("description") or ""))
 
 
 @dataclass(frozen=True)
@@ -87,10 +102,11 @@ class _ClientSession:
                 await client_handshake(self._reader, self._writer, timeout=self.timeout)
         except TimeoutError:
             await self.abort()
-            raise RtmpClientError(f"rtmp://{url.host}:{url.port}: no answer within {self.timeout:g} s") from None
+            raise RtmpClientError(f"rtmp://{url.host}:{url.port}: no answer within {self.timeout:g} s",
+                                  unreachable=True) from None
         except (OSError, RtmpProtocolError) as exc:
             await self.abort()
-            raise RtmpClientError(f"rtmp://{url.host}:{url.port}: cannot connect: {exc}") from None
+            raise RtmpClientError(f"rtmp://{url.host}:{url.port}: cannot connect: {exc}", unreachable=True) from None
         self.send(msg.set_chunk_size(self._chunk_size))
         params = {
             "app": url.app,
@@ -128,7 +144,7 @@ class _ClientSession:
                 self.check_status(reply)
                 continue
             if reply.name == "_error":
-                raise RtmpClientError(f"{name} refused: {_describe(reply.args)}")
+                raise _refusal(name, reply.args)
             if reply.name == "_result":
                 return [reply.command_object, *reply.args]
 
@@ -148,7 +164,7 @@ class _ClientSession:
             return None
         info = reply.args[0] if reply.args and isinstance(reply.args[0], dict) else {}
         if info.get("level") == "error":
-            raise RtmpClientError(f"server refused: {_describe(reply.args)}")
+            raise _refusal("server", reply.args)
         return info
 
     async def wait_status(self, wanted: str) -> None:
