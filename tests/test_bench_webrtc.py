@@ -87,3 +87,8 @@ def test_one_then_two_sessions_real_numbers():
     assert report["server_idle"]["rss_mb"] > 100
     assert report["server_peak_rss_mb"] >= two["server_rss_mb"]
     assert isinstance(report["memory_per_extra_session_mb"], float)
+    # the node's own /metrics agree: every stage observed, frames out of the node's webrtc sessions
+    scraped = report["metrics"]
+    assert set(scraped["stage_mean_ms"]) == {"track", "identity", "prepare", "run", "paste", "total"}
+    assert 0 < scraped["stage_mean_ms"]["run"] < scraped["stage_mean_ms"]["total"]
+    assert scraped["frames"]["out"] >= sum(row["received"] for p in (one, two) for row in p["per_session"]) * 0.9

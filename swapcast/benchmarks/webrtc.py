@@ -192,7 +192,9 @@ class ServerProcess:
             key, _, rest = line.partition(":")
             if key in ("VmRSS", "VmHWM"):
                 values[key] = int(rest.split()[0]) / 1024
-        return {"rss_mb": values.get("VmRSS", 0.0), "peak_rss_mb": values.get("VmHWM", 0.0)}
+        rss = values.get("VmRSS", 0.0)
+        # the kernel updates VmHWM lazily: the current RSS can be a little above it
+        return {"rss_mb": rss, "peak_rss_mb": max(values.get("VmHWM", 0.0), rss)}
 
     def log_tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
@@ -507,10 +509,35 @@ async def _run_phases(config: Config, sessions: int, seconds: float, warmup_s: f
             report["server_idle"] = server.memory_mb()
             counts = [1] if sessions == 1 else [1, sessions]
             report["phases"] = [await _phase(http, server, clip, n, seconds, warmup_s, err) for n in counts]
+            report["metrics"] = await _scrape_metrics(http, server.base_url)
     except BaseException:
         server.stop()
         raise
     return report, server
+
+
+async def _scrape_metrics(http, base_url: str) -> dict[str, Any]:
+    """What the node's own ``/metrics`` (Prometheus) says after the runs: mean per-stage
+    time and frame counts of its WebRTC sessions, as a scraper would see them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with http.get(f"{base_url}/metrics") as response:
+        text = await response.text()
+    stage_sum: dict[str, float] = {}
+    stage_count: dict[str, float] = {}
+    frames: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("protocol") != "webrtc":
+                continue
+            if sample.name == "swapcast_stage_seconds_sum":
+                stage_sum[sample.labels["stage"]] = sample.value
+            elif sample.name == "swapcast_stage_seconds_count":
+                stage_count[sample.labels["stage"]] = sample.value
+            elif sample.name.startswith("swapcast_frames_") and sample.name.endswith("_total"):
+                frames[sample.name.removeprefix("swapcast_frames_").removesuffix("_total")] = sample.value
+    stages_ms = {stage: 1000.0 * total / stage_count[stage] for stage, total in stage_sum.items() if stage_count.get(stage)}
+    return {"stage_mean_ms": stages_ms, "frames": frames}
 
 
 def measure_webrtc(
@@ -634,6 +661,11 @@ def run_webrtc_benchmark(config: Config, sessions: int, seconds: float = 20.0, *
                   f"dropped {r['dropped']} (server {r['server_frames_dropped']})", file=out)
     print(f"server RSS: idle {report['server_idle']['rss_mb']:.0f} MB, peak {report['server_peak_rss_mb']:.0f} MB; "
           f"memory per extra session: {_fmt(report['memory_per_extra_session_mb'], '.1f', ' MB')}", file=out)
+    scraped = report.get("metrics") or {}
+    if scraped.get("stage_mean_ms"):
+        stages = " ".join(f"{k} {v:.1f}" for k, v in scraped["stage_mean_ms"].items())
+        frames = ", ".join(f"{k} {v:.0f}" for k, v in scraped["frames"].items())
+        print(f"the node's /metrics after the runs: mean ms per stage: {stages}; frames: {frames}", file=out)
     if "glass" in report:
         g = report["glass"]
         print(f"glass-to-glass (Chromium, 1 session): p50 {_fmt(g['p50_ms'])} ms, p99 {_fmt(g['p99_ms'])} ms "
