@@ -57,6 +57,7 @@ def test_users_reach_only_their_own_sessions_faces_and_keys(engine, astronaut_im
                                                 headers=ALICE)).status,
                 "whep": (await client.post(f"/whep/{bob_session}", data="v=0",
                                            headers={**ALICE, "Content-Type": "application/sdp"})).status,
+                "preview": (await client.get(f"/api/v1/sessions/{bob_session}/preview.jpg", headers=ALICE)).status,
                 "delete session": (await client.delete(f"/api/v1/sessions/{bob_session}", headers=ALICE)).status,
                 "thumbnail": (await client.get(f"/api/v1/faces/{bob_face}/thumbnail.jpg", headers=ALICE)).status,
                 "session with his face": (await client.post("/api/v1/sessions", json={"face_id": bob_face},
@@ -85,7 +86,7 @@ def test_users_reach_only_their_own_sessions_faces_and_keys(engine, astronaut_im
             await client.close()
 
     alice, bob, ops, bob_session, bob_face, bob_key, audit = run(scenario(), timeout=60)
-    for action in ("get session", "patch session", "offer", "candidate", "whep", "delete session", "thumbnail",
+    for action in ("get session", "patch session", "offer", "candidate", "whep", "preview", "delete session", "thumbnail",
                    "session with his face", "revoke key"):
         assert alice[action] == 404, (action, alice[action])
     assert bob_session not in alice["sessions listed"] and bob_face not in alice["faces listed"]
