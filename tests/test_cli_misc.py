@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from gpu.models.builtin import BuiltinModels
 from streamer.media.images import read_image, write_image
 from swapcast.cli import main
+from swapcast.local_cluster import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -109,19 +109,13 @@ def test_installed_console_script(tmp_path, astronaut_image, grace_image):
     assert bad.stderr.strip().splitlines() == [f"swapcast swap: error: source {missing}: no such file"]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _get(url: str) -> tuple[int, str, bytes]:
     with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - 127.0.0.1 only
         return response.status, response.headers.get("Content-Type", ""), response.read()
 
 
 def test_serve_answers_healthz_and_index():
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWAPCAST_")}
     process = subprocess.Popen(

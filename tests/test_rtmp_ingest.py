@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,15 +24,10 @@ from streamer.rtmp.client import RtmpPublishClient
 from streamer.rtmp.server import RtmpServer
 from streamer.samples import moving_face_frames
 from swapcast.config import SwapConfig
+from swapcast.local_cluster import free_port
 
 FPS = 25
 FLASH_FRAMES = {20, 45, 70}  # white frames, each with a beep under it
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

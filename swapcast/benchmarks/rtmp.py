@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from streamer.rtmp.client import RtmpPlayClient, RtmpPublishClient
 from streamer.rtmp.flv import VideoPacketType, build_video_tag
 from streamer.rtmp.handler import MediaMessage
 from streamer.samples import astronaut, grace_hopper, moving_face_frames
+from swapcast.local_cluster import free_port
 
 FPS = 30
 FRAME_MS = 1000 / FPS
@@ -62,17 +62,11 @@ def _camera_loop() -> tuple[MediaMessage, list[tuple[bytes, bool]]]:
     return MediaMessage("video", 0, header), [(build_video_tag(p.data, keyframe=p.keyframe), p.keyframe) for p in packets]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class ServerProcess:
     """``swapcast serve`` on free ports with its own data directory; CPU and RSS from /proc."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.http_port, self.rtmp_port = _free_port(), _free_port()
+        self.http_port, self.rtmp_port = free_port(), free_port()
         env = {**os.environ, "SWAPCAST_SERVER__DATA_DIR": str(data_dir), "SWAPCAST_WEBRTC__MAX_SESSIONS": "64"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "swapcast.cli", "serve", "--port", str(self.http_port), "--rtmp-port", str(self.rtmp_port)],

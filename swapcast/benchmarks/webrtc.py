@@ -34,7 +34,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ import yaml
 
 from signaling.auth import mint_token
 from swapcast.config import Config, load_config
+from swapcast.local_cluster import free_port
 
 WIDTH, HEIGHT, FPS = 640, 480, 30
 BITS = 16  # frame numbers modulo 2**16 (36 min at 30 fps); unwrapped against the send count
@@ -134,17 +134,11 @@ def machine_busy_seconds() -> float:
     return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is already in user
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class ServerProcess:
     """``swapcast serve`` in a child process on 127.0.0.1, with its CPU and memory."""
 
     def __init__(self, config: Config, sessions: int, workdir: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         data = config.model_dump(mode="json")
         data["server"].update(host="127.0.0.1", port=self.port, data_dir=str(workdir / "data"))
         data["rtmp"]["port"] = 0

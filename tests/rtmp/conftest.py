@@ -6,7 +6,14 @@ import asyncio
 from dataclasses import dataclass
 
 import pytest
-from rtmp_testkit import FFMPEG, FFMPEG_SOURCE, RecordingHandler, finish_process, run, start_process
+from rtmp_testkit import (
+    FFMPEG,
+    FFMPEG_SOURCE,
+    RecordingHandler,
+    finish_process,
+    run,
+    start_process,
+)
 
 from streamer.rtmp import MediaMessage, RtmpServer
 

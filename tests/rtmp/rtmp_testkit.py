@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -38,12 +37,6 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
             return await coro
 
     return asyncio.run(bounded())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def start_process(*args: str) -> asyncio.subprocess.Process:

@@ -7,10 +7,26 @@ import time
 from pathlib import Path
 
 import pytest
-from rtmp_testkit import FFMPEG, RecordingHandler, finish_process, free_port, needs_ffmpeg, probe_streams, run, start_process, wait_for
+from rtmp_testkit import (
+    FFMPEG,
+    RecordingHandler,
+    finish_process,
+    needs_ffmpeg,
+    probe_streams,
+    run,
+    start_process,
+    wait_for,
+)
 
-from streamer.rtmp import MediaMessage, RtmpClientError, RtmpPlayClient, RtmpPublishClient, RtmpServer
+from streamer.rtmp import (
+    MediaMessage,
+    RtmpClientError,
+    RtmpPlayClient,
+    RtmpPublishClient,
+    RtmpServer,
+)
 from streamer.rtmp.client import RtmpUrl, _ClientSession, parse_rtmp_url
+from swapcast.local_cluster import free_port
 
 
 @pytest.mark.parametrize(

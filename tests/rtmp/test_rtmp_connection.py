@@ -10,7 +10,11 @@ from rtmp_testkit import RecordingHandler, run
 from streamer.rtmp import MediaMessage, RtmpServer, amf0
 from streamer.rtmp import messages as msg
 from streamer.rtmp.chunk import ChunkReader, ChunkWriter
-from streamer.rtmp.connection import ServerPlayer, TimestampUnwrapper, strip_set_data_frame
+from streamer.rtmp.connection import (
+    ServerPlayer,
+    TimestampUnwrapper,
+    strip_set_data_frame,
+)
 from streamer.rtmp.handshake import client_handshake
 
 

@@ -36,6 +36,7 @@ from signaling.registry import (
     SessionRecord,
 )
 from swapcast.cli import main as cli_main
+from swapcast.local_cluster import free_port
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -50,12 +51,6 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
             return await coro
 
     return asyncio.run(bounded())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
