@@ -149,3 +149,13 @@ def http_json(method: str, url: str, token: str | None = None, body: bytes | Non
         return status, json.loads(raw) if raw else None
     except ValueError:
         return status, raw.decode("utf-8", "replace")
+
+
+def wait_for(predicate, timeout_s: float, interval_s: float = 0.25):
+    """Poll ``predicate()`` until it is truthy or ``timeout_s`` passed; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)

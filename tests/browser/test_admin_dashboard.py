@@ -29,9 +29,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))  # the aiortc client helpers
 
-from browser_harness import http_json, serve_node
+from browser_harness import http_json, serve_node, wait_for
 from webrtc_harness import answer, camera_offer, client_peer, collect_video
 
+from signaling.auth import mint_token
 from swapcast.benchmarks.chromium import HEADLESS_FLAGS, chromium_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -48,28 +49,7 @@ PREVIEW_PLAYING_JS = """() => {
 # --- helpers ---------------------------------------------------------------------------------
 
 
-
 _http = http_json
-
-
-def _wait_for(predicate, timeout_s: float, interval_s: float = 0.25):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval_s)
-
-
-def _mint(secret: str, subject: str, role: str = "user") -> str:
-    """A token as the node's auth module mints it (PyJWT HS256 until that module exists)."""
-    try:
-        from signaling.auth.tokens import mint_token
-    except ImportError:
-        import jwt
-
-        return jwt.encode({"sub": subject, "role": role, "exp": int(time.time()) + 3600}, secret, algorithm="HS256")
-    return mint_token(secret, subject, role=role)
 
 
 def _screenshot(page, tmp_path: Path, name: str) -> Path:
@@ -80,8 +60,6 @@ def _screenshot(page, tmp_path: Path, name: str) -> Path:
         Path(extra).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(extra) / name)
     return path
-
-
 
 
 class AiortcClient:
@@ -174,12 +152,12 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def admin_token(server) -> str:
-    return _mint(server.secret, "ops", role="admin")
+    return mint_token(server.secret, "ops", role="admin")
 
 
 @pytest.fixture(scope="module")
 def alice_token(server) -> str:
-    return _mint(server.secret, "alice")
+    return mint_token(server.secret, "alice")
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +213,7 @@ def test_operator_watches_and_kills_a_live_session(open_admin, server, admin_tok
         status, body = _http("GET", f"{server}/api/v1/sessions/{session_id}", admin_token)
         return status == 200 and (body.get("stats") or {}).get("fps_out", 0) > 0 and body
 
-    assert _wait_for(session_live, 20), _http("GET", f"{server}/api/v1/sessions/{session_id}", admin_token)
+    assert wait_for(session_live, 20), _http("GET", f"{server}/api/v1/sessions/{session_id}", admin_token)
     status, nodes = _http("GET", f"{server}/api/v1/nodes", admin_token)
     assert status == 200 and len(nodes) == 1, (status, nodes)
     node_id = nodes[0]["id"]
@@ -276,7 +254,7 @@ def test_operator_watches_and_kills_a_live_session(open_admin, server, admin_tok
     t0 = page.evaluate("() => document.getElementById('preview-video').currentTime")
     page.wait_for_function(f"() => document.getElementById('preview-video').currentTime > {t0} + 0.5", timeout=10_000)
     assert page.get_attribute(f'{row} button[data-action="preview"]', "aria-pressed") == "true"
-    assert _wait_for(lambda: _http("GET", f"{server}/api/v1/sessions/{session_id}", admin_token)[1].get("viewers") == 1, 5)
+    assert wait_for(lambda: _http("GET", f"{server}/api/v1/sessions/{session_id}", admin_token)[1].get("viewers") == 1, 5)
     time.sleep(0.5)
     shot = _screenshot(page, tmp_path, "admin-dashboard-preview.png")
     print("screenshot:", shot)
@@ -352,7 +330,7 @@ def test_without_a_valid_token_the_page_asks_to_sign_in(open_admin, server, tmp_
     _screenshot(page, tmp_path, "admin-sign-in.png")
 
     # a token signed with another secret is refused (401): the same sign-in message
-    forged = _mint(secrets.token_urlsafe(32), "mallory", role="admin")
+    forged = mint_token(secrets.token_urlsafe(32), "mallory", role="admin")
     assert _http("GET", f"{server}/api/v1/nodes", forged)[0] == 401
     page = open_admin(forged)
     page.wait_for_selector('#auth-message[data-reason="signin"]:visible')

@@ -23,6 +23,7 @@ from browser_harness import (
     http_json,
     identity_votes,
     serve_node,
+    wait_for,
     write_y4m,
 )
 
@@ -50,7 +51,6 @@ Object.defineProperty(navigator.mediaDevices, 'getUserMedia', {
 # --- helpers ---------------------------------------------------------------------------------
 
 
-
 def _http(method: str, url: str, body: bytes | None = None, content_type: str | None = None, timeout: float = 10):
     """As the page's user: (status, parsed JSON or None) without raising on 4xx/5xx."""
     return http_json(method, url, TOKEN, body, content_type, timeout)
@@ -62,22 +62,11 @@ def _sessions(base_url: str) -> list:
     return body
 
 
-def _wait_for(predicate, timeout_s: float, interval_s: float = 0.25):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval_s)
-
-
 def _face_id(faces: list[dict], word: str) -> str:
     for face in faces:
         if word in face["id"].lower() or word in face["name"].lower().replace(" ", "_"):
             return face["id"]
     raise AssertionError(f"no sample face like {word!r} in {faces}")
-
-
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -197,7 +186,7 @@ def test_live_swap_controls_and_stop(new_page, server, faces, identity_of, astro
         opts = body.get("options", {}) if status == 200 else {}
         return opts.get("blend") == 0.5 and opts.get("mouth_mask") is True and opts.get("face_selection") == "largest"
 
-    assert _wait_for(options_applied, 10), _http("GET", f"{server}/api/v1/sessions/{session['id']}")[1]["options"]
+    assert wait_for(options_applied, 10), _http("GET", f"{server}/api/v1/sessions/{session['id']}")[1]["options"]
 
     # A change the server refuses: its reason is shown and the control goes back.
     # ('reference' is disabled in the page: live sessions take no reference photo yet.)
@@ -225,7 +214,7 @@ def test_live_swap_controls_and_stop(new_page, server, faces, identity_of, astro
     # Changing the source face is a PATCH too.
     page.click("label[for=swap-enabled]")
     page.click(f'.face[data-face-id="{grace}"]')
-    assert _wait_for(lambda: _sessions(server)[0]["face_id"] == grace, 10), _sessions(server)
+    assert wait_for(lambda: _sessions(server)[0]["face_id"] == grace, 10), _sessions(server)
     assert [s["id"] for s in _sessions(server)] == [session["id"]]
 
     # The stats overlay is filled from the server's numbers.
@@ -233,7 +222,7 @@ def test_live_swap_controls_and_stop(new_page, server, faces, identity_of, astro
     assert page.inner_text("#stat-latency") != "–"
 
     page.click("#stop")
-    assert _wait_for(lambda: _sessions(server) == [], 5), _sessions(server)
+    assert wait_for(lambda: _sessions(server) == [], 5), _sessions(server)
     assert page.is_enabled("#start") and page.is_disabled("#stop")
     assert page.evaluate("() => document.getElementById('remote-video').srcObject") is None
     assert not page.errors, page.errors
@@ -257,10 +246,10 @@ def test_session_ended_by_the_server_then_leaving_the_page(new_page, server, fac
     page.wait_for_function(REMOTE_PLAYING_JS, timeout=REMOTE_PLAYING_TIMEOUT_MS)
     (session,) = _sessions(server)
     page.goto("about:blank")  # pagehide -> keepalive DELETE, then the peer connection closes
-    assert _wait_for(lambda: _sessions(server) == [], 5), _sessions(server)
+    assert wait_for(lambda: _sessions(server) == [], 5), _sessions(server)
     # The page itself said goodbye (not only the server noticing the dead peer).
     delete_line = f'"DELETE /api/v1/sessions/{session["id"]} HTTP'
-    assert _wait_for(lambda: delete_line in server.log_path.read_text(errors="replace"), 3), "no DELETE on pagehide"
+    assert wait_for(lambda: delete_line in server.log_path.read_text(errors="replace"), 3), "no DELETE on pagehide"
 
 
 def test_upload_without_a_face_shows_the_reason(new_page, server, tmp_path):
@@ -318,4 +307,4 @@ def test_glass_to_glass_benchmark(browser, server):
     assert report["p50_ms"] >= report["server"]["latency_p50_ms"], report
     assert report["server"]["faces_swapped"] >= 1, report  # the canvas camera's face was swapped
     assert (report["sent"]["width"], report["sent"]["height"]) == (640, 480), report
-    assert _wait_for(lambda: _sessions(server) == [], 5), _sessions(server)
+    assert wait_for(lambda: _sessions(server) == [], 5), _sessions(server)
