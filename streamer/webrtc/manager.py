@@ -20,7 +20,6 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from aiortc import RTCPeerConnection, RTCSessionDescription
@@ -44,7 +43,7 @@ from streamer.webrtc.errors import (
     UnprocessableError,
 )
 from streamer.webrtc.offers import Offer, parse_offer
-from streamer.webrtc.session import Session, Viewer
+from streamer.webrtc.session import Session, Viewer, iso_utc
 
 if TYPE_CHECKING:  # sections of the config schema, injected by the composition root
     from swapcast.config import LiveConfig, SwapConfig, WebRtcConfig
@@ -520,7 +519,7 @@ def describe_record(record: SessionRecord) -> dict[str, Any]:
     """A recorded session that has no media on this node (yet)."""
     return {
         "id": record.id, "protocol": record.protocol, "face_id": record.face_id,
-        "created": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "created": iso_utc(record.created),
         "enabled": record.enabled, "options": record.options, "state": record.state, "node_id": record.node_id,
         "owner": record.owner, "viewers": 0, "stats": None,
     }

@@ -26,8 +26,10 @@ log = logging.getLogger(__name__)
 Protocol = Literal["webrtc", "whip"]
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+def iso_utc(timestamp: float | None = None) -> str:
+    """A Unix time (default: now) as the API writes times: ISO 8601 UTC, seconds, ``Z``."""
+    moment = datetime.now(timezone.utc) if timestamp is None else datetime.fromtimestamp(timestamp, timezone.utc)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 async def _close_pc(pc: RTCPeerConnection, what: str) -> None:
@@ -44,7 +46,7 @@ class Viewer:
         self.id = viewer_id
         self.session_id = session_id
         self.pc = pc
-        self.created = _now()
+        self.created = iso_utc()
         self._closed = False
 
     def describe(self) -> dict[str, Any]:
@@ -72,7 +74,7 @@ class Session:
         self.options = options
         self.enabled = enabled
         self.label = label  # e.g. the stream key's name for WHIP
-        self.created = _now()
+        self.created = iso_utc()
         self.video = SwappedVideo(session_id[:8])
         # PATCHes are applied one at a time: each resolves its options from the previous one's result
         self.updates = asyncio.Lock()
