@@ -65,6 +65,7 @@ class BrowserLikeClient:
         self.pc = None
         self.collector = None
         self.session_id: str | None = None
+        self.deleted_status: int | None = None
 
     async def start(self, http: aiohttp.ClientSession) -> None:
         async with http.post(f"{self.gateway_url}/api/v1/sessions", json={"face_id": SAMPLE_FACE}) as response:
@@ -88,6 +89,31 @@ class BrowserLikeClient:
         if self.pc is not None:
             await self.collector.stop()
             await self.pc.close()
+
+
+@contextlib.asynccontextmanager
+async def live_client(cluster: Cluster, frames: int):
+    """A browser-like client with swapped frames flowing (``frames`` received), as an admin;
+    its session is closed and deleted afterwards (the DELETE's status is kept on it)."""
+    async with aiohttp.ClientSession(headers=AS_ADMIN) as http:
+        client = BrowserLikeClient(cluster.gateway.url)
+        await client.start(http)
+        try:
+            await client.collector.wait_for(frames, timeout=30)
+            yield http, client
+        finally:
+            await client.close()
+            async with http.delete(f"{cluster.gateway.url}/api/v1/sessions/{client.session_id}") as response:
+                client.deleted_status = response.status
+
+
+def run_scenario(cluster: Cluster, scenario, timeout: float):
+    """Run a scenario coroutine, bounded; on failure the processes' logs are printed."""
+    try:
+        return asyncio.run(asyncio.wait_for(scenario, timeout))
+    except BaseException:
+        print(cluster.logs())
+        raise
 
 
 async def owner_of(http: aiohttp.ClientSession, gateway_url: str, session_id: str) -> dict:
@@ -133,43 +159,31 @@ def test_sigkilled_node_sessions_resume_elsewhere_with_the_same_face(cluster, id
     source = identity_of(astronaut_image)
 
     async def scenario() -> dict:
-        async with aiohttp.ClientSession(headers=AS_ADMIN) as http:
-            client = BrowserLikeClient(cluster.gateway.url)
-            await client.start(http)
-            try:
-                await client.collector.wait_for(10, timeout=30)
-                first = (await owner_of(http, cluster.gateway.url, client.session_id))["node_id"]
-                before = reads_as(identity_of, client.collector.frames[-1], source)
-                # some placed-only sessions ride along on the same node
-                others = await asyncio.get_running_loop().run_in_executor(None, place, cluster, 6)
-                victims = [s for s in others if (await owner_of(http, cluster.gateway.url, s))["node_id"] == first]
-                killed_at = time.monotonic()
-                cluster.nodes[first].kill()
-                frames_then = client.collector.count
-                # the page notices the stall and offers again for the same session
-                while client.collector.count == frames_then:
-                    await asyncio.sleep(0.1)
-                    if time.monotonic() - killed_at > 1.0:
-                        break
-                await client.connect(http)
-                await client.collector.wait_for(5, timeout=20)
-                resumed_after = time.monotonic() - killed_at
-                second = (await owner_of(http, cluster.gateway.url, client.session_id))["node_id"]
-                after = reads_as(identity_of, client.collector.frames[-1], source)
-                moved = [(await owner_of(http, cluster.gateway.url, s))["node_id"] for s in victims]
-                await asyncio.get_running_loop().run_in_executor(None, end, cluster, others)
-                return {"first": first, "second": second, "before": before, "after": after,
-                        "resumed_after": resumed_after, "moved": moved}
-            finally:
-                await client.close()
-                async with http.delete(f"{cluster.gateway.url}/api/v1/sessions/{client.session_id}"):
-                    pass
+        async with live_client(cluster, 10) as (http, client):
+            first = (await owner_of(http, cluster.gateway.url, client.session_id))["node_id"]
+            before = reads_as(identity_of, client.collector.frames[-1], source)
+            # some placed-only sessions ride along on the same node
+            others = await asyncio.get_running_loop().run_in_executor(None, place, cluster, 6)
+            victims = [s for s in others if (await owner_of(http, cluster.gateway.url, s))["node_id"] == first]
+            killed_at = time.monotonic()
+            cluster.nodes[first].kill()
+            frames_then = client.collector.count
+            # the page notices the stall and offers again for the same session
+            while client.collector.count == frames_then:
+                await asyncio.sleep(0.1)
+                if time.monotonic() - killed_at > 1.0:
+                    break
+            await client.connect(http)
+            await client.collector.wait_for(5, timeout=20)
+            resumed_after = time.monotonic() - killed_at
+            second = (await owner_of(http, cluster.gateway.url, client.session_id))["node_id"]
+            after = reads_as(identity_of, client.collector.frames[-1], source)
+            moved = [(await owner_of(http, cluster.gateway.url, s))["node_id"] for s in victims]
+            await asyncio.get_running_loop().run_in_executor(None, end, cluster, others)
+            return {"first": first, "second": second, "before": before, "after": after,
+                    "resumed_after": resumed_after, "moved": moved}
 
-    try:
-        result = asyncio.run(asyncio.wait_for(scenario(), 120))
-    except BaseException:
-        print(cluster.logs())
-        raise
+    result = run_scenario(cluster, scenario(), 120)
     killed = result["first"]
     assert result["second"] != killed and cluster.nodes[result["second"]].alive()
     assert result["before"] < 0.6 and result["after"] < 0.6, result  # still wearing the astronaut's face
@@ -212,10 +226,7 @@ def test_an_rtmp_publisher_that_reconnects_lands_on_a_live_node(cluster, grace_i
         return first, second
 
     try:
-        first, second = asyncio.run(asyncio.wait_for(scenario(), 90))
-    except BaseException:
-        print(cluster.logs())
-        raise
+        first, second = run_scenario(cluster, scenario(), 90)
     finally:
         cluster.api("DELETE", f"/api/v1/keys/{made['key_id']}", subject="streamer", role="user")
     assert second != first and cluster.nodes[second].alive()
@@ -224,65 +235,49 @@ def test_an_rtmp_publisher_that_reconnects_lands_on_a_live_node(cluster, grace_i
 
 def test_redis_restart_keeps_sessions_and_nodes_re_register(cluster):
     async def scenario() -> None:
-        async with aiohttp.ClientSession(headers=AS_ADMIN) as http:
-            client = BrowserLikeClient(cluster.gateway.url)
-            await client.start(http)
-            try:
-                await client.collector.wait_for(5, timeout=30)
-                cluster.redis.stop()
-                status, body = await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: cluster.api("POST", "/api/v1/sessions", {"face_id": SAMPLE_FACE}))
-                assert status == 503 and "registry" in body["error"], (status, body)
-                count = client.collector.count
-                await client.collector.wait_for(count + 15, timeout=10)  # the live session goes on
-                cluster.redis.start()
-                await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: wait_until(lambda: len(cluster.loads()) == 3, 10, "nodes to re-register"))
-                owner = await owner_of(http, cluster.gateway.url, client.session_id)
-                assert owner["node_id"] in cluster.nodes  # the node re-saved its live session
-                fresh = await asyncio.get_running_loop().run_in_executor(None, place, cluster, 1)
-                await asyncio.get_running_loop().run_in_executor(None, end, cluster, fresh)
-            finally:
-                await client.close()
-                async with http.delete(f"{cluster.gateway.url}/api/v1/sessions/{client.session_id}"):
-                    pass
+        async with live_client(cluster, 5) as (http, client):
+            cluster.redis.stop()
+            status, body = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: cluster.api("POST", "/api/v1/sessions", {"face_id": SAMPLE_FACE}))
+            assert status == 503 and "registry" in body["error"], (status, body)
+            count = client.collector.count
+            await client.collector.wait_for(count + 15, timeout=10)  # the live session goes on
+            cluster.redis.start()
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: wait_until(lambda: len(cluster.loads()) == 3, 10, "nodes to re-register"))
+            owner = await owner_of(http, cluster.gateway.url, client.session_id)
+            assert owner["node_id"] in cluster.nodes  # the node re-saved its live session
+            fresh = await asyncio.get_running_loop().run_in_executor(None, place, cluster, 1)
+            await asyncio.get_running_loop().run_in_executor(None, end, cluster, fresh)
 
-    try:
-        asyncio.run(asyncio.wait_for(scenario(), 90))
-    except BaseException:
-        print(cluster.logs())
-        raise
+    run_scenario(cluster, scenario(), 90)
 
 
 def test_a_drained_node_takes_nothing_new_and_its_sessions_go_on(cluster):
-    async def scenario() -> None:
-        async with aiohttp.ClientSession(headers=AS_ADMIN) as http:
-            client = BrowserLikeClient(cluster.gateway.url)
-            await client.start(http)
-            try:
-                await client.collector.wait_for(5, timeout=30)
-                drained = (await owner_of(http, cluster.gateway.url, client.session_id))["node_id"]
-                async with http.post(f"{cluster.gateway.url}/api/v1/nodes/{drained}/drain") as response:
-                    assert response.status == 200, await response.text()
-                    assert (await response.json())["state"] == "draining"
-                fresh = await asyncio.get_running_loop().run_in_executor(None, place, cluster, 6)
-                owners = [(await owner_of(http, cluster.gateway.url, s))["node_id"] for s in fresh]
-                assert drained not in owners, owners
-                count = client.collector.count
-                await client.collector.wait_for(count + 15, timeout=10)  # its own session goes on
-                await asyncio.get_running_loop().run_in_executor(None, end, cluster, fresh)
-            finally:
-                await client.close()
-                async with http.delete(f"{cluster.gateway.url}/api/v1/sessions/{client.session_id}") as response:
-                    assert response.status == 204
-                async with http.post(f"{cluster.gateway.url}/api/v1/nodes/{drained}/ready") as response:
-                    assert response.status == 200
+    drained = None
+
+    async def scenario() -> BrowserLikeClient:
+        nonlocal drained
+        async with live_client(cluster, 5) as (http, client):
+            drained = (await owner_of(http, cluster.gateway.url, client.session_id))["node_id"]
+            async with http.post(f"{cluster.gateway.url}/api/v1/nodes/{drained}/drain") as response:
+                assert response.status == 200, await response.text()
+                assert (await response.json())["state"] == "draining"
+            fresh = await asyncio.get_running_loop().run_in_executor(None, place, cluster, 6)
+            owners = [(await owner_of(http, cluster.gateway.url, s))["node_id"] for s in fresh]
+            assert drained not in owners, owners
+            count = client.collector.count
+            await client.collector.wait_for(count + 15, timeout=10)  # its own session goes on
+            await asyncio.get_running_loop().run_in_executor(None, end, cluster, fresh)
+        return client
 
     try:
-        asyncio.run(asyncio.wait_for(scenario(), 90))
-    except BaseException:
-        print(cluster.logs())
-        raise
+        client = run_scenario(cluster, scenario(), 90)
+        assert client.deleted_status == 204
+    finally:
+        if drained is not None:
+            status, body = cluster.api("POST", f"/api/v1/nodes/{drained}/ready")
+            assert status == 200, body
 
 
 PAGE_LIVE_JS = """async () => {
