@@ -153,6 +153,7 @@ class ServerProcess:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         self._ticks = os.sysconf("SC_CLK_TCK")
+        self._peak_rss_mb = 0.0
 
     def start(self) -> None:
         # the config file already holds what the environment said; keep the child from
@@ -187,8 +188,10 @@ class ServerProcess:
             if key in ("VmRSS", "VmHWM"):
                 values[key] = int(rest.split()[0]) / 1024
         rss = values.get("VmRSS", 0.0)
-        # the kernel updates VmHWM lazily: the current RSS can be a little above it
-        return {"rss_mb": rss, "peak_rss_mb": max(values.get("VmHWM", 0.0), rss)}
+        # the kernel updates VmHWM lazily: an RSS read earlier can be a little above a later
+        # VmHWM, so the peak is the highest of everything seen so far
+        self._peak_rss_mb = max(self._peak_rss_mb, values.get("VmHWM", 0.0), rss)
+        return {"rss_mb": rss, "peak_rss_mb": self._peak_rss_mb}
 
     def log_tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
