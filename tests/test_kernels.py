@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from gpu.kernels import ops
-from gpu.kernels.colour import yuv_coefficients, yuv_to_rgb_i420, yuv_to_rgb_nv12
+from gpu.kernels.colour import (
+    rgb_to_yuv_i420,
+    rgb_to_yuv_nv12,
+    yuv_coefficients,
+    yuv_to_rgb_i420,
+    yuv_to_rgb_nv12,
+)
 from gpu.kernels.warp import crop_faces, paste_back, paste_faces, paste_region
 
 H, W = 96, 128
@@ -126,6 +132,195 @@ def test_yuv_rejects_odd_and_wrong_buffers():
         yuv_to_rgb_i420(np.zeros((96, 64), np.float32))
     with pytest.raises(ValueError, match="i420 or nv12"):
         ops.yuv_to_rgb(_buffer(), "yuy2")
+
+
+# ------------------------------------------------------------------ RGB -> YUV 4:2:0
+
+
+def _rgb(seed: int = 0, height: int = H, width: int = W) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def _smooth_rgb(seed: int) -> np.ndarray:
+    """Slow sinusoids: neighbouring pixels differ by at most 3 codes per channel."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:H, 0:W].astype(np.float64)
+    channels = [
+        127.5 + 110 * np.sin(2 * np.pi * (xx * rng.uniform(-1, 1) + yy * rng.uniform(-1, 1)) / 256 + rng.uniform(0, 6))
+        for _ in range(3)
+    ]
+    return np.clip(np.rint(np.dstack(channels)), 0, 255).astype(np.uint8)
+
+
+def _yuv_planes(buffer: np.ndarray, nv12: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Y (H, W), U and V (H/2, W/2) of a 4:2:0 buffer, not upsampled."""
+    height = buffer.shape[0] * 2 // 3
+    if nv12:
+        return buffer[:height], buffer[height:, 0::2], buffer[height:, 1::2]
+    chroma = buffer[height:].reshape(2, height // 2, -1)
+    return buffer[:height], chroma[0], chroma[1]
+
+
+def _plane_diffs(got: np.ndarray, want: np.ndarray, nv12: bool = False) -> list[int]:
+    return [_max_diff(a, b) for a, b in zip(_yuv_planes(got, nv12), _yuv_planes(want, nv12), strict=True)]
+
+
+# The standards' published RGB -> Y, Cb, Cr rows (R, G, B in 0..1 for limited range, as
+# BT.601 / BT.709 print them; 0..255 for full range), not derived from Kr, Kb here.
+_PUBLISHED_FORWARD = {
+    ("bt601", False): ((65.481, 128.553, 24.966), (-37.797, -74.203, 112.0), (112.0, -93.786, -18.214)),
+    ("bt709", False): ((46.559, 156.629, 15.812), (-25.664, -86.336, 112.0), (112.0, -101.730, -10.270)),
+    ("bt601", True): ((0.299, 0.587, 0.114), (-0.168736, -0.331264, 0.5), (0.5, -0.418688, -0.081312)),
+    ("bt709", True): ((0.2126, 0.7152, 0.0722), (-0.114572, -0.385428, 0.5), (0.5, -0.454153, -0.045847)),
+}
+
+
+@pytest.mark.parametrize(("matrix", "full"), list(_PUBLISHED_FORWARD))
+def test_rgb_to_i420_is_the_published_matrix_with_a_2x2_box(matrix, full):
+    """float64 reference: the published rows, chroma of the mean of each 2x2 block. The
+    twin is float32, so a value that lands within ~1e-5 of .5 may round the other way."""
+    rgb = _rgb(20).astype(np.float64)
+    rows = [np.array(row) / (1.0 if full else 255.0) for row in _PUBLISHED_FORWARD[(matrix, full)]]
+    block = rgb.reshape(H // 2, 2, W // 2, 2, 3).mean(axis=(1, 3))
+    planes = [(0 if full else 16) + rgb @ rows[0], 128 + block @ rows[1], 128 + block @ rows[2]]
+    want = np.concatenate([np.clip(np.rint(p), 0, 255).ravel() for p in planes]).reshape(H * 3 // 2, W)
+    got = rgb_to_yuv_i420(rgb.astype(np.uint8), matrix=matrix, full_range=full)
+    diff = np.abs(got.astype(int) - want)
+    assert diff.max() <= 1 and (diff > 0).mean() < 1e-3
+
+
+def test_rgb_to_i420_equals_opencv_where_its_chroma_rule_agrees():
+    """``cv2.COLOR_RGB2YUV_I420`` is BT.601 limited range in fixed point, and takes each 2x2
+    block's chroma from its top-left pixel (no averaging; measured on OpenCV 5.1). So: Y on
+    noise and chroma on images constant over each 2x2 block, within 1 code (fixed-point vs
+    float rounding; ~3% of values), while on noise the two chroma rules really differ."""
+    noise = _rgb(21)
+    assert _max_diff(rgb_to_yuv_i420(noise)[:H], cv2.cvtColor(noise, cv2.COLOR_RGB2YUV_I420)[:H]) <= 1
+    blocks = noise[0::2, 0::2].repeat(2, axis=0).repeat(2, axis=1)
+    assert _plane_diffs(rgb_to_yuv_i420(blocks), cv2.cvtColor(blocks, cv2.COLOR_RGB2YUV_I420)) <= [1, 1, 1]
+    assert _max_diff(rgb_to_yuv_i420(noise)[H:], cv2.cvtColor(noise, cv2.COLOR_RGB2YUV_I420)[H:]) > 50
+
+
+_COLORSPACES = {"bt601": "ITU601", "bt709": "ITU709"}
+
+
+@pytest.mark.parametrize("nv12", [False, True], ids=["i420", "nv12"])
+@pytest.mark.parametrize(("matrix", "full"), list(_PUBLISHED_FORWARD))
+def test_rgb_to_yuv_equals_swscale_area_on_noise(matrix, full, nv12):
+    """swscale with ``interpolation="AREA"`` uses the same rule (a 2x2 box) and layouts, so
+    every plane agrees within 1 code on noise. The 1 is swscale's fixed point: about 1% of
+    limited-range values, and in full range swscale floors chroma (about half the values are
+    1 lower than ours, never higher)."""
+    av = pytest.importorskip("av")  # the media stack; always there in CI
+    rgb = _rgb(22)
+    want = (
+        av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        .reformat(
+            format="nv12" if nv12 else "yuv420p",
+            dst_colorspace=_COLORSPACES[matrix],
+            dst_color_range="JPEG" if full else "MPEG",
+            interpolation="AREA",
+        )
+        .to_ndarray()
+    )
+    convert = rgb_to_yuv_nv12 if nv12 else rgb_to_yuv_i420
+    assert _plane_diffs(convert(rgb, matrix=matrix, full_range=full), want, nv12) <= [1, 1, 1]
+
+
+@pytest.mark.parametrize(("matrix", "full"), list(_PUBLISHED_FORWARD))
+def test_rgb_to_i420_equals_pyav_default_where_its_chroma_rule_agrees(matrix, full):
+    """PyAV's default ``reformat(format="yuv420p")`` (swscale BILINEAR) averages column pairs
+    like the box but filters rows [1,3,3,1]/8 (a vertical tent, so it differs from the box
+    by up to ~30 codes on noise). Y is per pixel (within 1 on noise); chroma agrees within 1
+    on vertical stripes two columns wide, where both filters see one colour per block."""
+    av = pytest.importorskip("av")
+
+    def pyav(rgb: np.ndarray) -> np.ndarray:
+        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        space, colour_range = _COLORSPACES[matrix], "JPEG" if full else "MPEG"
+        return frame.reformat(format="yuv420p", dst_colorspace=space, dst_color_range=colour_range).to_ndarray()
+
+    noise = _rgb(23)
+    assert _max_diff(rgb_to_yuv_i420(noise, matrix=matrix, full_range=full)[:H], pyav(noise)[:H]) <= 1
+    stripes = _rgb(24, height=1, width=W // 2).repeat(2, axis=1).repeat(H, axis=0)
+    assert _plane_diffs(rgb_to_yuv_i420(stripes, matrix=matrix, full_range=full), pyav(stripes)) <= [1, 1, 1]
+
+
+@pytest.mark.parametrize("nv12", [False, True], ids=["i420", "nv12"])
+@pytest.mark.parametrize(("matrix", "full"), list(_PUBLISHED_FORWARD))
+def test_rgb_yuv_rgb_round_trip(matrix, full, nv12):
+    """Images constant over each 2x2 block lose only quantisation: half a Y code (x1.16 in
+    limited range) plus half a chroma code (x up to 2.02 x 1.14 for B) -> at most 2. Smooth
+    images (neighbours within 3 codes) add the subsampling error: a pixel sits half a pixel
+    from its block's chroma in each axis -> at most 5, under 1 on average (measured 4-5 and
+    0.78)."""
+    encode, decode = (rgb_to_yuv_nv12, yuv_to_rgb_nv12) if nv12 else (rgb_to_yuv_i420, yuv_to_rgb_i420)
+
+    def round_trip(rgb: np.ndarray) -> np.ndarray:
+        return decode(encode(rgb, matrix=matrix, full_range=full), matrix=matrix, full_range=full)
+
+    for seed in range(4):
+        blocks = _rgb(25 + seed, H // 2, W // 2).repeat(2, axis=0).repeat(2, axis=1)
+        assert _max_diff(round_trip(blocks), blocks) <= 2
+        smooth = _smooth_rgb(seed)
+        diff = np.abs(round_trip(smooth).astype(int) - smooth)
+        assert diff.max() <= 5 and diff.mean() < 1
+
+
+def test_rgb_to_yuv_limited_range_stays_legal():
+    corners = np.array([[r, g, b] for r in (0, 255) for g in (0, 255) for b in (0, 255)], np.uint8)
+    blocks = corners[None].repeat(2, axis=0).repeat(2, axis=1)  # each corner of the cube fills a 2x2 block
+    rgb = np.concatenate([blocks, _rgb(29, 2, 16)])
+    for matrix in ("bt601", "bt709"):
+        y, u, v = _yuv_planes(rgb_to_yuv_i420(rgb, matrix=matrix))
+        assert (y.min(), y.max()) == (16, 235)
+        assert min(u.min(), v.min()) == 16 and max(u.max(), v.max()) == 240
+
+
+def test_i420_and_nv12_encode_the_same_planes():
+    rgb = _rgb(30)
+    for matrix in ("bt601", "bt709"):
+        for full in (False, True):
+            i420 = _yuv_planes(rgb_to_yuv_i420(rgb, matrix=matrix, full_range=full))
+            nv12 = _yuv_planes(rgb_to_yuv_nv12(rgb, matrix=matrix, full_range=full), nv12=True)
+            for a, b in zip(i420, nv12, strict=True):
+                np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("convert", [rgb_to_yuv_i420, rgb_to_yuv_nv12])
+def test_rgb_to_yuv_batch_equals_each_frame(convert):
+    batch = np.stack([_rgb(31), _rgb(32), _rgb(33)])
+    out = convert(batch, matrix="bt709", full_range=True)
+    assert out.shape == (3, H * 3 // 2, W) and out.dtype == np.uint8
+    for i in range(3):
+        np.testing.assert_array_equal(out[i], convert(batch[i], matrix="bt709", full_range=True))
+    assert convert(batch[:0]).shape == (0, H * 3 // 2, W)
+    np.testing.assert_array_equal(convert(batch[:, ::-1]), convert(np.ascontiguousarray(batch[:, ::-1])))
+
+
+def test_rgb_to_yuv_rejects_odd_and_wrong_frames():
+    with pytest.raises(ValueError, match="even height and width"):
+        rgb_to_yuv_i420(np.zeros((9, 6, 3), np.uint8))
+    with pytest.raises(ValueError, match="even height and width"):
+        rgb_to_yuv_nv12(np.zeros((2, 8, 7, 3), np.uint8))
+    with pytest.raises(ValueError, match="uint8 RGB"):
+        rgb_to_yuv_i420(np.zeros((8, 8, 3), np.float32))
+    with pytest.raises(ValueError, match="uint8 RGB"):
+        rgb_to_yuv_i420(np.zeros((8, 8, 4), np.uint8))
+    with pytest.raises(ValueError, match="uint8 RGB"):
+        rgb_to_yuv_nv12(np.zeros((8, 8), np.uint8))
+    with pytest.raises(ValueError, match="bt601 or bt709"):
+        rgb_to_yuv_i420(_rgb(), matrix="bt2020")
+    with pytest.raises(ValueError, match="i420 or nv12"):
+        ops.rgb_to_yuv(_rgb(), "yuy2")
+
+
+def test_ops_rgb_to_yuv_dispatches_numpy_to_the_twins():
+    rgb = _rgb(34)
+    np.testing.assert_array_equal(ops.rgb_to_yuv(rgb), rgb_to_yuv_i420(rgb))
+    np.testing.assert_array_equal(
+        ops.rgb_to_yuv(rgb, "nv12", matrix="bt709", full_range=True), rgb_to_yuv_nv12(rgb, matrix="bt709", full_range=True)
+    )
 
 
 def _bilinear_replicate(image: np.ndarray, matrix: np.ndarray, size: int) -> np.ndarray:

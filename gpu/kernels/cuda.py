@@ -1,4 +1,4 @@
-"""CuPy ``RawKernel`` versions of the crop, paste-back and YUV -> RGB kernels.
+"""CuPy ``RawKernel`` versions of the crop, paste-back and YUV <-> RGB kernels.
 
 Each function has the signature of its CPU twin (``gpu.kernels.warp``,
 ``gpu.kernels.colour``) with CuPy arrays in place of NumPy ones, and keeps its
@@ -16,7 +16,8 @@ conventions, so ``tests/gpu/test_gpu_kernels.py`` compares the two:
 Batching: ``crop_faces`` is one launch for every face of every frame (frames of any size:
 the kernel gets a table of frame pointers); ``paste_faces`` is one launch per "layer" (the
 k-th face of every frame), so faces of one frame never race and are blended in order;
-``yuv_to_rgb_*`` take a ``(B, H*3/2, W)`` batch in one launch.
+``yuv_to_rgb_*`` take a ``(B, H*3/2, W)`` batch and ``rgb_to_yuv_*`` a ``(B, H, W, 3)`` batch
+in one launch.
 
 CuPy is imported inside the functions: importing this module needs only NumPy.
 """
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.kernels.colour import YuvMatrix, yuv_coefficients
+from gpu.kernels.colour import YuvMatrix, check_rgb, rgb_coefficients, yuv_coefficients
 from gpu.kernels.warp import paste_region
 
 _BLOCK = 256
@@ -140,6 +141,40 @@ __global__ void yuv420_to_rgb(const unsigned char* src, unsigned char* dst, int 
     o[0] = sat_u8(luma + rv * cv);
     o[1] = sat_u8(luma + gu * cu + gv * cv);
     o[2] = sat_u8(luma + bu * cu);
+}
+
+// k = y_offset, yr, yg, yb, ur, ug, ub, vr, vg, vb. One thread per 2x2 block (4 Y, 1 U, 1 V),
+// blockIdx.y = frame. The float operations are in the CPU twin's order (colour._to_yuv):
+// Y per pixel, then U, V from the block's mean RGB (the sum of four codes and * 0.25 are exact).
+__global__ void rgb_to_yuv420(const unsigned char* src, unsigned char* dst, int h, int w, int nv12,
+                              float y_offset, float yr, float yg, float yb,
+                              float ur, float ug, float ub, float vr, float vg, float vb) {
+    int cw = w >> 1, ch = h >> 1;
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= ch * cw) return;
+    int bx = p % cw, by = p / cw;
+    const unsigned char* f = src + (long long)blockIdx.y * h * w * 3;
+    unsigned char* o = dst + (long long)blockIdx.y * (h * 3 / 2) * w;
+    float r = 0.f, g = 0.f, b = 0.f;
+    for (int k = 0; k < 4; ++k) {
+        int x = 2 * bx + (k & 1), y = 2 * by + (k >> 1);
+        const unsigned char* px = f + ((long long)y * w + x) * 3;
+        float pr = px[0], pg = px[1], pb = px[2];
+        o[(long long)y * w + x] = sat_u8(yr * pr + yg * pg + yb * pb + y_offset);
+        r += pr; g += pg; b += pb;
+    }
+    r *= 0.25f; g *= 0.25f; b *= 0.25f;
+    unsigned char u = sat_u8(ur * r + ug * g + ub * b + 128.f);
+    unsigned char v = sat_u8(vr * r + vg * g + vb * b + 128.f);
+    unsigned char* chroma = o + (long long)h * w;
+    if (nv12) {
+        unsigned char* uv = chroma + (long long)by * w + bx * 2;
+        uv[0] = u; uv[1] = v;
+    } else {
+        long long off = (long long)by * cw + bx;
+        chroma[off] = u;
+        chroma[(long long)ch * cw + off] = v;
+    }
 }
 
 }
@@ -279,6 +314,33 @@ def _yuv(buffer: Any, nv12: bool, matrix: YuvMatrix, full_range: bool) -> Any:
         _kernel("yuv420_to_rgb")(
             grid, (_BLOCK,), (buffer, out, np.int32(height), np.int32(width), np.int32(nv12), *constants)
         )
+    return out
+
+
+def rgb_to_yuv_i420(rgb: Any, *, matrix: YuvMatrix = "bt601", full_range: bool = False) -> Any:
+    """Device twin of ``gpu.kernels.colour.rgb_to_yuv_i420`` (CuPy in and out)."""
+    return _rgb(rgb, False, matrix, full_range)
+
+
+def rgb_to_yuv_nv12(rgb: Any, *, matrix: YuvMatrix = "bt601", full_range: bool = False) -> Any:
+    """Device twin of ``gpu.kernels.colour.rgb_to_yuv_nv12`` (CuPy in and out)."""
+    return _rgb(rgb, True, matrix, full_range)
+
+
+def _rgb(rgb: Any, nv12: bool, matrix: YuvMatrix, full_range: bool) -> Any:
+    import cupy
+
+    height, width = check_rgb(rgb)
+    rgb = cupy.ascontiguousarray(rgb)
+    batch = 1 if rgb.ndim == 3 else rgb.shape[0]
+    out = cupy.empty((*rgb.shape[:-3], height * 3 // 2, width), dtype=cupy.uint8)
+    k = rgb_coefficients(matrix, full_range)
+    constants = [np.float32(k[name]) for name in ("y_offset", "yr", "yg", "yb", "ur", "ug", "ub", "vr", "vg", "vb")]
+    blocks = (height // 2) * (width // 2)
+    if batch and blocks:
+        grid = ((blocks + _BLOCK - 1) // _BLOCK, batch)
+        args = (rgb, out, np.int32(height), np.int32(width), np.int32(nv12), *constants)
+        _kernel("rgb_to_yuv420")(grid, (_BLOCK,), args)
     return out
 
 

@@ -84,6 +84,27 @@ def test_yuv_kernel_equals_twin(cp, layout, matrix, full):
     np.testing.assert_array_equal(single.get(), got[1].get())
 
 
+@pytest.mark.parametrize("layout", ["i420", "nv12"])
+@pytest.mark.parametrize(("matrix", "full"), [("bt601", False), ("bt601", True), ("bt709", False), ("bt709", True)])
+def test_rgb_to_yuv_kernel_equals_twin(cp, layout, matrix, full):
+    """The kernel does the twin's float32 operations in the same order (``--fmad=false``), so
+    the two should be identical; the tolerance is the file's (1 code on a tiny share)."""
+    rng = np.random.default_rng(3)
+    batch = rng.integers(0, 256, (3, 720, 1280, 3), dtype=np.uint8)
+    twin = colour.rgb_to_yuv_i420 if layout == "i420" else colour.rgb_to_yuv_nv12
+    want = twin(batch, matrix=matrix, full_range=full)
+    got = ops.rgb_to_yuv(cp.asarray(batch), layout, matrix=matrix, full_range=full)
+    assert isinstance(got, cp.ndarray) and got.shape == want.shape == (3, 1080, 1280)
+    _close(got.get(), want, share=1e-4)
+    single = ops.rgb_to_yuv(cp.asarray(batch[1]), layout, matrix=matrix, full_range=full)
+    np.testing.assert_array_equal(single.get(), got[1].get())
+    odd = rng.integers(0, 256, (2, 98, 130, 3), dtype=np.uint8)  # 49 x 65 chroma blocks, a view with a row pitch
+    device = cp.asarray(np.pad(odd, ((0, 0), (0, 0), (0, 6), (0, 0))))[:, :, :130]
+    got = ops.rgb_to_yuv(device, layout, matrix=matrix, full_range=full)
+    _close(got.get(), twin(odd, matrix=matrix, full_range=full), share=1e-4)
+    assert ops.rgb_to_yuv(cp.asarray(odd[:0]), layout).shape == (0, 147, 130)
+
+
 def test_device_layer_on_cuda(cp):
     from gpu import device
 
