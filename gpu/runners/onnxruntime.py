@@ -1,16 +1,23 @@
-"""ONNX Runtime runner (CPU execution provider everywhere; CUDA when onnxruntime-gpu is there)."""
+"""ONNX Runtime runner (CPU execution provider everywhere; CUDA when onnxruntime-gpu is there).
+
+``run`` is host NumPy in and out; ``run_device`` goes through an IO binding so that, with the
+CUDA execution provider, CuPy feeds are read and results written in device memory (zero
+copy, like the torch runner's ``run_device``). CuPy is imported inside the CUDA branch only.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from gpu.errors import ModelFileError
+from gpu.device import is_device_array, to_host
+from gpu.errors import ModelFileError, SwapcastError
 from gpu.runners.base import TensorSpec
 
 _ORT_TYPES = {
@@ -58,6 +65,111 @@ class OnnxRuntimeRunner:
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         typed = {spec.name: np.ascontiguousarray(feeds[spec.name], dtype=spec.dtype) for spec in self.inputs}
         return list(self._session.run(None, typed))
+
+    def run_device(self, feeds: Mapping[str, Any]) -> list[Any]:
+        """Device in, device out, through an IO binding; the results equal ``run``'s.
+
+        With ``CUDAExecutionProvider`` and CuPy feeds: each feed is made contiguous and of its
+        input's dtype on the device and bound by pointer; outputs whose shape the model fixes
+        (the feeds' batch plus static dims) are CuPy arrays ORT writes into, the others ORT
+        allocates on the device and they come back as CuPy views of its buffers (no copy; the
+        view holds the ``OrtValue``). Returns CuPy arrays. Streams: ORT's CUDA EP computes on
+        its own stream, which does not wait for CuPy's, so CuPy's current stream (where the
+        feeds were made, converted and the outputs allocated) is synchronised before the run;
+        that is narrower than ``io_binding.synchronize_inputs()``, a ``cudaDeviceSynchronize``
+        that would also wait for other sessions' work. ``run_with_iobinding`` returns after
+        ORT synchronised its own stream (``disable_synchronize_execution_providers`` is left
+        at its default, 0), so the outputs are complete when this returns.
+        This branch is untested: onnxruntime-gpu (255 MB) is installed on none of our
+        machines, CI's nor the GPU check's (ARCHITECTURE.md "The GPU check").
+
+        Otherwise (a CPU session, or NumPy feeds): the same binding with host arrays
+        (``bind_cpu_input``, ``bind_output``, ``copy_outputs_to_cpu``); CuPy feeds are copied
+        to the host first, so a CUDA node whose ONNX Runtime is the CPU build still runs.
+        Returns NumPy arrays.
+
+        Batch 0 returns empty outputs: ``(0, *static dims)`` without running the model when
+        every output's shape is fixed, else what ORT computes for the empty batch."""
+        missing = [spec.name for spec in self.inputs if spec.name not in feeds]
+        if missing:
+            raise SwapcastError(f"{self.name}: missing input(s) {', '.join(map(repr, missing))}")
+        counts = {np.shape(feeds[spec.name])[0] for spec in self.inputs if np.ndim(feeds[spec.name])}
+        if len(counts) > 1:
+            raise SwapcastError(f"{self.name}: inputs disagree on the batch size ({sorted(counts)})")
+        batch = counts.pop() if counts else 1
+        shapes = [output_shape(spec, batch, self.inputs[0].shape[:1]) for spec in self.outputs]
+        skip = batch == 0 and all(shape is not None for shape in shapes)
+        if "CUDAExecutionProvider" in self.providers and any(is_device_array(feeds[spec.name]) for spec in self.inputs):
+            return self._run_cuda(feeds, shapes, skip)
+        if skip:
+            return [np.empty(shape, spec.dtype) for shape, spec in zip(shapes, self.outputs, strict=True)]
+        binding = self._session.io_binding()
+        for spec in self.inputs:
+            binding.bind_cpu_input(spec.name, np.ascontiguousarray(to_host(feeds[spec.name]), dtype=spec.dtype))
+        for spec in self.outputs:
+            binding.bind_output(spec.name)
+        self._session.run_with_iobinding(binding)
+        return list(binding.copy_outputs_to_cpu())
+
+    def _run_cuda(self, feeds: Mapping[str, Any], shapes: list[tuple[int, ...] | None], skip: bool) -> list[Any]:
+        """``run_device`` on the CUDA EP; ``skip``: an empty batch of fixed-shape outputs."""
+        import cupy
+
+        arrays = [cupy.ascontiguousarray(cupy.asarray(feeds[spec.name], dtype=spec.dtype)) for spec in self.inputs]
+        device_id = arrays[0].device.id
+        with cupy.cuda.Device(device_id):
+            outputs = [
+                None if shape is None else cupy.empty(shape, spec.dtype)
+                for shape, spec in zip(shapes, self.outputs, strict=True)
+            ]
+            if skip:
+                return outputs
+            binding = self._session.io_binding()
+            for spec, array in zip(self.inputs, arrays, strict=True):
+                binding.bind_input(spec.name, "cuda", array.device.id, spec.dtype, tuple(array.shape), array.data.ptr)
+            for spec, out in zip(self.outputs, outputs, strict=True):
+                if out is None:
+                    binding.bind_output(spec.name, "cuda", device_id)
+                else:
+                    binding.bind_output(spec.name, "cuda", device_id, spec.dtype, tuple(out.shape), out.data.ptr)
+            cupy.cuda.get_current_stream().synchronize()
+            self._session.run_with_iobinding(binding)
+            values = binding.get_outputs()
+            return [
+                out if out is not None else _cupy_view(value, device_id)
+                for out, value in zip(outputs, values, strict=True)
+            ]
+
+
+def output_shape(spec: TensorSpec, batch: int, batch_dim: tuple[int | str | None, ...]) -> tuple[int, ...] | None:
+    """The shape of output ``spec`` for ``batch`` rows when the model fixes it: its first axis
+    is the inputs' batch axis (``batch_dim``, the first input's symbolic first dim) or a fixed
+    size, the others static. ``None``: it depends on the data, ORT must allocate it."""
+    if not spec.shape or not all(isinstance(d, int) for d in spec.shape[1:]):
+        return None
+    first = spec.shape[0]
+    rest = tuple(d for d in spec.shape[1:] if isinstance(d, int))  # all of them (checked above)
+    if isinstance(first, int):
+        return (first, *rest)
+    if first is not None and batch_dim == (first,):
+        return (batch, *rest)
+    return None
+
+
+def _cupy_view(value: ort.OrtValue, device_id: int) -> Any:
+    """A CuPy array over an ORT-allocated device tensor, without a copy; the ``OrtValue`` is
+    the memory's owner, so its buffer lives as long as the array (and its views). Once freed,
+    ORT reuses it only in a later run, which first synchronises CuPy's current stream."""
+    import cupy
+
+    dtype = _ORT_TYPES.get(value.data_type())
+    if dtype is None:
+        raise SwapcastError(f"ONNX Runtime returned a {value.data_type()} output, which has no CuPy dtype here")
+    shape = tuple(value.shape())
+    if value.tensor_size_in_bytes() == 0:
+        return cupy.empty(shape, dtype)
+    memory = cupy.cuda.UnownedMemory(value.data_ptr(), value.tensor_size_in_bytes(), value, device_id)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
 
 
 def _spec(arg: ort.NodeArg) -> TensorSpec:
