@@ -235,8 +235,12 @@ class TensorRTRunner:
         with self._next_lock:
             slot = self._slots[next(self._next)]
         slot.lock.acquire()  # released by wait(): a context runs one batch at a time
+        # the feeds were made on the caller's stream; this non-blocking stream does not
+        # wait for it by itself
+        ready = cupy.cuda.get_current_stream().record()
         try:
             with slot.stream:
+                slot.stream.wait_event(ready)
                 bound = []
                 count = None
                 for spec in self.inputs:

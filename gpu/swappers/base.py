@@ -8,6 +8,11 @@ runner call (the micro-batcher stacks ``FaceJob.feeds`` along axis 0):
    are single rows (no batch axis);
 3. the runner runs the stacked feeds; ``finish(frame, job, row)`` pastes one output row
    back into the frame in place.
+
+Where the data lives follows the frame: given a CuPy frame (a CUDA node), ``prepare`` crops
+on the device, the feeds are device arrays, ``run_jobs`` hands them to the runner's
+``run_device`` (no host copy) and ``finish`` pastes on the device; given a NumPy frame, the
+same code runs the CPU twins. So a frame crosses the bus once each way, not once per face.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from gpu.device import array_module, is_device_array, to_host
 from gpu.options import SwapOptions
 from gpu.runners.base import Runner
 from gpu.types import Face
@@ -27,7 +33,7 @@ from gpu.types import Face
 class FaceJob:
     """One target face ready for the runner."""
 
-    feeds: dict[str, np.ndarray]  # one row per input name, without the batch axis
+    feeds: dict[str, Any]  # one row per input name, without the batch axis (NumPy or CuPy, as the frame)
     matrix: np.ndarray  # (2, 3) frame pixels -> crop pixels
     context: dict[str, Any] = field(default_factory=dict)  # what finish() needs (masks, ...)
 
@@ -44,15 +50,24 @@ class Swapper(Protocol):
     def finish(self, frame: np.ndarray, job: FaceJob, row: Sequence[np.ndarray]) -> None: ...
 
 
-def stack_feeds(jobs: Sequence[FaceJob]) -> dict[str, np.ndarray]:
-    """Stack the single-row feeds of several jobs into one ``[N, ...]`` batch."""
+def stack_feeds(jobs: Sequence[FaceJob]) -> dict[str, Any]:
+    """Stack the single-row feeds of several jobs into one ``[N, ...]`` batch, on the
+    device the rows are on (rows of one name are all host or all device arrays)."""
     names = jobs[0].feeds.keys()
-    return {name: np.stack([job.feeds[name] for job in jobs]) for name in names}
+    return {name: array_module(jobs[0].feeds[name]).stack([job.feeds[name] for job in jobs]) for name in names}
 
 
-def run_jobs(runner: Runner, jobs: Sequence[FaceJob]) -> list[list[np.ndarray]]:
-    """Run jobs as one batch; returns, per job, its row of every output."""
+def run_jobs(runner: Runner, jobs: Sequence[FaceJob]) -> list[list[Any]]:
+    """Run jobs as one batch; returns, per job, its row of every output. Device feeds go
+    to ``runner.run_device``, which answers on the device where the runner computes there
+    (ONNX Runtime's CPU provider on a CUDA node answers on the host; ``finish`` takes
+    either); host feeds go to ``runner.run``."""
     if not jobs:
         return []
-    outputs = runner.run(stack_feeds(jobs))
+    feeds = stack_feeds(jobs)
+    on_device = any(is_device_array(array) for array in feeds.values())
+    if on_device and hasattr(runner, "run_device"):
+        outputs = runner.run_device(feeds)
+    else:
+        outputs = runner.run({name: to_host(array) for name, array in feeds.items()} if on_device else feeds)
     return [[out[i] for out in outputs] for i in range(len(jobs))]

@@ -17,8 +17,9 @@ from onnx import numpy_helper
 
 from gpu.align import arcface_template, estimate_similarity, transform_points
 from gpu.analysis.arcface import EMBEDDING_SIZE, ArcFaceEmbedder
+from gpu.device import array_module
 from gpu.errors import ModelFileError
-from gpu.kernels.warp import crop_faces, paste_back
+from gpu.kernels.ops import crop_faces, paste_faces
 from gpu.models.signatures import (
     FLOAT32_OR_16,
     check_count,
@@ -66,20 +67,24 @@ class InswapperSwapper:
         return (latent / np.linalg.norm(latent)).astype(np.float32)
 
     def prepare(self, frame: np.ndarray, face: Face, source: np.ndarray, options: SwapOptions) -> FaceJob:
+        """Crop where the frame is (a CuPy frame: on the device); the mask is drawn on the
+        host from the face box and moved there too."""
+        xp = array_module(frame)
         matrix = estimate_similarity(face.kps, self._template)
         crop = crop_faces([frame], matrix[None], CROP_SIZE)[0]
         target = crop.transpose(2, 0, 1).astype(np.float32) / 255.0
         feeds = {
             "target": target.astype(self._dtypes["target"]),
-            "source": np.asarray(source, dtype=np.float32).astype(self._dtypes["source"]),
+            "source": xp.asarray(source, dtype=np.float32).astype(self._dtypes["source"]),
         }
-        mask = paste_mask(face, matrix, CROP_SIZE, options.feather, options.mouth_mask)
-        return FaceJob(feeds=feeds, matrix=matrix, context={"mask": mask, "blend": options.blend})
+        mask = paste_mask(face, matrix, CROP_SIZE, options.feather, options.mouth_mask) * np.float32(options.blend)
+        return FaceJob(feeds=feeds, matrix=matrix, context={"mask": xp.asarray(mask)})
 
     def finish(self, frame: np.ndarray, job: FaceJob, row: Sequence[np.ndarray]) -> None:
-        swapped = np.asarray(row[0], dtype=np.float32).transpose(1, 2, 0)
-        crop = np.clip(swapped * 255.0 + 0.5, 0, 255).astype(np.uint8)
-        paste_back(frame, crop, job.context["mask"] * job.context["blend"], job.matrix)
+        xp = array_module(frame)
+        swapped = xp.asarray(row[0], dtype=np.float32).transpose(1, 2, 0)
+        crop = xp.clip(swapped * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        paste_faces([frame], [0], crop[None], job.context["mask"][None], job.matrix[None])
 
     def _check(self, model: onnx.ModelProto) -> None:
         inputs, outputs = graph_inputs(model), graph_outputs(model)

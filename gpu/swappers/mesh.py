@@ -3,23 +3,32 @@
 The registered source face is cut into triangles over all 468 mesh points plus a ring grown
 past the face outline (the eyes and mouth carry most of a person's identity, so they must
 be inside the triangulation) and each triangle is warped onto the target's mesh. The dense
-warp (a sampling grid), the masks and the crop are prepared here on the host; sampling,
-colour match and the masked blend run in ``mesh_graph`` through the runner.
+warp (a sampling grid) and the masks are drawn on the host from the landmarks; the crop and
+the paste-back run where the frame is (device kernels for a CuPy frame); sampling, colour
+match and the masked blend run in ``mesh_graph`` through the runner.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
-from scipy.spatial import Delaunay
 
 from gpu.align import ARCFACE_TEMPLATE_112, estimate_similarity, transform_points
-from gpu.analysis.landmarks import FACE_OVAL, INNER_LIPS, LEFT_EYE, MOUTH_LEFT, MOUTH_RIGHT, OUTER_LIPS, RIGHT_EYE
+from gpu.analysis.landmarks import (
+    FACE_OVAL,
+    INNER_LIPS,
+    LEFT_EYE,
+    MOUTH_LEFT,
+    MOUTH_RIGHT,
+    OUTER_LIPS,
+    RIGHT_EYE,
+)
+from gpu.device import array_module, is_device_array
 from gpu.errors import NoFaceError
-from gpu.kernels.warp import crop_faces, paste_back
+from gpu.kernels.ops import crop_faces, paste_faces
 from gpu.options import SwapOptions
 from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob
@@ -44,6 +53,16 @@ class MeshSource:
     texture: np.ndarray  # (3, T, T) float32 RGB [0, 1]
     points: np.ndarray  # (468 + ring, 2) float32, texture pixels
     triangles: np.ndarray  # (K, 3) int32 indices into points
+    _device: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def texture_like(self, frame) -> object:
+        """The texture on the frame's device: uploaded once per source, not once per frame."""
+        if not is_device_array(frame):
+            return self.texture
+        texture = self._device.get("texture")
+        if texture is None:
+            texture = self._device["texture"] = array_module(frame).asarray(self.texture)
+        return texture
 
 
 def _with_ring(mesh: np.ndarray) -> np.ndarray:
@@ -92,6 +111,10 @@ class MeshSwapper:
     def register(self, image: np.ndarray, face: Face) -> MeshSource:
         if face.mesh is None:
             raise NoFaceError("the source face has no landmarks (face mesh found no face)")
+        from scipy.spatial import (
+            Delaunay,  # only here: the GPU check's image has no scipy
+        )
+
         matrix = self.alignment(face)
         texture = crop_faces([image], matrix[None], self.crop_size)[0]
         points = transform_points(_with_ring(face.mesh), matrix)
@@ -106,24 +129,26 @@ class MeshSwapper:
         if face.mesh is None:
             raise ValueError("the mesh swapper needs target faces with a mesh")
         size = self.crop_size
+        xp = array_module(frame)
         matrix = self.alignment(face)
         crop = crop_faces([frame], matrix[None], size)[0]
         points = transform_points(_with_ring(face.mesh), matrix)
         grid, covered = self._sampling_grid(points, source)
-        mask = self._mask(points, covered, options)
+        mask = xp.asarray(self._mask(points, covered, options))
         feeds = {
-            "target": np.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0,
-            "source": source.texture,
-            "grid": grid,
+            "target": xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0,
+            "source": source.texture_like(frame),
+            "grid": xp.asarray(grid),
             "mask": mask[None],
-            "blend": np.full((1, 1, 1), options.blend, dtype=np.float32),
-            "colour": np.full((1, 1, 1), 1.0 if options.colour_match else 0.0, dtype=np.float32),
+            "blend": xp.full((1, 1, 1), options.blend, dtype=np.float32),
+            "colour": xp.full((1, 1, 1), 1.0 if options.colour_match else 0.0, dtype=np.float32),
         }
         return FaceJob(feeds=feeds, matrix=matrix, context={"mask": mask})
 
     def finish(self, frame: np.ndarray, job: FaceJob, row: Sequence[np.ndarray]) -> None:
-        swapped = np.clip(row[0].transpose(1, 2, 0) * 255.0 + 0.5, 0, 255).astype(np.uint8)
-        paste_back(frame, swapped, job.context["mask"], job.matrix)
+        xp = array_module(frame)
+        swapped = xp.clip(xp.asarray(row[0]).transpose(1, 2, 0) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        paste_faces([frame], [0], swapped[None], job.context["mask"][None], job.matrix[None])
 
     def _sampling_grid(self, points: np.ndarray, source: MeshSource) -> tuple[np.ndarray, np.ndarray]:
         """Per-pixel source coordinates (GridSample's [-1, 1] convention) by piecewise-affine

@@ -5,7 +5,11 @@ tracker and per-track identities; the engine's models are shared. The prepared f
 to the engine's micro-batcher under this stream's session id, so faces from every session of
 the node share runner calls; when the batcher refuses them (the session already has too many
 rows outstanding) or they time out, the frame goes on unswapped and is counted as
-``dropped_by_batcher`` (the live policy: drop, never queue)."""
+``dropped_by_batcher`` (the live policy: drop, never queue).
+
+On a CUDA node the frame goes to the device once, after tracking (the trackers run on the
+host) and only when a face is to be swapped: crops, the runner and the paste-back all work
+on that device copy, and the swapped frame comes back once, in place."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import numpy as np
 
 from gpu.analysis.identity import identity_distance
 from gpu.batcher import BatcherBusy, MicroBatcher
+from gpu.device import to_device, to_host
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
 from gpu.swappers.base import run_jobs
@@ -115,7 +120,9 @@ class FrameSwapper:
             return times
         swapper = self.engine.swapper
         started = time.perf_counter()
-        jobs = [swapper.prepare(frame, face, self.source.payload, self.options) for face in chosen]
+        device = getattr(self.engine, "device", None)
+        work = to_device(frame) if device is not None and device.is_cuda else frame
+        jobs = [swapper.prepare(work, face, self.source.payload, self.options) for face in chosen]
         times.prepare = _ms_since(started)
         started = time.perf_counter()
         batcher = self._batcher_now()
@@ -132,7 +139,9 @@ class FrameSwapper:
         times.run = _ms_since(started)
         started = time.perf_counter()
         for job, row in zip(jobs, rows, strict=True):
-            swapper.finish(frame, job, row)
+            swapper.finish(work, job, row)
+        if work is not frame:
+            frame[...] = to_host(work)
         times.paste = _ms_since(started)
         times.faces_swapped = len(chosen)
         return times
