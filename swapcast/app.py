@@ -36,6 +36,7 @@ from signaling.stream_keys import StreamKeyStore
 from streamer.faces import FaceLibrary
 from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
+from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, choose_video_decoder, choose_video_encoder
 from streamer.metrics import NodeMetrics, add_metrics_routes
 from streamer.rtmp.client import RtmpPublishClient
 from streamer.rtmp.server import RtmpServer
@@ -61,6 +62,8 @@ class Node:
     rtmp_ingest: RtmpIngest  # OBS/ffmpeg publishers, re-publish, recording, play
     rtmp_server: RtmpServer
     keys: StreamKeyStore
+    video_encoder: CodecChoice = SOFTWARE_ENCODE  # live.video_encoder, as chosen at start
+    video_decoder: CodecChoice = SOFTWARE_DECODE  # live.video_decoder, as chosen at start
     agent: NodeAgent | None = None
     owns_registry: bool = True  # False when the caller shares one registry between nodes
     metrics: NodeMetrics = field(init=False)
@@ -152,6 +155,10 @@ class NodeHooksAdapter:
 def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Registry | None = None) -> Node:
     """The node's parts; ``engine`` and ``registry`` let tests share one loaded engine and
     run several in-process nodes on one registry."""
+    live = config.live
+    # probes NVENC / NVDEC unless set to software; an unmeetable nvenc / nvdec stops the node
+    # here, before the models load, as an unmeetable engine.device does
+    video_encoder, video_decoder = choose_video_encoder(live.video_encoder), choose_video_decoder(live.video_decoder)
     engine = engine or FaceEngine(config.engine.settings())
     cluster = config.cluster
     node_id = cluster.node_id or f"{socket.gethostname()}-{secrets.token_hex(3)}"
@@ -163,13 +170,13 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
         engine, faces, webrtc=config.webrtc, swap_defaults=config.swap, live=config.live, stream_keys=keys,
         registry=registry, node_id=node_id, capacity=cluster.capacity or None,
     )
-    live = config.live
     ingest = RtmpIngest(
         keys,
         engine,
         lambda overrides: type(config.swap).model_validate({**config.swap.model_dump(), **overrides}).options(),
         IngestSettings(
-            EncoderSettings(preset=live.preset, bitrate_kbps=live.bitrate_kbps, keyframe_interval_s=live.keyframe_interval_s),
+            EncoderSettings(preset=live.preset, bitrate_kbps=live.bitrate_kbps, keyframe_interval_s=live.keyframe_interval_s,
+                            video_encoder=video_encoder, video_decoder=video_decoder),
             push_retry_initial_s=live.push_retry_initial_s,
             push_retry_max_s=live.push_retry_max_s,
         ),
@@ -185,7 +192,8 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
         chunk_size=config.rtmp.chunk_size,
     )
     return Node(config=config, engine=engine, registry=registry, faces=faces, sessions=sessions,
-                rtmp_ingest=ingest, rtmp_server=rtmp_server, keys=keys, owns_registry=shared is None)
+                rtmp_ingest=ingest, rtmp_server=rtmp_server, keys=keys, video_encoder=video_encoder,
+                video_decoder=video_decoder, owns_registry=shared is None)
 
 
 PUBLIC_PATHS = frozenset({"/", "/admin/", "/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/whip"})

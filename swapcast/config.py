@@ -80,6 +80,11 @@ class LiveConfig(_Section):
     keyframe_interval_s: float = Field(2.0, gt=0, le=10)
     push_retry_initial_s: float = Field(1.0, gt=0)
     push_retry_max_s: float = Field(30.0, gt=0)
+    # H.264 out (RTMP re-publish, WebRTC): auto = NVENC when it opens here, else x264;
+    # nvenc where it cannot open is a start-up error
+    video_encoder: Literal["auto", "software", "nvenc"] = "auto"
+    # H.264 in (RTMP ingest): auto = NVDEC (h264_cuvid) when it opens here, else FFmpeg's
+    video_decoder: Literal["auto", "software", "nvdec"] = "auto"
 
 
 class IceServer(_Section):

@@ -1,8 +1,9 @@
 """H.264 for live streams: bitstream framing (Annex B <-> AVCC, the avcC record) and a
-low-latency decoder/encoder pair around PyAV.
+low-latency decoder/encoder pair around PyAV, in software or on NVDEC / NVENC
+(``streamer.media.hwcodecs`` chooses; ``live.video_decoder`` / ``live.video_encoder``).
 
 RTMP/FLV carries AVCC (4-byte length before each NAL unit, parameters in an avcC record);
-libx264 emits Annex B (start codes, SPS/PPS in-band on keyframes)."""
+libx264 and NVENC emit Annex B (start codes, SPS/PPS in-band on keyframes)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import av
 import numpy as np
 from av.video.frame import PictureType
 
+from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, nvenc_live_options
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
 
 MS = Fraction(1, 1000)
@@ -35,21 +37,28 @@ class EncodedVideo:
 
 
 class H264Decoder:
-    """Decodes AVCC samples after an avcC sequence header; slice threading only, so no
-    frame of delay is added by the decoder itself."""
+    """Decodes AVCC samples after an avcC sequence header without adding a frame of delay:
+    FFmpeg's h264 with slice threading only, or NVDEC (h264_cuvid) with no display delay
+    when ``codec`` chose it. If cuvid cannot open or fails, the stream goes on with FFmpeg's
+    decoder from the sample that failed (``fallback_reason`` says why)."""
 
-    def __init__(self) -> None:
+    def __init__(self, codec: CodecChoice = SOFTWARE_DECODE) -> None:
+        self.codec_choice = codec
+        self.fallback_reason: str | None = None
         self._context: av.CodecContext | None = None
+        self._record = b""
+
+    @property
+    def codec_name(self) -> str:
+        return self.codec_choice.name
 
     @property
     def configured(self) -> bool:
         return self._context is not None
 
     def configure(self, avcc_record: bytes) -> None:
-        context = av.CodecContext.create("h264", "r")
-        context.extradata = avcc_record
-        context.thread_type = "SLICE"
-        self._context = context
+        self._record = avcc_record
+        self._context = self._open()
 
     def decode(self, sample: bytes, dts: int, composition_offset: int = 0) -> list[av.VideoFrame]:
         """Frames (pts in ms) the sample completes; [] before the first sequence header."""
@@ -57,34 +66,59 @@ class H264Decoder:
             return []
         packet = av.Packet(sample)
         packet.dts, packet.pts, packet.time_base = dts, dts + composition_offset, MS
-        return list(self._context.decode(packet))
+        try:
+            return list(self._context.decode(packet))
+        except av.error.InvalidDataError:
+            raise  # a damaged sample: the stream's fault, whichever decoder reads it
+        except av.error.FFmpegError as exc:
+            if not self.codec_choice.hardware:
+                raise
+            self._fall_back(exc)
+            self._context = self._open()
+            return list(self._context.decode(packet))
+
+    def _open(self) -> av.CodecContext:
+        context = av.CodecContext.create(self.codec_name, "r")
+        context.extradata = self._record
+        if not self.codec_choice.hardware:
+            context.thread_type = "SLICE"
+            return context  # opens on its first packet
+        context.options = {"flags": "+low_delay"}  # cuvid: hand each frame out as soon as it is decoded
+        try:
+            context.open()
+        except av.error.FFmpegError as exc:
+            self._fall_back(exc)
+            return self._open()
+        return context
+
+    def _fall_back(self, exc: Exception) -> None:
+        self.codec_choice = self.codec_choice.fall_back(exc)
+        self.fallback_reason = self.codec_choice.reason
 
 
 class H264Encoder:
-    """libx264 tuned for live: the given preset with zerolatency (no lookahead, no B-frames,
-    one packet out per frame in), CBR-like bitrate, and keyframes forced by *time* so the
-    interval stays exact however many frames the latency policy drops."""
+    """H.264 tuned for live: x264 at the given preset with zerolatency, or NVENC in its
+    low-latency mode when ``codec`` chose it (``nvenc_live_options``); either way no
+    lookahead or B-frames (one packet out per frame in), CBR-like bitrate, and keyframes
+    forced by *time* so the interval stays exact however many frames the latency policy
+    drops. If NVENC cannot open or fails mid-stream (driver gone, session limit reached),
+    x264 takes over from the frame that failed, re-encoded as a keyframe
+    (``fallback_reason`` says why; ``sequence_header`` changes with it)."""
 
     def __init__(self, width: int, height: int, *, preset: str = "ultrafast", bitrate_kbps: int = 2500,
-                 keyframe_interval_s: float = 2.0, fps_hint: float = 30.0) -> None:
+                 keyframe_interval_s: float = 2.0, fps_hint: float = 30.0, codec: CodecChoice = SOFTWARE_ENCODE) -> None:
         self.width, self.height = width - width % 2, height - height % 2
         self.keyframe_interval_ms = int(keyframe_interval_s * 1000)
-        context = av.CodecContext.create("libx264", "w")
-        context.width, context.height, context.pix_fmt = self.width, self.height, "yuv420p"
-        context.time_base = MS
-        # x264's rate control budgets bits per frame from the frame rate, not from the
-        # millisecond time base (which it would read as 1000 fps)
-        context.framerate = Fraction(fps_hint).limit_denominator(1001)
-        context.bit_rate = bitrate_kbps * 1000
-        context.options = {
-            "preset": preset,
-            "tune": "zerolatency",
-            # keyframes come from force_keyframe (by time); x264's own ones only as a fallback
-            "x264-params": f"keyint=600:min-keyint=1:scenecut=0:vbv-maxrate={bitrate_kbps}:vbv-bufsize={bitrate_kbps}",
-        }
-        self._context = context
+        self.codec_choice = codec
+        self.fallback_reason: str | None = None
+        self._preset, self._bitrate_kbps, self._fps_hint = preset, bitrate_kbps, fps_hint
+        self._context = self._open()
         self._last_keyframe: int | None = None
-        self.sequence_header: bytes | None = None  # avcC, known from the first keyframe
+        self.sequence_header: bytes | None = None  # avcC, from the latest keyframe's SPS/PPS
+
+    @property
+    def codec_name(self) -> str:
+        return self.codec_choice.name
 
     def encode(self, rgb: np.ndarray, pts: int) -> list[EncodedVideo]:
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[: self.height, : self.width]), format="rgb24")
@@ -93,14 +127,56 @@ class H264Encoder:
         if self._last_keyframe is None or pts - self._last_keyframe >= self.keyframe_interval_ms:
             frame.pict_type = PictureType.I
             self._last_keyframe = pts
-        return [self._packet(packet) for packet in self._context.encode(frame)]
+        try:
+            packets = self._context.encode(frame)
+        except av.error.FFmpegError as exc:
+            if not self.codec_choice.hardware:
+                raise
+            self._fall_back(exc)
+            self._context = self._open()
+            frame.pict_type, self._last_keyframe = PictureType.I, pts  # the new encoder starts on a keyframe
+            packets = self._context.encode(frame)
+        return [self._packet(packet) for packet in packets]
+
+    def _open(self) -> av.CodecContext:
+        context = av.CodecContext.create(self.codec_name, "w")
+        context.width, context.height, context.pix_fmt = self.width, self.height, "yuv420p"
+        context.time_base = MS
+        # the encoders' rate control budgets bits per frame from the frame rate, not from
+        # the millisecond time base (which they would read as 1000 fps)
+        context.framerate = Fraction(self._fps_hint).limit_denominator(1001)
+        kbps = self._bitrate_kbps
+        context.bit_rate = kbps * 1000
+        if self.codec_choice.hardware:
+            # keyframes come from the forced ones (by time); NVENC's own only every 600 frames
+            context.options = {**nvenc_live_options(kbps * 1000), "g": "600"}
+        else:
+            context.options = {
+                "preset": self._preset,
+                "tune": "zerolatency",
+                # keyframes come from force_keyframe (by time); x264's own ones only as a fallback
+                "x264-params": f"keyint=600:min-keyint=1:scenecut=0:vbv-maxrate={kbps}:vbv-bufsize={kbps}",
+            }
+        try:
+            context.open()
+        except av.error.FFmpegError as exc:
+            if not self.codec_choice.hardware:
+                raise
+            self._fall_back(exc)
+            return self._open()
+        return context
+
+    def _fall_back(self, exc: Exception) -> None:
+        self.codec_choice = self.codec_choice.fall_back(exc)
+        self.fallback_reason = self.codec_choice.reason
 
     def _packet(self, packet: av.Packet) -> EncodedVideo:
         units = split_annexb(bytes(packet))
-        if packet.is_keyframe and self.sequence_header is None:
-            sps = next(u for u in units if u[0] & 0x1F == NAL_SPS)
-            pps = next(u for u in units if u[0] & 0x1F == NAL_PPS)
-            self.sequence_header = avc_decoder_config(sps, pps)
+        if packet.is_keyframe:
+            sps = next((u for u in units if u[0] & 0x1F == NAL_SPS), None)
+            pps = next((u for u in units if u[0] & 0x1F == NAL_PPS), None)
+            if sps is not None and pps is not None:
+                self.sequence_header = avc_decoder_config(sps, pps)
         # parameter sets travel in the sequence header; access unit delimiters are not needed
         body = [u for u in units if u[0] & 0x1F not in (NAL_SPS, NAL_PPS, NAL_AUD)]
         return EncodedVideo(to_avcc(body), int(packet.pts), int(packet.dts), bool(packet.is_keyframe))

@@ -19,6 +19,7 @@ import av
 import numpy as np
 
 from streamer.live.h264 import EncodedVideo, H264Decoder, H264Encoder
+from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
 
 log = logging.getLogger(__name__)
@@ -41,9 +42,14 @@ class SequenceHeader:
 
 @dataclass(frozen=True)
 class EncoderSettings:
+    """How a stream is re-encoded, and which H.264 decoder reads it in (the node's
+    ``live.video_encoder`` / ``live.video_decoder``, chosen once at start)."""
+
     preset: str = "ultrafast"
     bitrate_kbps: int = 2500
     keyframe_interval_s: float = 2.0
+    video_encoder: CodecChoice = SOFTWARE_ENCODE
+    video_decoder: CodecChoice = SOFTWARE_DECODE
 
 
 # (encoded frame, the encoder's avcC when it is new or changed, else None)
@@ -115,7 +121,7 @@ class LiveSwapWorker:
         self.latest_rgb: np.ndarray | None = None
         self._emit = emit
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._decoder = H264Decoder()
+        self._decoder = H264Decoder(encoder.video_decoder)
         self._encoder: H264Encoder | None = None
         self._thread = threading.Thread(target=self._run, name=f"swap-{name}", daemon=True)
         self._thread.start()
@@ -169,10 +175,11 @@ class LiveSwapWorker:
             stages = StageTimes()
         self.latest_rgb = rgb  # the newest swapped picture, for operators' previews
         encoder = self._encoder_for(rgb)
-        new_header = encoder.sequence_header is None
+        known = encoder.sequence_header
         for packet in encoder.encode(rgb, pts):
-            header = encoder.sequence_header if new_header else None
-            new_header = False
+            # new with a new encoder, and when NVENC's fall back to x264 changed the SPS/PPS
+            header = encoder.sequence_header if encoder.sequence_header != known else None
+            known = encoder.sequence_header
             self._emit(packet, header)
         self.stats.record_output((time.monotonic() - arrived) * 1000.0, stages)
 
@@ -180,8 +187,10 @@ class LiveSwapWorker:
         height, width = rgb.shape[:2]
         if self._encoder is None or (self._encoder.width, self._encoder.height) != (width - width % 2, height - height % 2):
             settings = self.encoder_settings
+            # a stream whose NVENC failed stays on x264
+            codec = self._encoder.codec_choice if self._encoder is not None else settings.video_encoder
             self._encoder = H264Encoder(
                 width, height, preset=settings.preset, bitrate_kbps=settings.bitrate_kbps,
-                keyframe_interval_s=settings.keyframe_interval_s,
+                keyframe_interval_s=settings.keyframe_interval_s, codec=codec,
             )
         return self._encoder

@@ -1,20 +1,37 @@
-"""NVIDIA hardware video codecs: are NVDEC / NVENC usable on this node, and if not, why.
+"""NVIDIA hardware video codecs: are NVDEC / NVENC usable on this node, and if not, why;
+and which H.264 codec a live stream opens (``live.video_encoder`` / ``live.video_decoder``).
 
 "Listed" is not "usable": PyAV's FFmpeg may be built with ``h264_nvenc`` / ``h264_cuvid``
 while the machine has no NVIDIA driver, or a GPU without the engine. So each is opened for
 real: the encoder encodes one tiny frame, the decoder opens its context (that creates the
 CUDA context cuvid needs). NVIDIA's PyNvVideoCodec is reported when it imports.
+
+A probe opens a codec, so the live paths probe at most once per process, and only when a
+setting asks for the hardware codec (``auto`` or ``nvenc`` / ``nvdec``); ``software``
+never probes. An explicit hardware setting that cannot be met is an error, never a silent
+fall back (the same policy as ``engine.device: cuda``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import logging
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpu.errors import SwapcastError
 
 ENCODER = "h264_nvenc"
 DECODER = "h264_cuvid"
+SOFTWARE_ENCODER = "libx264"
+SOFTWARE_DECODER = "h264"  # FFmpeg's own decoder
+
+EncoderPreference = Literal["auto", "software", "nvenc"]
+DecoderPreference = Literal["auto", "software", "nvdec"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -25,22 +42,117 @@ class CodecStatus:
 
 
 @dataclass(frozen=True)
+class CodecChoice:
+    """The H.264 codec a live stream opens (a PyAV codec name), and why that one."""
+
+    name: str
+    hardware: bool
+    reason: str
+
+    @property
+    def label(self) -> str:
+        return _LABELS.get(self.name, self.name)
+
+    def describe(self) -> str:
+        return f"{self.label} ({self.reason})"
+
+    def fall_back(self, exc: Exception) -> CodecChoice:
+        """The software codec that takes over one stream after this hardware one failed
+        (driver gone, NVENC session limit reached); logs the one warning that says why."""
+        software = _SOFTWARE_FOR[self.name]
+        reason = f"{self.name} failed ({type(exc).__name__}: {_short(exc)}); {software} took over"
+        log.warning("a live stream's %s", reason)
+        return CodecChoice(software, False, reason)
+
+
+_LABELS = {
+    ENCODER: f"NVENC ({ENCODER} through PyAV)",
+    DECODER: f"NVDEC ({DECODER} through PyAV)",
+    SOFTWARE_ENCODER: f"software x264 ({SOFTWARE_ENCODER})",
+    SOFTWARE_DECODER: f"software FFmpeg {SOFTWARE_DECODER}",
+}
+_SOFTWARE_FOR = {ENCODER: SOFTWARE_ENCODER, DECODER: SOFTWARE_DECODER}
+SOFTWARE_ENCODE = CodecChoice(SOFTWARE_ENCODER, False, "software")
+SOFTWARE_DECODE = CodecChoice(SOFTWARE_DECODER, False, "software")
+
+
+class HardwareCodecUnavailableError(SwapcastError):
+    """``live.video_encoder: nvenc`` or ``live.video_decoder: nvdec`` on a node where that
+    codec cannot be used."""
+
+
+@dataclass(frozen=True)
 class HardwareCodecs:
     nvenc: CodecStatus
     nvdec: CodecStatus
     pynvvideocodec: CodecStatus
 
+    def encoder(self, preference: EncoderPreference = "auto") -> CodecChoice:
+        return choose_video_encoder(preference, self.nvenc)
+
+    def decoder(self, preference: DecoderPreference = "auto") -> CodecChoice:
+        return choose_video_decoder(preference, self.nvdec)
+
     @property
     def encode_path(self) -> str:
-        if self.nvenc.usable:
-            return f"NVENC ({ENCODER} through PyAV)"
-        return f"software x264 / VP8 (NVENC: {self.nvenc.reason})"
+        """What ``live.video_encoder: auto`` opens here, and why."""
+        return self.encoder().describe()
 
     @property
     def decode_path(self) -> str:
-        if self.nvdec.usable:
-            return f"NVDEC ({DECODER} through PyAV)"
-        return f"software (FFmpeg; NVDEC: {self.nvdec.reason})"
+        """What ``live.video_decoder: auto`` opens here, and why."""
+        return self.decoder().describe()
+
+
+def choose_video_encoder(preference: EncoderPreference = "auto", status: CodecStatus | None = None) -> CodecChoice:
+    """``live.video_encoder``: NVENC when asked for (``auto``, ``nvenc``) and usable, else
+    x264. ``status`` is NVENC's probe when the caller has one; else the process's cached
+    probe runs, unless the preference is ``software``."""
+    return _choose("video_encoder", preference, "nvenc", SOFTWARE_ENCODER, lambda: status or nvenc_status())
+
+
+def choose_video_decoder(preference: DecoderPreference = "auto", status: CodecStatus | None = None) -> CodecChoice:
+    """``live.video_decoder``: NVDEC (cuvid) when asked for and usable, else FFmpeg's h264."""
+    return _choose("video_decoder", preference, "nvdec", SOFTWARE_DECODER, lambda: status or nvdec_status())
+
+
+def _choose(setting: str, preference: str, hardware: str, software: str, probe: Callable[[], CodecStatus]) -> CodecChoice:
+    if preference == "software":
+        return CodecChoice(software, False, f"live.{setting}=software")
+    if preference not in ("auto", hardware):
+        raise SwapcastError(f"live.{setting} must be auto, software or {hardware} (got {preference!r})")
+    status = probe()
+    if status.usable:
+        return CodecChoice(status.name, True, f"live.{setting}={preference}: {status.reason}")
+    if preference == "auto":
+        return CodecChoice(software, False, f"live.{setting}=auto, {status.name} not usable: {status.reason}")
+    raise HardwareCodecUnavailableError(
+        f"live.{setting} '{hardware}' was asked for but {status.name} cannot be used: {status.reason}; "
+        f"set live.{setting} to auto or software"
+    )
+
+
+def nvenc_live_options(bitrate_bps: int) -> dict[str, str]:
+    """h264_nvenc for live streams: the fastest preset with ultra-low-latency tuning, no
+    B-frames, reordering, lookahead or output delay (one packet out per frame in), CBR
+    with a one-second buffer, and forced keyframes as IDR, so each carries SPS/PPS
+    in-band as x264's do."""
+    return {
+        "preset": "p1", "tune": "ull", "zerolatency": "1", "delay": "0", "bf": "0", "rc-lookahead": "0",
+        "rc": "cbr", "bufsize": str(bitrate_bps), "forced-idr": "1",
+    }
+
+
+@functools.cache
+def nvenc_status() -> CodecStatus:
+    """NVENC's probe, once per process (it opens an encoder session)."""
+    return probe_nvenc()
+
+
+@functools.cache
+def nvdec_status() -> CodecStatus:
+    """NVDEC's probe, once per process (it creates a CUDA context)."""
+    return probe_nvdec()
 
 
 def _probe(codec: str, trial: Callable[[Any], str | None], success: str) -> CodecStatus:
@@ -93,7 +205,7 @@ def probe_pynvvideocodec() -> CodecStatus:
 
 
 def detect_hardware_codecs() -> HardwareCodecs:
-    return HardwareCodecs(probe_nvenc(), probe_nvdec(), probe_pynvvideocodec())
+    return HardwareCodecs(nvenc_status(), nvdec_status(), probe_pynvvideocodec())
 
 
 def _fraction(num: int, den: int):

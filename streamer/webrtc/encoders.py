@@ -4,9 +4,10 @@ aiortc's ``H264Encoder`` runs x264 at preset *medium* (150 fps/core at 640x480, 
 and clamps the congestion controller's bitrate to 0.5-3 Mbps; its ``Vp8Encoder`` clamps to
 0.25-1.5 Mbps. Both create their codec context inside ``encode``. The subclasses here
 create that context themselves, just before the base class would, with the options we
-want (x264 ``ultrafast`` + ``zerolatency``; libvpx ``deadline=realtime`` with a high
-``cpu-used``); the base class then finds a context that matches the frame and the target
-bitrate and uses it as its own. The bitrate bounds come from ``config.webrtc``.
+want (x264 ``ultrafast`` + ``zerolatency``, or NVENC in its low-latency mode when
+``live.video_encoder`` chose it; libvpx ``deadline=realtime`` with a high ``cpu-used``);
+the base class then finds a context that matches the frame and the target bitrate and uses
+it as its own. The bitrate bounds come from ``config.webrtc``.
 
 aiortc's senders build their encoder with ``aiortc.rtcrtpsender.get_encoder(codec)``;
 :func:`install` swaps that one name for :func:`realtime_encoder`, process-wide (every
@@ -29,6 +30,8 @@ from aiortc.codecs.vpx import Vp8Encoder, number_of_threads
 from aiortc.rtcrtpparameters import RTCRtpCodecCapability, RTCRtpCodecParameters
 import av
 
+from streamer.media.hwcodecs import SOFTWARE_ENCODE, CodecChoice, choose_video_encoder, nvenc_live_options
+
 VideoCodec = Literal["h264", "vp8"]
 
 
@@ -39,6 +42,7 @@ class EncoderTuning:
     max_bitrate_bps: int = 4_000_000
     x264_preset: str = "ultrafast"  # always with tune=zerolatency
     vp8_cpu_used: int = 8  # 0 (best) .. 16 (fastest) in libvpx's realtime mode
+    h264_encoder: CodecChoice = SOFTWARE_ENCODE  # x264, or NVENC (live.video_encoder)
 
     @property
     def start_bitrate_bps(self) -> int:
@@ -51,13 +55,15 @@ class EncoderTuning:
 
     @classmethod
     def from_config(cls, webrtc, live=None) -> EncoderTuning:
-        """From ``config.webrtc`` (codec, bitrate bounds) and ``config.live`` (x264 preset)."""
+        """From ``config.webrtc`` (codec, bitrate bounds) and ``config.live`` (x264 preset,
+        H.264 encoder: this raises when ``video_encoder: nvenc`` cannot be met)."""
         low, high = webrtc.min_bitrate_kbps * 1000, webrtc.max_bitrate_kbps * 1000
         return cls(
             codec=webrtc.codec,
             min_bitrate_bps=min(low, high),
             max_bitrate_bps=max(low, high),
             x264_preset=getattr(live, "preset", None) or "ultrafast",
+            h264_encoder=choose_video_encoder(live.video_encoder) if live is not None else SOFTWARE_ENCODE,
         )
 
 
@@ -96,28 +102,62 @@ def _needs_new_context(codec, frame: av.VideoFrame, target: int) -> bool:
 
 
 class RealtimeH264Encoder(_BoundedBitrate, H264Encoder):
-    """aiortc's H.264 packetiser with x264 ultrafast/zerolatency, Baseline."""
+    """aiortc's H.264 packetiser with x264 ultrafast/zerolatency, or NVENC in its
+    low-latency mode, Baseline either way (WebRTC's packetization-mode 1). If NVENC cannot
+    open or fails, x264 takes over this sender from the frame that failed, sent as a
+    keyframe (``fallback_reason`` says why)."""
 
     def __init__(self) -> None:
         H264Encoder.__init__(self)
         self._init_bitrate()
+        self.codec_choice = self.tuning.h264_encoder
+        self.fallback_reason: str | None = None
+
+    @property
+    def codec_name(self) -> str:
+        return self.codec_choice.name
 
     def _encode_frame(self, frame: av.VideoFrame, force_keyframe: bool):
         if _needs_new_context(self.codec, frame, self.target_bitrate):
             self.buffer_data = b""
             self.buffer_pts = None
-            codec = av.CodecContext.create("libx264", "w")
-            codec.width = frame.width
-            codec.height = frame.height
-            codec.bit_rate = self.target_bitrate
-            codec.pix_fmt = "yuv420p"
-            codec.framerate = fractions.Fraction(30, 1)
-            codec.time_base = fractions.Fraction(1, 30)
+            self.codec = self._open(frame)
+        # the base class encodes lazily (a generator): run it here, where a failure is caught
+        try:
+            return list(super()._encode_frame(frame, force_keyframe))
+        except av.error.FFmpegError as exc:
+            if not self.codec_choice.hardware:
+                raise
+            self._fall_back(exc)
+            self.codec = self._open(frame)
+            return list(super()._encode_frame(frame, True))
+
+    def _open(self, frame: av.VideoFrame) -> av.CodecContext:
+        codec = av.CodecContext.create(self.codec_name, "w")
+        codec.width = frame.width
+        codec.height = frame.height
+        codec.bit_rate = self.target_bitrate
+        codec.pix_fmt = "yuv420p"
+        codec.framerate = fractions.Fraction(30, 1)
+        codec.time_base = fractions.Fraction(1, 30)
+        if self.codec_choice.hardware:
+            self.applied_options = {**nvenc_live_options(self.target_bitrate), "profile": "baseline"}
+        else:
             self.applied_options = {"preset": self.tuning.x264_preset, "tune": "zerolatency", "level": "31"}
-            codec.options = dict(self.applied_options)  # PyAV empties this dict once the codec opens
             codec.profile = "Baseline"
-            self.codec = codec
-        return super()._encode_frame(frame, force_keyframe)
+        codec.options = dict(self.applied_options)  # PyAV empties this dict once the codec opens
+        try:
+            codec.open()
+        except av.error.FFmpegError as exc:
+            if not self.codec_choice.hardware:
+                raise
+            self._fall_back(exc)
+            return self._open(frame)
+        return codec
+
+    def _fall_back(self, exc: Exception) -> None:
+        self.codec_choice = self.codec_choice.fall_back(exc)
+        self.fallback_reason = self.codec_choice.reason
 
 
 class RealtimeVp8Encoder(_BoundedBitrate, Vp8Encoder):

@@ -37,8 +37,12 @@ def run(args: argparse.Namespace) -> int:
     hardware = _hardware_codecs()
     for status in (hardware.nvenc, hardware.nvdec, hardware.pynvvideocodec) if hardware else ():
         print(f"{_label(status.name):13} {'usable' if status.usable else 'not usable'}: {status.reason}")
-    for line in plan_lines(config.engine.device, config.engine.runner, hardware):
+    plan = plan_lines(config.engine.device, config.engine.runner, hardware,
+                      video_encoder=config.live.video_encoder, video_decoder=config.live.video_decoder)
+    for line in plan:
         print(line)
+    # a setting this node cannot meet makes `serve` refuse to start: say so with the exit code too
+    unmet = [line for line in plan if line.startswith(("will use      no ", "will use      nothing"))]
     models = BuiltinModels.locate()
     for name, path in vars(models).items():
         print(f"builtin       {name:18} {path}")
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     except SwapcastError as exc:
         print(f"engine        cannot start: {exc}")
         return 2
-    return 0
+    return 2 if unmet else 0
 
 
 def gpu_stack_lines() -> list[str]:
@@ -101,8 +105,10 @@ def gpu_stack_lines() -> list[str]:
     return lines
 
 
-def plan_lines(device_setting: str, runner_setting: str, hardware) -> list[str]:
-    """What the node will use and why: device, runner, codec path."""
+def plan_lines(device_setting: str, runner_setting: str, hardware, *, video_encoder: str = "auto",
+               video_decoder: str = "auto") -> list[str]:
+    """What the node will use and why: device, runner, and the live H.264 decoder and
+    encoder (``live.video_decoder`` / ``live.video_encoder`` against the probes)."""
     from gpu.device import resolve_device
     from gpu.runners.select import choose_runner
 
@@ -118,9 +124,16 @@ def plan_lines(device_setting: str, runner_setting: str, hardware) -> list[str]:
     except SwapcastError as exc:
         lines.append(f"will use      no runner: engine.runner={runner_setting} cannot be met: {exc}")
     if hardware is not None:
-        lines.append(f"will use      decode {hardware.decode_path}")
-        lines.append(f"will use      encode {hardware.encode_path}")
+        lines.append(_codec_line("decode", "decoder", lambda: hardware.decoder(video_decoder)))
+        lines.append(_codec_line("encode", "encoder", lambda: hardware.encoder(video_encoder)))
     return lines
+
+
+def _codec_line(verb: str, noun: str, choose) -> str:
+    try:
+        return f"will use      {verb} {choose().describe()}"
+    except SwapcastError as exc:  # an explicit nvenc / nvdec this node cannot open
+        return f"will use      no {noun}: {exc}"
 
 
 def _hardware_codecs():

@@ -26,17 +26,19 @@ def run(args: argparse.Namespace) -> int:
     import uvloop
     from aiohttp import web
 
-    from swapcast.app import AUTH_KEY, build_app
+    from swapcast.app import AUTH_KEY, NODE_KEY, build_app
 
     config = config_from_args(args)
     if config.cluster.redis_url and not config.cluster.advertise and config.server.host in ("0.0.0.0", "::"):
         raise ConfigError("--advertise HOST:PORT is needed when listening on all interfaces in a cluster: "
                          "the gateway must know which address reaches this node")
     uvloop.install()
-    app = build_app(config)  # loads the face engine
+    app = build_app(config)  # loads the face engine; refuses a live.video_encoder/decoder it cannot meet
+    node = app[NODE_KEY]
     base = f"http://{config.server.host}:{config.server.port}"
     print(f"swapcast serving on {base}/ and rtmp://{config.server.host}:{config.rtmp.port}/live/<stream key> "
           "(Ctrl+C stops)", flush=True)
+    print(f"live H.264: encode {node.video_encoder.describe()}; decode {node.video_decoder.describe()}", flush=True)
     dev_token = app[AUTH_KEY].dev_token
     if dev_token:  # development mode: loopback, no auth configured
         print(f"development mode (loopback, no auth configured): open {base}/#token={dev_token}\n"
