@@ -3,10 +3,14 @@ configuration (source face, swap options, push destinations, recording).
 
 Keys are shown once when created; only their SHA-256 is stored, so a leaked store does not
 leak keys. The store is one JSON file written atomically; source faces are copied next to it
-so a key keeps working if the original photo moves."""
+so a key keeps working if the original photo moves. Nodes of a cluster may share the folder
+(a volume), so every read-modify-write holds an exclusive ``flock`` on a lock file beside it:
+two nodes creating keys at the same instant both keep theirs."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -14,6 +18,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -103,9 +108,10 @@ class StreamKeyStore:
             created=time.time(),
             owner=owner,
         )
-        keys = self._load()
-        keys.append(record)
-        self._save(keys)
+        with self._locked():
+            keys = self._load()
+            keys.append(record)
+            self._save(keys)
         return key, record
 
     def list(self) -> list[StreamKey]:
@@ -118,19 +124,32 @@ class StreamKeyStore:
         raise StreamKeyError(f"no stream key with id {key_id!r}")
 
     def revoke(self, key_id: str) -> StreamKey:
-        keys = self._load()
-        for index, record in enumerate(keys):
-            if record.key_id == key_id:
-                if record.revoked is None:
-                    keys[index] = record = StreamKey(**{**asdict(record), "stream": record.stream, "revoked": time.time()})
-                    self._save(keys)
-                return record
+        with self._locked():
+            keys = self._load()
+            for index, record in enumerate(keys):
+                if record.key_id == key_id:
+                    if record.revoked is None:
+                        keys[index] = record = StreamKey(**{**asdict(record), "stream": record.stream, "revoked": time.time()})
+                        self._save(keys)
+                    return record
         raise StreamKeyError(f"no stream key with id {key_id!r} (see 'swapcast keys list')")
 
     def find(self, key: str) -> StreamKey | None:
         """The active record for a secret key, or None (unknown or revoked)."""
         wanted = hash_key(key)
         return next((r for r in self._load() if r.active and secrets.compare_digest(r.key_hash, wanted)), None)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive across processes (and hosts sharing the folder, where the file system
+        supports ``flock``); readers need no lock, since the file is replaced atomically."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.data_dir / ".stream-keys.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _load(self) -> list[StreamKey]:
         try:
