@@ -6,6 +6,10 @@ A JSON line is ``{"time", "level", "logger", "message", ...extra, "exc"}``: ``ti
 UTC ISO 8601 with milliseconds, ``extra`` is whatever the call passed with
 ``log.info(..., extra={"session_id": ...})``, and ``exc`` (only when there is one) is the
 formatted traceback, kept inside the one line so an exception never splits a record.
+
+The HTTP access log goes through ``RedactingAccessLogger``: a token in a query string
+(the events WebSocket's ``?token=``, since browsers cannot set headers on a WebSocket) is
+written as ``***``, so the access log never holds a credential.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
+
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web_log import AccessLogger
 
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -58,3 +65,38 @@ def configure_logging(level: int | str = logging.INFO, fmt: LogFormat = "text", 
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=force)
+
+
+SECRET_QUERY_PARAMETERS = frozenset({"token", "access_token"})
+
+
+class RedactingAccessLogger(AbstractAccessLogger):
+    """aiohttp's access log (same format, same logger) with credentials in query strings
+    replaced by ``***``. Pass it as ``web.run_app(..., access_log_class=...)``."""
+
+    def __init__(self, logger: logging.Logger, log_format: str) -> None:
+        super().__init__(logger, log_format)
+        self._inner = AccessLogger(logger, log_format)
+
+    @property
+    def enabled(self) -> bool:
+        return self._inner.enabled
+
+    def log(self, request, response, time: float) -> None:
+        if request is not None and not SECRET_QUERY_PARAMETERS.isdisjoint(request.query):
+            request = _RedactedRequest(request)
+        self._inner.log(request, response, time)
+
+
+class _RedactedRequest:
+    """A read-only stand-in for a request whose URL has its secret parameters masked; the
+    access log reads ``path_qs`` (``%r``) and the rest as it is."""
+
+    def __init__(self, request) -> None:
+        self._request = request
+        masked = [(k, "***" if k in SECRET_QUERY_PARAMETERS else v) for k, v in request.query.items()]
+        self.rel_url = request.rel_url.with_query(masked)
+        self.path_qs = str(self.rel_url)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)

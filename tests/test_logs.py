@@ -94,3 +94,47 @@ def test_cli_log_format(monkeypatch, capsys, tmp_path, flag, env, expected):
 def test_configure_logging_refuses_unknown_formats():
     with pytest.raises(ValueError, match="'text' or 'json'"):
         configure_logging(fmt="yaml")  # type: ignore[arg-type]
+
+
+def test_access_log_masks_tokens_in_query_strings():
+    """The events socket takes its token in the query; the access log must not keep it."""
+    import asyncio
+
+    from aiohttp import ClientSession, web
+
+    from swapcast.local_cluster import free_port
+    from swapcast.logs import RedactingAccessLogger
+
+    stream = io.StringIO()
+    logger = logging.getLogger("test.access")
+    logger.handlers[:] = [logging.StreamHandler(stream)]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_get("/api/v1/events", ok)
+        runner = web.AppRunner(app, access_log=logger, access_log_class=RedactingAccessLogger,
+                               access_log_format='%a "%r" %s')
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with ClientSession() as client:
+                for query in ("?token=eyJsecret.part.sig&x=1", "?access_token=abc123", "?x=2"):
+                    async with client.get(f"http://127.0.0.1:{port}/api/v1/events{query}") as response:
+                        assert response.status == 200
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+    logged = stream.getvalue().splitlines()
+    assert len(logged) == 3
+    assert '"GET /api/v1/events?token=***&x=1 HTTP/1.1" 200' in logged[0]
+    assert '"GET /api/v1/events?access_token=*** HTTP/1.1" 200' in logged[1]
+    assert '"GET /api/v1/events?x=2 HTTP/1.1" 200' in logged[2]
+    assert "eyJsecret" not in stream.getvalue() and "abc123" not in stream.getvalue()
+    assert logged[0].startswith("127.0.0.1 ")  # the other fields come from the request as they are

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from signaling.gateway import RTMP_SERVER_KEY, GatewaySettings, build_gateway_app
     from signaling.registry import open_registry
     from swapcast.app import is_public
+    from swapcast.logs import RedactingAccessLogger
 
     config = gateway_config(args)
     host, port = config.server.host, config.server.port
@@ -62,5 +63,5 @@ def run(args: argparse.Namespace) -> int:
     uvloop.install()
     # run_app prints once every listener is up, and turns SIGINT/SIGTERM into a graceful
     # exit: the RTMP relay and the reaper stop, then the registry closes
-    web.run_app(app, host=host, port=port, print=announce)
+    web.run_app(app, host=host, port=port, print=announce, access_log_class=RedactingAccessLogger)
     return 0

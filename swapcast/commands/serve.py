@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from swapcast.app import AUTH_KEY, NODE_KEY, build_app
+    from swapcast.logs import RedactingAccessLogger
 
     config = config_from_args(args)
     if config.cluster.redis_url and not config.cluster.advertise and config.server.host in ("0.0.0.0", "::"):
@@ -46,5 +47,6 @@ def run(args: argparse.Namespace) -> int:
               f"  API: Authorization: Bearer {dev_token}", flush=True)
     # run_app turns SIGINT/SIGTERM into a graceful exit: the node's shutdown hook ends every
     # live session before the server stops
-    web.run_app(app, host=config.server.host, port=config.server.port, print=None)
+    web.run_app(app, host=config.server.host, port=config.server.port, print=None,
+                access_log_class=RedactingAccessLogger)
     return 0
