@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpu.engine import EngineSettings
 from gpu.errors import SwapcastError
@@ -147,6 +147,9 @@ class JobsConfig(_Section):
         return self
 
 
+MIN_JWT_SECRET_BYTES = 32
+
+
 class AuthConfig(_Section):
     """Who may use the API: JWT bearer tokens, HS256 with ``jwt_secret`` or RS256 checked
     against ``jwks_file``; claims ``sub`` (the user), ``role`` (admin | user), ``exp``.
@@ -162,6 +165,15 @@ class AuthConfig(_Section):
     max_sessions_per_user: int = Field(4, ge=1, le=1000)  # live sessions one user may hold (admins too)
     audit_log: Path | None = Field(None, description="append-only JSON lines; default <data_dir>/audit.jsonl")
     trusted_proxies: list[str] = []  # gateways (addresses or CIDRs) whose X-Forwarded-For names the client
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _secret_long_enough(cls, secret: str | None) -> str | None:
+        # RFC 7518 3.2: an HS256 key must have at least 256 bits; a short one can be guessed offline
+        if secret is not None and len(secret.encode()) < MIN_JWT_SECRET_BYTES:
+            raise ValueError(f"must be at least {MIN_JWT_SECRET_BYTES} bytes (HS256 needs a 256-bit key), "
+                             "e.g. the output of `openssl rand -base64 48`")
+        return secret
 
 
 class Config(_Section):

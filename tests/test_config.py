@@ -40,6 +40,8 @@ def test_config_file_from_environment(tmp_path):
         ("", {"SWAPCAST_SWAP__FACE_SELECTION": "everyone"}, "swap.face_selection"),
         ("", {"SWAPCAST_SWAP_BLEND": "1"}, "expected SWAPCAST_SWAP__BLEND"),
         ("", {"SWAPCAST_SWAP____BLEND": "1"}, "SWAPCAST_<SECTION>__<KEY>"),
+        ("auth:\n  jwt_secret: changeme\n", {}, "auth.jwt_secret"),
+        ("", {"SWAPCAST_AUTH__JWT_SECRET": "x" * 31}, "at least 32 bytes"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(tmp_path, text, env, needle):
