@@ -206,17 +206,23 @@ def _faces(b: _Builder) -> None:
          params=[_path_param("face_id")], forwarded=True)
 
 
+def _placed_header(b: _Builder) -> list[dict[str, Any]]:
+    """On a node: the header the gateway sends with a session it placed there."""
+    return [] if b.gateway else [{
+        "name": "X-Swapcast-Session-Id", "in": "header", "schema": _TOKEN,
+        "description": "Set by the gateway: the id it placed the session under on this node; "
+                       "409 when the registry shows no such placement for this caller"}]
+
+
 def _sessions(b: _Builder) -> None:
     sid = [_path_param("session_id")]
-    placed_header = [] if b.gateway else [{
-        "name": "X-Swapcast-Session-Id", "in": "header", "schema": _TOKEN,
-        "description": "Set by the gateway: the id it placed the session under on this node"}]
+    placed_header = _placed_header(b)
     b.op("get", "/api/v1/sessions", "listSessions", "The caller's sessions (admins: all), every protocol", "sessions",
          {"200": _ok("Sessions", {"type": "array", "items": _ref("Session")})}, ("503",))
     b.op("post", "/api/v1/sessions", "createSession", "Create a browser session", "sessions",
          {"201": _ok("Placed (no SDP sent), or connected (the SDP answer)",
                      {"oneOf": [_ref("PlacedSession"), _ref("SdpAnswer")]}, headers=_location())},
-         ("400", "404", "503"), params=placed_header,
+         ("400", "404", "409", "503") if placed_header else ("400", "404", "503"), params=placed_header,
          body=_content({"oneOf": [_ref("PlaceSession"), _ref("ConnectSession")]}), forwarded=True,
          description="Without `sdp` the session is placed on a node and waits for its offer "
                      "(POST .../offer); with `sdp` and `type: offer` it connects at once. 404: unknown face_id.")
@@ -244,7 +250,8 @@ def _whip_whep(b: _Builder) -> None:
     sdp_body = _content({"type": "string"}, SDP)
     b.op("post", "/whip", "whipPublish", "WHIP: publish a stream with a stream key", "whip/whep",
          {"201": _ok("The SDP answer", {"type": "string"}, SDP, headers=_location())},
-         ("400", "403", "415", "422", "503"), security="streamKey", body=sdp_body, forwarded=True,
+         ("400", "403", "415", "422", "503") if b.gateway else ("400", "403", "409", "415", "422", "503"),
+         security="streamKey", params=_placed_header(b), body=sdp_body, forwarded=True,
          description="The stream key's face and options apply; viewers watch over WHEP. "
                      "401: no key; 403: unknown or revoked key.")
     sid = [_path_param("session_id")]

@@ -156,6 +156,44 @@ def test_per_user_sessions_and_per_token_requests_are_limited(engine, tmp_path):
     assert retry_after is not None and int(retry_after) >= 1
 
 
+def test_a_placed_session_id_is_taken_only_from_the_gateways_placement(engine, tmp_path):
+    """X-Swapcast-Session-Id from a client that reaches the node directly: it cannot take
+    over Bob's session, nor skip placement with an id of its own; the gateway's placement
+    (a placed record on this node for that caller) is adopted."""
+    from signaling.registry import SessionRecord
+    from swapcast.app import NODE_KEY
+
+    async def scenario():
+        app = build_app(node_config(tmp_path), engine=engine)
+        client = await started(app)
+        node = app[NODE_KEY]
+        try:
+            placed = await client.post("/api/v1/sessions", json={"face_id": "astronaut"}, headers=BOB)
+            bob_session = (await placed.json())["session_id"]
+            takeover = await client.post("/api/v1/sessions", json={"face_id": "grace_hopper"},
+                                         headers={**ALICE, "X-Swapcast-Session-Id": bob_session})
+            invented = await client.post("/api/v1/sessions", json={"face_id": "astronaut"},
+                                         headers={**ALICE, "X-Swapcast-Session-Id": "my-own-id"})
+            await node.registry.save_session(SessionRecord(id="gateway-placed", protocol="webrtc", node_id=node.node_id,
+                                                           owner="alice", state="placed"))
+            by_bob = await client.post("/api/v1/sessions", json={"face_id": "astronaut"},
+                                       headers={**BOB, "X-Swapcast-Session-Id": "gateway-placed"})
+            by_alice = await client.post("/api/v1/sessions", json={"face_id": "astronaut"},
+                                         headers={**ALICE, "X-Swapcast-Session-Id": "gateway-placed"})
+            return (takeover.status, (await takeover.json())["error"], invented.status, by_bob.status,
+                    by_alice.status, (await by_alice.json()).get("session_id"),
+                    await node.registry.get_session(bob_session), await node.registry.get_session("my-own-id"))
+        finally:
+            await client.close()
+
+    takeover, reason, invented, by_bob, by_alice, adopted, bob_record, invented_record = run(scenario(), timeout=60)
+    assert takeover == 409 and "not placed on this node for this caller" in reason
+    assert bob_record.owner == "bob" and bob_record.face_id == "astronaut"  # untouched
+    assert invented == 409 and invented_record is None
+    assert by_bob == 409  # the placement was for alice
+    assert by_alice == 201 and adopted == "gateway-placed"
+
+
 def test_without_auth_only_loopback_starts_and_gets_a_development_token(engine, tmp_path):
     def config(host: str):
         return load_config(environ={}, overrides={"server": {"host": host, "data_dir": str(tmp_path)}, "rtmp": {"port": 0}})

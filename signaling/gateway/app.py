@@ -95,7 +95,9 @@ class _Gateway:
         """Place a new session and hand the request to its node, which must adopt the id in
         ``X-Swapcast-Session-Id``. A node that refuses leaves no record behind."""
         body = await request.read()
-        record = SessionRecord(id=secrets.token_urlsafe(12), protocol=protocol)
+        caller = request.get(PRINCIPAL_KEY)  # None for WHIP: its stream key names the owner, on the node
+        # the node adopts the id only from a placement for the same caller (see its _check_placed)
+        record = SessionRecord(id=secrets.token_urlsafe(12), protocol=protocol, owner=caller.subject if caller else "")
         started = time.perf_counter()
 
         async def attempt(placed: SessionRecord, node: NodeInfo) -> web.StreamResponse:

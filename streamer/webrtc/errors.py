@@ -40,6 +40,13 @@ class NotFoundError(SessionError):
     status = 404
 
 
+class ConflictError(SessionError):
+    """The request names something in a state that does not allow it (e.g. a placed
+    session id the gateway did not place here for this caller)."""
+
+    status = 409
+
+
 class UnsupportedMediaTypeError(SessionError):
     status = 415
 

@@ -35,6 +35,7 @@ from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.webrtc import encoders, ice
 from streamer.webrtc.delayed_audio import DelayedAudio
 from streamer.webrtc.errors import (
+    ConflictError,
     BadRequestError,
     ForbiddenError,
     NotFoundError,
@@ -124,7 +125,9 @@ class SessionManager:
             raise BadRequestError("face_id is required (see GET /api/v1/faces)")
         self.resolve_options(self.swap_defaults, options)
         await self.faces.get(face_id)
-        if session_id is None:
+        if session_id is not None:
+            await self._check_placed(session_id, "webrtc", owner)
+        else:
             mine = await self.registry.sessions(self.node_id)
             if len(mine) >= self.capacity:
                 raise ServerFullError(f"server full: {self.capacity} of {self.capacity} sessions in use; try again later")
@@ -135,6 +138,17 @@ class SessionManager:
         )
         await self.registry.save_session(record)
         return record
+
+    async def _check_placed(self, session_id: str, protocol: str, owner: str) -> None:
+        """A session id from the gateway (``X-Swapcast-Session-Id``) is taken only when the
+        registry shows the gateway placed it on this node, for this protocol and caller, and
+        it has no media yet. So a client reaching a node directly cannot take over another
+        user's session, nor skip placement (and its capacity count) with an id of its own."""
+        record = await self.registry.get_session(session_id)
+        if (record is None or record.node_id != self.node_id or record.protocol != protocol
+                or record.state != "placed" or record.owner not in ("", owner)):
+            raise ConflictError(f"session id {session_id!r} was not placed on this node for this caller "
+                                "(X-Swapcast-Session-Id is set by the gateway)")
 
     async def _check_owner_quota(self, owner: str, session_id: str | None) -> None:
         """One user holds at most ``max_sessions_per_owner`` sessions, across the cluster."""
@@ -203,6 +217,8 @@ class SessionManager:
         except Exception as exc:
             reason = getattr(exc, "reason", None) or str(exc)
             raise UnprocessableError(f"stream key {record.key_id}: source face unusable: {reason}") from None
+        if session_id is not None:
+            await self._check_placed(session_id, "whip", record.owner)
         session_record = SessionRecord(
             id=session_id or secrets.token_urlsafe(12), protocol="whip", node_id=self.node_id, owner=record.owner,
             options=dict(record.stream.swap), label=record.stream.name, state="live",
