@@ -20,6 +20,7 @@ import numpy as np
 
 from streamer.live.h264 import EncodedVideo, H264Decoder, H264Encoder
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice
+from streamer.pipeline.failure_log import FailureLog
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ class LiveSwapWorker:
         self._emit = emit
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._decoder = H264Decoder(encoder.video_decoder)
+        self._swap_failures = FailureLog(log, f"stream {name}: swap failed on a frame; sending it unswapped")
         self._encoder: H264Encoder | None = None
         self._thread = threading.Thread(target=self._run, name=f"swap-{name}", daemon=True)
         self._thread.start()
@@ -170,7 +172,7 @@ class LiveSwapWorker:
         try:
             stages = self.swapper.process(rgb, pts / 1000.0)
         except Exception:  # a swap bug must not end the broadcast: the frame goes out unswapped
-            log.exception("swap failed on a frame; sending it unswapped")
+            self._swap_failures.failed()
             self.stats.swap_errors += 1
             stages = StageTimes()
         self.latest_rgb = rgb  # the newest swapped picture, for operators' previews

@@ -28,6 +28,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from streamer.live.swap_worker import LiveStats
 from streamer.media.images import jpeg_preview
+from streamer.pipeline.failure_log import FailureLog
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class SwappedVideo:
     def __init__(self, name: str) -> None:
         self.name = name
         self.stats = SessionStats()
+        self._swap_failures = FailureLog(log, f"session {name}: swap failed on a frame; sending it unswapped")
         self.swapper: FrameSwapper | None = None
         self.latency_s = 0.0  # smoothed server-added latency, for the audio delay
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"swap-{name}")
@@ -154,7 +156,7 @@ class SwappedVideo:
         try:
             stages = swapper.process(rgb, seconds)
         except Exception:  # a swap bug must not end the session: the frame goes out unswapped
-            log.exception("session %s: swap failed on a frame; sending it unswapped", self.name)
+            self._swap_failures.failed()
             self.stats.swap_errors += 1
             return _i420(frame), StageTimes()
         return av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p").to_ndarray(), stages
