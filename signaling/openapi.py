@@ -320,11 +320,21 @@ def _jobs(b: _Builder) -> None:
     b.op("delete", "/api/v1/jobs/{job_id}", "cancelJob", "Cancel a job", "jobs", job, ("404", "409", "503"),
          params=jid, forwarded=True)
     video = {"type": "string", "format": "binary"}
+    videos = {media: {"schema": video} for media in
+              ("video/mp4", "video/quicktime", "video/x-matroska", "video/webm", "application/octet-stream")}
+    text = {"schema": {"type": "string"}}
+    ranges = [{"name": "Range", "in": "header", "schema": {"type": "string"}, "description": "One bytes= range (players seek with it)"},
+              {"name": "If-Range", "in": "header", "schema": {"type": "string"}}]
     b.op("get", "/api/v1/jobs/{job_id}/output", "jobOutput", "The finished video", "jobs",
-         {"200": {"description": "The swapped video", "content": {
-             "video/mp4": {"schema": video}, "video/quicktime": {"schema": video}, "video/x-matroska": {"schema": video},
-             "video/webm": {"schema": video}, "application/octet-stream": {"schema": video}}}},
-         ("404", "409", "503"), params=jid, forwarded=True)
+         {"200": {"description": "The swapped video", "content": videos,
+                  "headers": {"Accept-Ranges": {"schema": {"type": "string", "enum": ["bytes"]}}, "ETag": text}},
+          "206": {"description": "The part of the video the Range header asks for", "content": videos,
+                  "headers": {"Content-Range": {"required": True,
+                                                "schema": {"type": "string", "pattern": r"^bytes \d+-\d+/\d+$"}}}},
+          "416": {"description": "A Range past the end, or not one bytes= range",
+                  "headers": {"Content-Range": {"required": True,
+                                                "schema": {"type": "string", "pattern": r"^bytes \*/\d+$"}}}}},
+         ("404", "409", "503"), params=[*jid, *ranges], forwarded=True)
 
 
 def _events(b: _Builder) -> None:

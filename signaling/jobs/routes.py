@@ -8,10 +8,15 @@
 - ``GET /api/v1/jobs`` (newest first, ``?limit=``), ``GET /api/v1/jobs/{id}``: state,
   progress %, error.
 - ``DELETE /api/v1/jobs/{id}``: cancel (409 when it already ended).
-- ``GET /api/v1/jobs/{id}/output``: the finished video (409 until it is completed). From a
-  local storage folder it is sent as a file (ranges work); from S3 it is streamed through
-  this API, so a download needs nothing but the API: not the bucket's endpoint, which
-  clients often cannot reach, nor a second credential beside the bearer token.
+- ``GET /api/v1/jobs/{id}/output`` (and ``HEAD``): the finished video (409 until it is
+  completed). From a local storage folder it is sent as a file; from S3 it is streamed
+  through this API, so a download needs nothing but the API: not the bucket's endpoint,
+  which clients often cannot reach, nor a second credential beside the bearer token. Both
+  answer ``Range: bytes=first-last`` (or ``first-``, ``-suffix``; ``If-Range``) alike, as
+  players seek and downloads resume: 206 with only that part (a ranged GET from S3), 416
+  ``Content-Range: bytes */size`` for a range past the end and for anything but one range
+  (several ranges are refused rather than sent whole: aiohttp's ``FileResponse`` does so
+  for local files, and one answer per request whatever the storage beats a second rule).
 
 Every error is JSON ``{"error": reason}``: 400 bad field, 404 unknown job, 413 too large,
 415 not a video (or not an image for ``source``), 503 without Redis or when it is down, and
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from aiohttp import BodyPartReader, MultipartReader, web
+from aiohttp import BodyPartReader, MultipartReader, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from signaling.auth import PRINCIPAL_KEY, Principal
@@ -47,7 +52,7 @@ from signaling.jobs.service import (
     Submission,
     check_idempotency_key,
 )
-from signaling.jobs.storage import JobStorageError, Readable
+from signaling.jobs.storage import JobStorage, JobStorageError, StoredFile
 from signaling.jobs.uploads import (
     IMAGE_SUFFIXES,
     MAX_SOURCE_BYTES,
@@ -77,15 +82,19 @@ def add_job_routes(app: web.Application, service: JobService | None) -> None:
         ("GET", "/api/v1/jobs/{job_id}", api.get),
         ("DELETE", "/api/v1/jobs/{job_id}", api.cancel),
         ("GET", "/api/v1/jobs/{job_id}/output", api.output),
+        ("HEAD", "/api/v1/jobs/{job_id}/output", api.output),
     ):
         app.router.add_route(method, path, _json_errors(handler, service is not None))
     if service is not None:
 
         async def check(_: web.Application) -> None:
+            """Check the storage, and remove scratch folders left by an API process killed mid-upload."""
             try:
                 await service.check_storage()
             except JobStorageError as exc:
                 log.error("offline jobs: %s; submissions and downloads answer 503 until it works", exc)
+                return
+            await asyncio.to_thread(service.storage.sweep_scratch, service.settings.claim_timeout_s)
 
         async def close(_: web.Application) -> None:
             await service.close()
@@ -259,12 +268,11 @@ class _JobsApi:
         path = storage.path(key)
         if path is not None:
             return web.FileResponse(path, headers=headers) if path.is_file() else gone
+        headers["Content-Type"] = mimetypes.guess_type(name)[0] or "application/octet-stream"
         try:
-            body, size = await asyncio.to_thread(storage.open, key)
+            return await _send(request, storage, key, headers)
         except FileNotFoundError:
             return gone
-        headers["Content-Type"] = mimetypes.guess_type(name)[0] or "application/octet-stream"
-        return await _send(request, body, size, headers)
 
     async def _job(self, request: web.Request) -> Job:
         """The job the path names, if the caller may see it (else the same 404 as a missing one)."""
@@ -292,10 +300,66 @@ async def _parts(request: web.Request) -> AsyncIterator[BodyPartReader | Multipa
         raise JobRequestError(f"malformed multipart body: {exc}") from None
 
 
-async def _send(request: web.Request, body: Readable, size: int, headers: dict[str, str]) -> web.StreamResponse:
-    """Stream ``body`` (a stored file, read in a thread) as the response, a block at a time."""
-    response = web.StreamResponse(headers=headers)
-    response.content_length = size
+class _Unsatisfiable(Exception):
+    """The Range header names no part of the file: 416."""
+
+
+def _requested_part(request: web.Request, stored: StoredFile) -> tuple[int, int] | None:
+    """The bytes ``(start, stop)`` of ``stored`` the Range header asks for, None for all of
+    it; by aiohttp's ``FileResponse`` rules for local files so both storages answer alike:
+    one ``bytes=`` range, its last byte clamped to the end, a suffix longer than the file is
+    all of it; several ranges, another unit or nonsense, and a first byte at or past the end,
+    are ``_Unsatisfiable``. A range whose If-Range names another version is ignored."""
+    if not _if_range_holds(request, stored):
+        return None
+    try:
+        wanted = request.http_range
+    except ValueError:
+        raise _Unsatisfiable from None
+    if wanted.start is None:  # no Range header
+        return None
+    if wanted.start < 0:  # the last -start bytes
+        start, stop = max(0, stored.size + wanted.start), stored.size
+    else:
+        start, stop = wanted.start, min(stored.size if wanted.stop is None else wanted.stop, stored.size)
+    if start >= stored.size:
+        raise _Unsatisfiable
+    return start, stop
+
+
+def _if_range_holds(request: web.Request, stored: StoredFile) -> bool:
+    """Whether a Range may be served (RFC 9110 13.1.5): no If-Range, or one naming this
+    version of the file, by its ETag or a date not before its modification. ``FileResponse``
+    compares dates only; outputs never change under their key, so both agree in practice."""
+    value = request.headers.get(hdrs.IF_RANGE)
+    if value is None:
+        return True
+    if value.startswith(('"', "W/")):
+        return value == stored.etag  # a weak tag never matches (strong comparison)
+    since = request.if_range
+    return since is not None and stored.modified <= since
+
+
+async def _send(request: web.Request, storage: JobStorage, key: str, headers: dict[str, str]) -> web.StreamResponse:
+    """Stream ``key`` from a remote storage, or the part the Range header asks for (206), read
+    in a thread and sent a block at a time; ``FileNotFoundError`` before anything is sent."""
+    stored = await asyncio.to_thread(storage.stat, key)
+    try:
+        part = _requested_part(request, stored)
+    except _Unsatisfiable:
+        return web.Response(status=416, headers={hdrs.CONTENT_RANGE: f"bytes */{stored.size}"})
+    response = web.StreamResponse(headers={**headers, hdrs.ACCEPT_RANGES: "bytes", hdrs.ETAG: stored.etag})
+    response.last_modified = stored.modified
+    start, stop = part or (0, stored.size)
+    if part is not None:
+        response.set_status(206)
+        response.headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{stop - 1}/{stored.size}"
+    response.content_length = stop - start
+    if request.method == "HEAD":
+        await response.prepare(request)
+        await response.write_eof()
+        return response
+    body, _ = await asyncio.to_thread(storage.open, key, start, None if part is None else stop)
     try:
         await response.prepare(request)
         while block := await asyncio.to_thread(body.read, _SEND_BYTES):

@@ -15,6 +15,7 @@ Imported only when ``jobs.storage`` is ``s3``: boto3 takes a moment to import.
 
 from __future__ import annotations
 
+import io
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,8 @@ from signaling.jobs.storage import (
     JobStorage,
     JobStorageError,
     Readable,
+    ScratchFolders,
+    StoredFile,
 )
 
 MULTIPART_BYTES = 8 * 1024 * 1024
@@ -63,6 +66,7 @@ class S3Storage(JobStorage):
             )
         except (ValueError, BotoCoreError) as exc:  # e.g. an endpoint that is not a URL
             raise JobStorageError(f"job storage {self.where}: {exc}") from None
+        self._scratch = ScratchFolders(Path(tempfile.gettempdir()) / "swapcast-scratch")
 
     @property
     def where(self) -> str:
@@ -74,11 +78,10 @@ class S3Storage(JobStorage):
         with self._errors():
             self.client.head_bucket(Bucket=self.bucket)
 
-    @contextmanager
-    def scratch(self) -> Iterator[Path]:
-        """A folder in the system's temporary folder (``TMPDIR``)."""
-        with tempfile.TemporaryDirectory(prefix="swapcast-job-") as folder:
-            yield Path(folder)
+    @property
+    def scratch_folders(self) -> ScratchFolders:
+        """``swapcast-scratch/`` in the system's temporary folder (``TMPDIR``)."""
+        return self._scratch
 
     def put_file(self, local: Path, key: str) -> None:
         with self._errors():
@@ -95,22 +98,25 @@ class S3Storage(JobStorage):
     def path(self, key: str) -> None:
         return None
 
-    def open(self, key: str) -> tuple[Readable, int]:
+    def stat(self, key: str) -> StoredFile:
         with self._errors(key):
-            answer = self.client.get_object(Bucket=self.bucket, Key=self._full(key))
-        return answer["Body"], answer["ContentLength"]
+            answer = self.client.head_object(Bucket=self.bucket, Key=self._full(key))
+        return StoredFile(size=answer["ContentLength"], modified=answer["LastModified"], etag=answer["ETag"])
 
-    def read_head(self, key: str, size: int) -> bytes:
+    def open(self, key: str, start: int = 0, stop: int | None = None) -> tuple[Readable, int]:
+        """A part is one ranged GET; an empty part (S3 has no range for it) reads nothing."""
+        if stop is not None and stop <= start:
+            return io.BytesIO(), 0
+        ranged = {} if start == 0 and stop is None else {"Range": f"bytes={start}-{'' if stop is None else stop - 1}"}
         try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=self._full(key), Range=f"bytes=0-{size - 1}")
-            with answer["Body"] as body:
-                return body.read()
+            answer = self.client.get_object(Bucket=self.bucket, Key=self._full(key), **ranged)
         except ClientError as exc:
-            if _code(exc) == "InvalidRange":  # an empty object has no byte 0
-                return b""
+            if _code(exc) == "InvalidRange":  # ``start`` at or past the end (an empty object has no byte 0)
+                return io.BytesIO(), 0
             raise self._translated(exc, key) from None
         except BotoCoreError as exc:
             raise self._translated(exc, key) from None
+        return answer["Body"], answer["ContentLength"]
 
     def delete(self, key: str) -> None:
         with self._errors():

@@ -16,7 +16,9 @@ the job storage (``JobStorageError``) is such an error: it is retried, it fails 
 
 Files go through the job storage (``signaling.jobs.storage``): each step reads its inputs
 with ``fetch`` and writes its results into a scratch folder, then ``put_file``s them, so a
-step's result is stored whole or not at all, and S3 works like a shared folder.
+step's result is stored whole or not at all, and S3 works like a shared folder. A worker
+killed outright cannot remove its scratch folder; every worker removes such leftovers at
+start and every ``SCRATCH_SWEEP_S`` (``JobStorage.sweep_scratch``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from streamer.jobs.split import SplitResult, split_video
 from streamer.media.errors import VideoError
 
 log = logging.getLogger(__name__)
+SCRATCH_SWEEP_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ class Worker:
 
     async def run(self) -> None:
         """Serve tasks until ``stop()``."""
-        background: set[asyncio.Task[None]] = set()
+        background = {asyncio.create_task(self._sweep_scratch())}
         block_ms = round(min(1.0, self.settings.jobs.claim_timeout_s / 2) * 1000)
         groups_ready = False
         while not self._stopping.is_set():
@@ -155,6 +158,18 @@ class Worker:
         for runner in background:
             runner.cancel()
         await asyncio.gather(*background, return_exceptions=True)
+
+    async def _sweep_scratch(self) -> None:
+        """Remove the scratch folders of killed processes now and every ``SCRATCH_SWEEP_S``:
+        a crash's leftovers (a chunk's worth of video each) would otherwise stay forever."""
+        while True:
+            try:
+                await asyncio.to_thread(self.storage.sweep_scratch, self.settings.jobs.claim_timeout_s)
+            except Exception:  # a background loop: the next round may succeed, the tasks go on anyway
+                log.exception("sweeping the scratch folders failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), SCRATCH_SWEEP_S)
+                return
 
     # -- one task ---------------------------------------------------------------------------
 

@@ -85,7 +85,7 @@ def test_a_job_with_s3_storage(s3_workers, s3_api, s3_server, bucket, redis_url,
     (output_key,) = outputs
     stored = s3_server.client.get_object(Bucket=bucket, Key=output_key)["Body"].read()
     assert stored == output.read_bytes()
-    assert list(scratch_dir.iterdir()) == [] and list(local_dir.iterdir()) == []
+    assert list((scratch_dir / "swapcast-scratch").iterdir()) == [] and list(local_dir.iterdir()) == []
     logs = s3_workers.logs()
     assert f"storage s3://{bucket}/{PREFIX} at {s3_server.url}" in logs
     assert f"{job_id} split done in" in logs and f"{job_id} finalise done in" in logs

@@ -73,11 +73,27 @@ def test_files_go_in_and_come_back(store) -> None:
     assert not scratch.exists()
 
 
+def test_a_part_of_a_file_is_read_alone(store) -> None:
+    """What a ranged download streams: only the part (a ranged GET from S3), and its count."""
+    put(store, "job_1/output.mp4", b"0123456789")
+    info = store.stat("job_1/output.mp4")
+    assert info.size == 10 and info.etag.startswith('"') and info.modified.tzinfo is not None
+    for start, stop, part in ((0, None, b"0123456789"), (2, 5, b"234"), (7, None, b"789"), (8, 100, b"89"),
+                              (10, None, b""), (4, 4, b"")):
+        body, count = store.open("job_1/output.mp4", start, stop)
+        try:
+            assert (body.read(), count) == (part, len(part)), (start, stop)
+        finally:
+            body.close()
+
+
 def test_missing_keys_are_file_not_found(store) -> None:
     with store.scratch() as scratch, pytest.raises(FileNotFoundError):
         store.fetch("job_1/nothing.mov", scratch)
     with pytest.raises(FileNotFoundError):
         store.open("job_1/nothing.mov")
+    with pytest.raises(FileNotFoundError):
+        store.stat("job_1/nothing.mov")
     with pytest.raises(FileNotFoundError):
         store.read_head("job_1/nothing.mov", 8)
     store.delete("job_1/nothing.mov")  # already gone: fine
