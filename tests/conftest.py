@@ -49,6 +49,25 @@ def redis_url(redis_server) -> str:
 
 
 @pytest.fixture(scope="session")
+def redis_cluster():
+    """One real 3-master Redis Cluster for the test session."""
+    from redis_server import RedisClusterServer
+
+    cluster = RedisClusterServer()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster) -> str:
+    """The shared Redis Cluster (``redis+cluster://`` URL), emptied for this test."""
+    redis_cluster.flush()
+    return redis_cluster.url
+
+
+@pytest.fixture(scope="session")
 def astronaut_image() -> np.ndarray:
     return astronaut()
 

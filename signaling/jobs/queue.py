@@ -28,22 +28,20 @@ import time
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gpu.errors import SwapcastError
 from signaling.jobs import scripts
 from signaling.jobs.model import PRIORITIES, Chunk, Job, Priority, Task
+from signaling.redis_client import UNREACHABLE, RedisClient, open_redis
 
 PREFIX = "swapcast:{jobs}:"
 GROUP = "workers"
 IDEMPOTENCY_TTL_S = 24 * 3600
 DEAD_LETTER_CAP = 10_000  # approximate length the dead-letter stream is trimmed to
 _RELEASE_IDLE_MS = 24 * 3600 * 1000  # an entry given back looks abandoned: reclaimable at once
-_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+_MAX_CONNECTIONS = 64  # requests and workers at once (a blocked read holds one for up to a second)
 T = TypeVar("T")
 
 
@@ -58,7 +56,7 @@ def now() -> float:
 class JobQueue:
     """One connection pool; text in and out (``decode_responses``)."""
 
-    def __init__(self, redis: aioredis.Redis, *, claim_timeout_s: float = 30.0, prefix: str = PREFIX) -> None:
+    def __init__(self, redis: RedisClient, *, claim_timeout_s: float = 30.0, prefix: str = PREFIX) -> None:
         self.redis = redis
         self.claim_timeout_ms = max(1, round(claim_timeout_s * 1000))
         self.prefix = prefix
@@ -71,9 +69,11 @@ class JobQueue:
 
     @classmethod
     def from_url(cls, url: str, *, claim_timeout_s: float = 30.0) -> JobQueue:
-        # the socket timeout must outlast a blocking read (``next_task`` blocks <= 1 s)
-        client = aioredis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2.0, socket_timeout=10.0)
-        return cls(client, claim_timeout_s=claim_timeout_s)
+        """One Redis server or a Redis Cluster (see ``signaling.redis_client``): every key
+        carries the ``{jobs}`` hash tag, so scripts, transactions and multi-stream reads stay
+        in one slot. The socket timeout outlasts a blocking read (``next_task`` blocks <= 1 s)."""
+        return cls(open_redis(url, max_connections=_MAX_CONNECTIONS, socket_timeout=10.0, decode_responses=True),
+                   claim_timeout_s=claim_timeout_s)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -300,7 +300,7 @@ class JobQueue:
     async def _run(awaitable: Awaitable[T]) -> T:
         try:
             return await awaitable
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             raise JobQueueUnavailable(f"job queue (Redis) unavailable: {exc or type(exc).__name__}") from exc
 
 

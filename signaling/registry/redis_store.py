@@ -13,6 +13,14 @@ Cluster slot and each Lua script touches one slot; ``P`` = ``swapcast:{namespace
 - ``P face:<id>``, ``P faces``  hash of a face (raw bytes for the JPEG and source), set of ids
 - ``P control:<node id>``      pub/sub channel of a node's control messages
 
+The same code runs on one Redis server and on a Redis Cluster (``_client`` picks the client
+by URL). In a cluster every key, and so every script and transaction, goes to the one
+slot's master; a control message is a plain PUBLISH, which the cluster copies to every
+node, so a listener subscribed to any node (the slot's master, as redis-py picks it) gets
+it, and one whose node failed over just subscribes again once the client knows the new
+topology. EVALSHA that meets a promoted replica without the script answers NOSCRIPT, and
+redis-py's ``Script`` then loads it on every master and runs it again.
+
 Everything that reads and then writes placement state (place, re-place, save, update, end,
 heartbeat, drain) is one Lua script, so concurrent gateways and reapers never place a
 session twice or lose one. Records are stored field by field so a script can change
@@ -22,18 +30,15 @@ session twice or lose one. Records are stored field by field so a script can cha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from signaling.redis_client import UNREACHABLE, RedisClient, is_cluster_url, open_redis
 from signaling.registry.base import (
     FaceRecord,
     NodeInfo,
@@ -52,11 +57,8 @@ from signaling.registry.memory import (
     oldest_first,
 )
 
-# What "the store cannot be reached" looks like from redis-py and the socket underneath.
-_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)
-_CONNECT_TIMEOUT_S = 1.0  # a dead Redis is noticed within about a second...
-_MAX_CONNECTIONS = 16
-_OP_TIMEOUT_S = 2.0  # ...and a hung one within two, so callers can answer 503 quickly
+_MAX_CONNECTIONS = 16  # operations at once, per registry
+_OP_TIMEOUT_S = 2.0  # a hung Redis is noticed within two seconds, so callers can answer 503 quickly
 _MAX_BACKOFF_S = 1.0  # control_messages re-subscribes at least this often during an outage
 
 R = TypeVar("R", bound="RedisRegistry")
@@ -67,13 +69,15 @@ T = TypeVar("T")
 def _reachable(
     method: Callable[Concatenate[R, P], Awaitable[T]],
 ) -> Callable[Concatenate[R, P], Coroutine[Any, Any, T]]:
-    """Turn connection failures into ``RegistryUnavailable`` (callers answer 503)."""
+    """Turn connection failures into ``RegistryUnavailable`` (callers answer 503). The
+    method runs in one of the registry's turns, so it must not call another such method."""
 
     @functools.wraps(method)
     async def guarded(self: R, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            return await method(self, *args, **kwargs)
-        except _UNREACHABLE as exc:
+            async with self._turn():
+                return await method(self, *args, **kwargs)
+        except UNREACHABLE as exc:
             raise RegistryUnavailable(f"session registry unavailable: {exc or type(exc).__name__}") from exc
 
     return guarded
@@ -269,25 +273,28 @@ def _decode(raw: dict[bytes, bytes]) -> dict[str, Any]:
     return {name.decode(): json.loads(value) for name, value in raw.items()}
 
 
+def _client(url: str) -> RedisClient:
+    # node pools of a cluster do not wait for a connection (they raise): _turn bounds the
+    # operations, and twice as many leaves room for control_messages, which holds one listening
+    cluster = is_cluster_url(url)
+    return open_redis(url, max_connections=2 * _MAX_CONNECTIONS if cluster else _MAX_CONNECTIONS,
+                      socket_timeout=_OP_TIMEOUT_S)
+
+
 class RedisRegistry(Registry):
-    """The registry in Redis. One connection pool without ``decode_responses`` (face bytes
-    must stay bytes); text is decoded here. redis-py reconnects on its own after an outage,
-    so the same object works again once Redis is back."""
+    """The registry in Redis (one server, or a cluster: see ``_client``). One client without
+    ``decode_responses`` (face bytes must stay bytes); text is decoded here. redis-py
+    reconnects on its own after an outage, so the same object works again once Redis is
+    back."""
 
     def __init__(self, url: str, *, ttl_s: float = 2.0, namespace: str = "swapcast") -> None:
         self.ttl_s = ttl_s
         self._prefix = f"swapcast:{{{namespace}}}:"
         self._nodes_key = self._prefix + "nodes"
-        # one immediate retry: a pooled connection that Redis dropped (restart) reconnects
-        # transparently, while a Redis that is really down fails fast
-        # a bounded pool: a burst of calls waits briefly for a connection instead of opening
-        # hundreds (connection setup, not Redis, dominated a 200-placement burst)
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=_MAX_CONNECTIONS, timeout=_OP_TIMEOUT_S,
-            socket_connect_timeout=_CONNECT_TIMEOUT_S, socket_timeout=_OP_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
-        self._redis = aioredis.Redis(connection_pool=pool)
+        self._redis = _client(url)
+        # a burst of calls waits briefly for a turn instead of opening hundreds of
+        # connections (connection setup, not Redis, dominated a 200-placement burst)
+        self._turns = asyncio.Semaphore(_MAX_CONNECTIONS)
         self._place = self._redis.register_script(_PLACE)
         self._write = self._redis.register_script(_WRITE)
         self._end = self._redis.register_script(_END)
@@ -300,6 +307,18 @@ class RedisRegistry(Registry):
 
     def _key(self, *parts: str) -> str:
         return self._prefix + ":".join(parts)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """One of ``_MAX_CONNECTIONS`` operations at once, waiting for a turn as long as
+        for a reply (then ``TimeoutError``, so unavailable): each uses one connection at a
+        time, so neither client's pool runs out."""
+        async with asyncio.timeout(_OP_TIMEOUT_S):
+            await self._turns.acquire()
+        try:
+            yield
+        finally:
+            self._turns.release()
 
     async def _script(self, script: AsyncScript, *args: str | int) -> Any:
         return await script(keys=[self._nodes_key], args=[self._prefix, *args])
@@ -396,10 +415,10 @@ class RedisRegistry(Registry):
         fields = {**checked_changes(changes), "updated": now()}
         if not await self._script(self._write, "update", session_id, *_flat(fields)):
             raise UnknownSessionError(f"no session {session_id!r}")
-        record = await self.get_session(session_id)
-        if record is None:  # ended between the two calls
+        found = await self._records([session_id])
+        if not found:  # ended between the two calls
             raise UnknownSessionError(f"no session {session_id!r}")
-        return record
+        return found[0]
 
     @_reachable
     async def end_session(self, session_id: str, *, node_id: str | None = None) -> bool:
@@ -467,13 +486,16 @@ class RedisRegistry(Registry):
         while not self._closed:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
+                # a keyed command first: on a cluster it (re)learns the slot's master, after a
+                # failover too, where SUBSCRIBE just goes where the client's slot map says
+                await self._redis.exists(self._nodes_key)
                 await pubsub.subscribe(self._key("control", node_id))
                 backoff = 0.05
                 while not self._closed:
                     message = await pubsub.get_message(timeout=_MAX_BACKOFF_S)
                     if message is not None:
                         yield json.loads(message["data"])
-            except _UNREACHABLE:
+            except UNREACHABLE:
                 if self._closed:
                     return
                 await asyncio.sleep(backoff)
@@ -485,8 +507,9 @@ class RedisRegistry(Registry):
 
     async def ping(self) -> bool:
         try:
-            return bool(await self._redis.ping())
-        except _UNREACHABLE:
+            async with self._turn():
+                return bool(await self._redis.ping())
+        except UNREACHABLE:
             return False
 
     async def close(self) -> None:

@@ -1,5 +1,6 @@
 """The session registry contract, run against both implementations: the in-process one and
-Redis (a real redis-server). Each test runs its own event loop with a hard deadline."""
+Redis (a real redis-server, and a real Redis Cluster). Each test runs its own event loop
+with a hard deadline."""
 
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
     return asyncio.run(bounded())
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-cluster"])
 def make(request: pytest.FixtureRequest) -> MakeRegistry:
     if request.param == "memory":
         return lambda ttl_s: MemoryRegistry(ttl_s=ttl_s)
-    url = request.getfixturevalue("redis_url")
+    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
     return lambda ttl_s: RedisRegistry(url, ttl_s=ttl_s)
 
 
