@@ -113,13 +113,22 @@ class ClusterConfig(_Section):
     """Several nodes behind a gateway, sharing a Redis registry. Without ``redis_url`` a
     node is the embedded single node with an in-process registry."""
 
-    redis_url: str | None = Field(None, description="redis://host:port/db; unset = embedded single node")
+    redis_url: str | None = Field(None, description="redis://host:port/db (rediss:// for TLS), or a Redis Cluster: "
+                                                    "redis+cluster://host:port[,host:port...]; unset = embedded single node")
     advertise: str | None = Field(None, description="HOST:PORT the gateway uses to reach this node's HTTP API")
     node_id: str | None = None  # default: generated at start
     capacity: int = Field(0, ge=0, le=4096)  # live sessions this node takes; 0 = webrtc.max_sessions
     heartbeat_s: float = Field(0.5, gt=0, le=30)
     node_ttl_s: float = Field(2.0, gt=0, le=120)  # a node silent this long is dead; its sessions move
     offer_timeout_s: float = Field(60.0, gt=0)  # a placed session with no media by then is dropped
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str | None) -> str | None:
+        schemes = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+        if url is not None and url.partition("://")[0] not in schemes:
+            raise ValueError(f"must start with {', '.join(s + '://' for s in schemes)} (got {redacted_url(url)!r})")
+        return url
 
 
 class JobsConfig(_Section):
@@ -148,6 +157,17 @@ class JobsConfig(_Section):
 
 
 MIN_JWT_SECRET_BYTES = 32
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part (if any) written as ``***``:
+    what may be printed and logged."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hosts = rest.partition("@")
+    if not at or "/" in userinfo:
+        return url
+    user, colon, _password = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{hosts}"
 
 
 class AuthConfig(_Section):

@@ -42,6 +42,7 @@ def test_config_file_from_environment(tmp_path):
         ("", {"SWAPCAST_SWAP____BLEND": "1"}, "SWAPCAST_<SECTION>__<KEY>"),
         ("auth:\n  jwt_secret: changeme\n", {}, "auth.jwt_secret"),
         ("", {"SWAPCAST_AUTH__JWT_SECRET": "x" * 31}, "at least 32 bytes"),
+        ("", {"SWAPCAST_CLUSTER__REDIS_URL": "http://ops:hunter2@10.0.0.5:6379"}, "cluster.redis_url"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(tmp_path, text, env, needle):
@@ -65,3 +66,16 @@ def test_sections_convert_to_runtime_types():
     config = load_config(environ={"SWAPCAST_SWAP__MOUTH_MASK": "true", "SWAPCAST_ENGINE__CROP_SIZE": "192"})
     assert config.swap.options().mouth_mask is True
     assert config.engine.settings().crop_size == 192
+
+
+def test_redis_urls_in_messages_hide_their_password():
+    from swapcast.config import redacted_url
+
+    assert redacted_url("redis://ops:hunter2@10.0.0.5:6379/0") == "redis://ops:***@10.0.0.5:6379/0"
+    assert redacted_url("rediss+cluster://:hunter2@a:1,b:2") == "rediss+cluster://:***@a:1,b:2"
+    assert redacted_url("redis://10.0.0.5:6379/0") == "redis://10.0.0.5:6379/0"
+    with pytest.raises(ConfigError) as refused:
+        load_config(environ={"SWAPCAST_CLUSTER__REDIS_URL": "http://ops:hunter2@10.0.0.5:6379"})
+    assert "hunter2" not in str(refused.value) and "redis+cluster://" in str(refused.value)
+    for url in ("redis://h:1/0", "rediss://h:1", "unix:///run/redis.sock", "redis+cluster://a:1,b:2"):
+        assert load_config(environ={"SWAPCAST_CLUSTER__REDIS_URL": url}).cluster.redis_url == url

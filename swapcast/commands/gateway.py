@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from swapcast.config import Config, ConfigError, load_config
+from swapcast.config import Config, ConfigError, load_config, redacted_url
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("gateway", help="run the gateway in front of several nodes (needs Redis)")
-    parser.add_argument("--redis", metavar="URL", help="the nodes' registry, redis://host:port/db (config: cluster.redis_url)")
+    parser.add_argument("--redis", metavar="URL", help="the nodes' registry: redis://host:port/db, or redis+cluster://host:port[,host:port...] (config: cluster.redis_url)")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (default 8080)")
     parser.add_argument("--rtmp-port", type=int, help="RTMP port relayed to the nodes (default 1935, 0 = any free)")
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     def announce(_: str) -> None:
         print(
             f"swapcast gateway on http://{host}:{port}/ and rtmp://{host}:{app[RTMP_SERVER_KEY].port}/live/<stream key>, "
-            f"registry {config.cluster.redis_url} (Ctrl+C stops)",
+            f"registry {redacted_url(config.cluster.redis_url)} (Ctrl+C stops)",
             flush=True,
         )
 

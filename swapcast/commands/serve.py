@@ -14,7 +14,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="HTTP port (default 8080)")
     parser.add_argument("--rtmp-port", type=int, help="RTMP port for OBS/ffmpeg publishers (default 1935, 0 = any free)")
-    parser.add_argument("--redis", metavar="URL", help="join a cluster: the registry's Redis (redis://host:6379/0)")
+    parser.add_argument("--redis", metavar="URL", help="join a cluster: the registry's Redis (redis://host:6379/0, or redis+cluster://host:port[,host:port...])")
     parser.add_argument("--advertise", metavar="HOST:PORT",
                         help="the address the gateway reaches this node at (default: --host:--port)")
     parser.add_argument("--node-id", help="this node's id in the cluster (default: hostname + random suffix)")
