@@ -33,24 +33,21 @@ def paste_faces(frames: Sequence[Any], frame_index: Sequence[int], crops: Any, m
 
 def yuv_to_rgb(buffer: Any, layout: str = "i420", *, matrix: YuvMatrix = "bt601", full_range: bool = False) -> Any:
     """``layout`` is ``"i420"`` (yuv420p) or ``"nv12"``."""
-    if layout not in ("i420", "nv12"):
-        raise ValueError(f"layout must be i420 or nv12 (got {layout!r})")
-    if is_device_array(buffer):
-        from gpu.kernels import cuda as module
-    else:
-        module = colour
-    convert = module.yuv_to_rgb_i420 if layout == "i420" else module.yuv_to_rgb_nv12
-    return convert(buffer, matrix=matrix, full_range=full_range)
+    return _colour_kernel(buffer, layout, "yuv_to_rgb")(buffer, matrix=matrix, full_range=full_range)
 
 
 def rgb_to_yuv(rgb: Any, layout: str = "i420", *, matrix: YuvMatrix = "bt601", full_range: bool = False) -> Any:
     """RGB ``(H, W, 3)`` / ``(B, H, W, 3)`` uint8 -> the packed 4:2:0 buffer an encoder takes;
     ``layout`` is ``"i420"`` (yuv420p) or ``"nv12"``."""
+    return _colour_kernel(rgb, layout, "rgb_to_yuv")(rgb, matrix=matrix, full_range=full_range)
+
+
+def _colour_kernel(array: Any, layout: str, direction: str):
+    """``<direction>_<layout>`` of the device kernels for a CuPy array, of the twins otherwise."""
     if layout not in ("i420", "nv12"):
         raise ValueError(f"layout must be i420 or nv12 (got {layout!r})")
-    if is_device_array(rgb):
+    if is_device_array(array):
         from gpu.kernels import cuda as module
     else:
         module = colour
-    convert = module.rgb_to_yuv_i420 if layout == "i420" else module.rgb_to_yuv_nv12
-    return convert(rgb, matrix=matrix, full_range=full_range)
+    return getattr(module, f"{direction}_{layout}")
