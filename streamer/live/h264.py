@@ -14,7 +14,7 @@ import av
 import numpy as np
 from av.video.frame import PictureType
 
-from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, nvenc_live_options
+from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, SoftwareFallback, nvenc_live_options
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
 
 MS = Fraction(1, 1000)
@@ -36,7 +36,7 @@ class EncodedVideo:
     keyframe: bool
 
 
-class H264Decoder:
+class H264Decoder(SoftwareFallback):
     """Decodes AVCC samples after an avcC sequence header without adding a frame of delay:
     FFmpeg's h264 with slice threading only, or NVDEC (h264_cuvid) with no display delay
     when ``codec`` chose it. If cuvid cannot open or fails, the stream goes on with FFmpeg's
@@ -44,13 +44,8 @@ class H264Decoder:
 
     def __init__(self, codec: CodecChoice = SOFTWARE_DECODE) -> None:
         self.codec_choice = codec
-        self.fallback_reason: str | None = None
         self._context: av.CodecContext | None = None
         self._record = b""
-
-    @property
-    def codec_name(self) -> str:
-        return self.codec_choice.name
 
     @property
     def configured(self) -> bool:
@@ -71,8 +66,6 @@ class H264Decoder:
         except av.error.InvalidDataError:
             raise  # a damaged sample: the stream's fault, whichever decoder reads it
         except av.error.FFmpegError as exc:
-            if not self.codec_choice.hardware:
-                raise
             self._fall_back(exc)
             self._context = self._open()
             return list(self._context.decode(packet))
@@ -91,12 +84,8 @@ class H264Decoder:
             return self._open()
         return context
 
-    def _fall_back(self, exc: Exception) -> None:
-        self.codec_choice = self.codec_choice.fall_back(exc)
-        self.fallback_reason = self.codec_choice.reason
 
-
-class H264Encoder:
+class H264Encoder(SoftwareFallback):
     """H.264 tuned for live: x264 at the given preset with zerolatency, or NVENC in its
     low-latency mode when ``codec`` chose it (``nvenc_live_options``); either way no
     lookahead or B-frames (one packet out per frame in), CBR-like bitrate, and keyframes
@@ -110,15 +99,10 @@ class H264Encoder:
         self.width, self.height = width - width % 2, height - height % 2
         self.keyframe_interval_ms = int(keyframe_interval_s * 1000)
         self.codec_choice = codec
-        self.fallback_reason: str | None = None
         self._preset, self._bitrate_kbps, self._fps_hint = preset, bitrate_kbps, fps_hint
         self._context = self._open()
         self._last_keyframe: int | None = None
         self.sequence_header: bytes | None = None  # avcC, from the latest keyframe's SPS/PPS
-
-    @property
-    def codec_name(self) -> str:
-        return self.codec_choice.name
 
     def encode(self, rgb: np.ndarray, pts: int) -> list[EncodedVideo]:
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[: self.height, : self.width]), format="rgb24")
@@ -130,8 +114,6 @@ class H264Encoder:
         try:
             packets = self._context.encode(frame)
         except av.error.FFmpegError as exc:
-            if not self.codec_choice.hardware:
-                raise
             self._fall_back(exc)
             self._context = self._open()
             frame.pict_type, self._last_keyframe = PictureType.I, pts  # the new encoder starts on a keyframe
@@ -160,15 +142,9 @@ class H264Encoder:
         try:
             context.open()
         except av.error.FFmpegError as exc:
-            if not self.codec_choice.hardware:
-                raise
             self._fall_back(exc)
             return self._open()
         return context
-
-    def _fall_back(self, exc: Exception) -> None:
-        self.codec_choice = self.codec_choice.fall_back(exc)
-        self.fallback_reason = self.codec_choice.reason
 
     def _packet(self, packet: av.Packet) -> EncodedVideo:
         units = split_annexb(bytes(packet))

@@ -65,6 +65,27 @@ class CodecChoice:
         return CodecChoice(software, False, reason)
 
 
+class SoftwareFallback:
+    """A live codec that runs on ``codec_choice`` and, when that hardware codec fails (at
+    open or mid-stream: driver gone, NVENC session limit), moves to software for good;
+    ``fallback_reason`` says why."""
+
+    codec_choice: CodecChoice
+    fallback_reason: str | None = None
+
+    @property
+    def codec_name(self) -> str:
+        return self.codec_choice.name
+
+    def _fall_back(self, exc: Exception) -> None:
+        """After ``exc`` from the codec: switch to software; re-raise ``exc`` when already
+        there (a software codec's failure is the stream's own, not the hardware's)."""
+        if not self.codec_choice.hardware:
+            raise exc
+        self.codec_choice = self.codec_choice.fall_back(exc)
+        self.fallback_reason = self.codec_choice.reason
+
+
 _LABELS = {
     ENCODER: f"NVENC ({ENCODER} through PyAV)",
     DECODER: f"NVDEC ({DECODER} through PyAV)",

@@ -30,7 +30,7 @@ from aiortc.codecs.vpx import Vp8Encoder, number_of_threads
 from aiortc.rtcrtpparameters import RTCRtpCodecCapability, RTCRtpCodecParameters
 import av
 
-from streamer.media.hwcodecs import SOFTWARE_ENCODE, CodecChoice, choose_video_encoder, nvenc_live_options
+from streamer.media.hwcodecs import SOFTWARE_ENCODE, CodecChoice, SoftwareFallback, choose_video_encoder, nvenc_live_options
 
 VideoCodec = Literal["h264", "vp8"]
 
@@ -101,7 +101,7 @@ def _needs_new_context(codec, frame: av.VideoFrame, target: int) -> bool:
     )
 
 
-class RealtimeH264Encoder(_BoundedBitrate, H264Encoder):
+class RealtimeH264Encoder(SoftwareFallback, _BoundedBitrate, H264Encoder):
     """aiortc's H.264 packetiser with x264 ultrafast/zerolatency, or NVENC in its
     low-latency mode, Baseline either way (WebRTC's packetization-mode 1). If NVENC cannot
     open or fails, x264 takes over this sender from the frame that failed, sent as a
@@ -111,11 +111,6 @@ class RealtimeH264Encoder(_BoundedBitrate, H264Encoder):
         H264Encoder.__init__(self)
         self._init_bitrate()
         self.codec_choice = self.tuning.h264_encoder
-        self.fallback_reason: str | None = None
-
-    @property
-    def codec_name(self) -> str:
-        return self.codec_choice.name
 
     def _encode_frame(self, frame: av.VideoFrame, force_keyframe: bool):
         if _needs_new_context(self.codec, frame, self.target_bitrate):
@@ -126,8 +121,6 @@ class RealtimeH264Encoder(_BoundedBitrate, H264Encoder):
         try:
             return list(super()._encode_frame(frame, force_keyframe))
         except av.error.FFmpegError as exc:
-            if not self.codec_choice.hardware:
-                raise
             self._fall_back(exc)
             self.codec = self._open(frame)
             return list(super()._encode_frame(frame, True))
@@ -149,15 +142,9 @@ class RealtimeH264Encoder(_BoundedBitrate, H264Encoder):
         try:
             codec.open()
         except av.error.FFmpegError as exc:
-            if not self.codec_choice.hardware:
-                raise
             self._fall_back(exc)
             return self._open(frame)
         return codec
-
-    def _fall_back(self, exc: Exception) -> None:
-        self.codec_choice = self.codec_choice.fall_back(exc)
-        self.fallback_reason = self.codec_choice.reason
 
 
 class RealtimeVp8Encoder(_BoundedBitrate, Vp8Encoder):
