@@ -120,8 +120,7 @@ class FrameSwapper:
             return times
         swapper = self.engine.swapper
         started = time.perf_counter()
-        device = getattr(self.engine, "device", None)
-        work = to_device(frame) if device is not None and device.is_cuda else frame
+        work = to_device(frame) if self.engine.device.is_cuda else frame
         jobs = [swapper.prepare(work, face, self.source.payload, self.options) for face in chosen]
         times.prepare = _ms_since(started)
         started = time.perf_counter()
