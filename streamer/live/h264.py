@@ -77,12 +77,7 @@ class H264Decoder(SoftwareFallback):
             context.thread_type = "SLICE"
             return context  # opens on its first packet
         context.options = {"flags": "+low_delay"}  # cuvid: hand each frame out as soon as it is decoded
-        try:
-            context.open()
-        except av.error.FFmpegError as exc:
-            self._fall_back(exc)
-            return self._open()
-        return context
+        return self._opened(context, self._open)
 
 
 class H264Encoder(SoftwareFallback):
@@ -139,12 +134,7 @@ class H264Encoder(SoftwareFallback):
                 # keyframes come from force_keyframe (by time); x264's own ones only as a fallback
                 "x264-params": f"keyint=600:min-keyint=1:scenecut=0:vbv-maxrate={kbps}:vbv-bufsize={kbps}",
             }
-        try:
-            context.open()
-        except av.error.FFmpegError as exc:
-            self._fall_back(exc)
-            return self._open()
-        return context
+        return self._opened(context, self._open)
 
     def _packet(self, packet: av.Packet) -> EncodedVideo:
         units = split_annexb(bytes(packet))

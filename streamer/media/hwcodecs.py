@@ -85,6 +85,18 @@ class SoftwareFallback:
         self.codec_choice = self.codec_choice.fall_back(exc)
         self.fallback_reason = self.codec_choice.reason
 
+    def _opened(self, context: Any, reopen: Callable[[], Any]) -> Any:
+        """``context`` opened; when the hardware codec cannot open, software's from
+        ``reopen`` (which builds it again for the new ``codec_choice``)."""
+        import av
+
+        try:
+            context.open()
+        except av.error.FFmpegError as exc:
+            self._fall_back(exc)
+            return reopen()
+        return context
+
 
 _LABELS = {
     ENCODER: f"NVENC ({ENCODER} through PyAV)",

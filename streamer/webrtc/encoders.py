@@ -139,12 +139,7 @@ class RealtimeH264Encoder(SoftwareFallback, _BoundedBitrate, H264Encoder):
             self.applied_options = {"preset": self.tuning.x264_preset, "tune": "zerolatency", "level": "31"}
             codec.profile = "Baseline"
         codec.options = dict(self.applied_options)  # PyAV empties this dict once the codec opens
-        try:
-            codec.open()
-        except av.error.FFmpegError as exc:
-            self._fall_back(exc)
-            return self._open(frame)
-        return codec
+        return self._opened(codec, lambda: self._open(frame))
 
 
 class RealtimeVp8Encoder(_BoundedBitrate, Vp8Encoder):
