@@ -31,6 +31,8 @@ def encode_source(swapper: str, face: Face, identity: np.ndarray, payload: Any) 
     }
     if face.mesh is not None:
         arrays["mesh"] = face.mesh
+    if face.depth is not None:
+        arrays["depth"] = face.depth
     if swapper == "mesh":
         arrays["texture"] = np.round(payload.texture * 255.0).astype(np.uint8)
         arrays["points"] = payload.points
@@ -54,7 +56,8 @@ def decode_source(data: bytes, swapper: str) -> tuple[Face, np.ndarray, Any]:
     stored = str(arrays["swapper"])
     if stored != swapper:
         raise SourceCodecError(f"stored source face was prepared for the {stored} swapper; this node runs {swapper}")
-    face = Face(box=arrays["box"], kps=arrays["kps"], score=float(arrays["score"]), mesh=arrays.get("mesh"))
+    face = Face(box=arrays["box"], kps=arrays["kps"], score=float(arrays["score"]), mesh=arrays.get("mesh"),
+                depth=arrays.get("depth"))
     if swapper == "mesh":
         from gpu.swappers.mesh import MeshSource
 

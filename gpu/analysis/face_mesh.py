@@ -31,18 +31,22 @@ _WIRE_TAGS = {"tag": 0x0A, "size": 15, "x_tag": 0x0D, "y_tag": 0x15, "z_tag": 0x
 
 
 def _mesh_points(landmarks, width: int, height: int) -> np.ndarray:
-    """(468, 2) pixel coordinates from a NormalizedLandmarkList."""
+    """(468, 3) pixel coordinates (x, y, z; z on the x scale) from a NormalizedLandmarkList."""
+    scale = np.array([width, height, width], dtype=np.float32)
     wire = landmarks.SerializeToString()
     if len(wire) % _LANDMARK_WIRE.itemsize == 0:
         rows = np.frombuffer(wire, dtype=_LANDMARK_WIRE)
         if all((rows[name] == value).all() for name, value in _WIRE_TAGS.items()):
-            return (np.stack([rows["x"][:468], rows["y"][:468]], axis=1) * np.array([width, height])).astype(np.float32)
-    return np.array([(p.x * width, p.y * height) for p in landmarks.landmark[:468]], dtype=np.float32)
+            return (np.stack([rows["x"][:468], rows["y"][:468], rows["z"][:468]], axis=1) * scale).astype(np.float32)
+    return np.array([(p.x, p.y, p.z) for p in landmarks.landmark[:468]], dtype=np.float32) * scale
 
 
-def face_from_mesh(mesh: np.ndarray, track_id: int | None = None, score: float = 1.0) -> Face:
+def face_from_mesh(points: np.ndarray, track_id: int | None = None, score: float = 1.0) -> Face:
+    """A face from (468, 3) mesh points (x, y, z in pixels)."""
+    mesh = np.ascontiguousarray(points[:, :2], dtype=np.float32)
     box = np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)
-    return Face(box=box, kps=five_points(mesh), score=score, mesh=mesh, track_id=track_id)
+    depth = np.ascontiguousarray(points[:, 2], dtype=np.float32)
+    return Face(box=box, kps=five_points(mesh), score=score, mesh=mesh, depth=depth, track_id=track_id)
 
 
 def _mesh_graph(tracking: bool) -> QuietGraph:
@@ -56,7 +60,8 @@ def _mesh_graph(tracking: bool) -> QuietGraph:
 
 
 def mesh_in_region(graph: QuietGraph, image: np.ndarray, box: np.ndarray) -> np.ndarray | None:
-    """The mesh of the face in ``box`` (frame pixels), run on a square region around it."""
+    """The (468, 3) mesh of the face in ``box`` (frame pixels, z on the x scale), run on a
+    square region around it."""
     height, width = image.shape[:2]
     cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
     half = max(box[2] - box[0], box[3] - box[1]) * REGION_SCALE / 2
@@ -67,7 +72,7 @@ def mesh_in_region(graph: QuietGraph, image: np.ndarray, box: np.ndarray) -> np.
     result = graph.process(np.ascontiguousarray(image[y0:y1, x0:x1]))
     if not result.multi_face_landmarks:
         return None
-    return _mesh_points(result.multi_face_landmarks[0], x1 - x0, y1 - y0) + np.array([x0, y0], dtype=np.float32)
+    return _mesh_points(result.multi_face_landmarks[0], x1 - x0, y1 - y0) + np.array([x0, y0, 0.0], dtype=np.float32)
 
 
 class FaceMesh:
@@ -78,10 +83,11 @@ class FaceMesh:
 
     def landmarks(self, image: np.ndarray, face: Face) -> Face:
         """``face`` with its mesh (and mesh-derived keypoints), or unchanged if none is found."""
-        mesh = mesh_in_region(self._graph, image, face.box)
-        if mesh is None:
+        points = mesh_in_region(self._graph, image, face.box)
+        if points is None:
             return face
-        return Face(box=face.box, kps=five_points(mesh), score=face.score, mesh=mesh)
+        mesh = np.ascontiguousarray(points[:, :2])
+        return Face(box=face.box, kps=five_points(mesh), score=face.score, mesh=mesh, depth=np.ascontiguousarray(points[:, 2]))
 
     def close(self) -> None:
         self._graph.close()
@@ -105,7 +111,7 @@ class _Track:
     box: np.ndarray
     graph: QuietGraph  # a tracking-mode mesh graph following this face
     smoother: OneEuroFilter
-    mesh: np.ndarray | None = None
+    mesh: np.ndarray | None = None  # (468, 3): x, y, z in pixels
 
 
 class FaceTracker:
@@ -139,7 +145,7 @@ class FaceTracker:
             if track.mesh is None:
                 self._spare_graphs.append(track.graph)
             else:
-                track.box = np.concatenate([track.mesh.min(0), track.mesh.max(0)])
+                track.box = np.concatenate([track.mesh[:, :2].min(0), track.mesh[:, :2].max(0)])
                 tracks.append(track)
         if self._frames % self.detect_every == 0 or not tracks:
             tracks.extend(self._new_tracks(frame, tracks))
@@ -163,7 +169,7 @@ class FaceTracker:
             if mesh is None:
                 self._spare_graphs.append(graph)
                 continue
-            box = np.concatenate([mesh.min(0), mesh.max(0)])
+            box = np.concatenate([mesh[:, :2].min(0), mesh[:, :2].max(0)])
             found.append(_Track(next(self._ids), box, graph, OneEuroFilter(), mesh))
         return found
 
