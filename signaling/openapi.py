@@ -255,9 +255,10 @@ def _whip_whep(b: _Builder) -> None:
          description="The stream key's face and options apply; viewers watch over WHEP. "
                      "401: no key; 403: unknown or revoked key.")
     sid = [_path_param("session_id")]
-    capability = "No token: the resource URL (from the Location of the publish) is the publisher's capability."
+    ending = ("The publisher's stream key (as WHIP clients send it on DELETE) or the owner's (or an admin's) "
+              "bearer token. 404 for any other credential, the same as for an unknown id.")
     b.op("delete", "/whip/{session_id}", "whipDelete", "WHIP: stop publishing", "whip/whep",
-         {"204": _ok("Stopped")}, ("404", "503"), security=None, params=sid, forwarded=True, description=capability)
+         {"204": _ok("Stopped")}, ("404", "503"), security="streamKey", params=sid, forwarded=True, description=ending)
     trickle = "Trickle ICE and ICE restarts are not supported on WHIP/WHEP: send every candidate in the offer"
     trickle_errors = ("404", "405", "503") if b.gateway else ("405",)  # the gateway looks the session up first
     b.op("patch", "/whip/{session_id}", "whipPatch", "WHIP trickle ICE (not supported)", "whip/whep",

@@ -201,7 +201,7 @@ PUBLIC_PATHS = frozenset({"/", "/admin/", "/healthz", "/readyz", "/metrics", "/a
 
 def is_public(request: web.Request) -> bool:
     """What needs no token: pages, health, metrics, the API document, and WHIP (its
-    publishers present a stream key instead; a WHIP resource URL is its own capability)."""
+    publishers present a stream key instead, and its handlers check it or the owner's token)."""
     path = request.path
     return path in PUBLIC_PATHS or path.startswith(("/web/", "/whip/"))
 
@@ -268,7 +268,8 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
     app.router.add_get("/api/v1/nodes", list_nodes)
     app.router.add_post("/api/v1/nodes/{node_id}/{action:drain|ready}", set_state)
     app.router.add_static("/web/", WEB_ROOT)
-    webrtc_routes.add_routes(app, node.sessions, node.faces, auth.audit, all_sessions=node.live_sessions)
+    webrtc_routes.add_routes(app, node.sessions, node.faces, auth.audit, all_sessions=node.live_sessions,
+                            verifier=auth.verifier)
     add_key_routes(app, KeyApi(node.keys, check_face, check_options, auth.audit))
     jobs = None  # offline jobs need Redis; without it their routes answer 503 saying so
     if config.cluster.redis_url:

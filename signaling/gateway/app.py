@@ -25,6 +25,7 @@ from signaling.auth import (
     PRINCIPAL_KEY,
     AuditLog,
     AuthError,
+    TokenVerifier,
     check_owner,
     require_admin,
 )
@@ -81,6 +82,7 @@ class _Gateway:
     settings: GatewaySettings
     on_placed: Callable[[SessionProtocol, float], None] | None = None  # metrics: seconds to place a session
     audit: AuditLog | None = None  # admin actions, when the gateway runs with auth
+    verifier: TokenVerifier | None = None  # tokens on public routes (DELETE /whip/{id}), with auth
     client: NodeClient = field(init=False)
 
     # -- sessions ---------------------------------------------------------------------------
@@ -190,10 +192,25 @@ class _Gateway:
         if request.method == "GET":
             return web.json_response(record.to_dict())
         if request.method == "DELETE":
+            self._check_publisher_gone(request, record)
             await self.registry.end_session(record.id)
             return web.Response(status=204)
         changes = _patch_changes(await _json_object(request), record)
         return web.json_response((await self.registry.update_session(record.id, **changes)).to_dict())
+
+    def _check_publisher_gone(self, request: web.Request, record: SessionRecord) -> None:
+        """``DELETE /whip/{id}`` (public: its node checks the stream key) when the node is gone:
+        only the owner's or an admin's token can end it here, since stream keys live on the
+        nodes; anyone else gets the unknown-id answer."""
+        if PRINCIPAL_KEY in request or self.verifier is None:
+            return
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        try:
+            caller = self.verifier.verify(token.strip()) if scheme.lower() == "bearer" and token.isascii() else None
+        except AuthError:
+            caller = None
+        if caller is None or not caller.may_access(record.owner):
+            raise web.HTTPNotFound(reason=f"no session {record.id!r}")
 
     async def to_owner(self, request: web.Request) -> web.StreamResponse:
         """WHEP and trickle ICE: only the session's live node can answer them."""
@@ -347,7 +364,8 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
     nodes, which check it again: the gateway forwards it."""
     settings = settings or GatewaySettings()
     metrics = GatewayMetrics(registry)
-    gateway = _Gateway(registry, settings, on_placed=metrics.placed, audit=auth.audit if auth else None)
+    gateway = _Gateway(registry, settings, on_placed=metrics.placed, audit=auth.audit if auth else None,
+                       verifier=auth.verifier if auth else None)
     middlewares = [auth.middleware, json_errors] if auth is not None else [json_errors]
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     r = app.router

@@ -17,6 +17,7 @@ session's swapped video / delayed audio, and the answer carries every candidate.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -223,7 +224,15 @@ class SessionManager:
             id=session_id or secrets.token_urlsafe(12), protocol="whip", node_id=self.node_id, owner=record.owner,
             options=dict(record.stream.swap), label=record.stream.name, state="live",
         )
-        return await self._create("whip", offer, face, None, swap, record=session_record)
+        session, answer = await self._create("whip", offer, face, None, swap, record=session_record)
+        session.publisher_key_hash = record.key_hash
+        return session, answer
+
+    @staticmethod
+    def is_publisher(session: Session, stream_key: str) -> bool:
+        """Whether ``stream_key`` is the one that publishes ``session`` (revoked since or not)."""
+        wanted = session.publisher_key_hash
+        return wanted is not None and stream_key.isascii() and hmac.compare_digest(wanted, hash_key(stream_key))
 
     def check_stream_key(self, stream_key: str):
         if self.stream_keys is None:

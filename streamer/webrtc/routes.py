@@ -18,7 +18,7 @@ placed in ``X-Swapcast-Session-Id``.
     PATCH  /api/v1/sessions/{id}                  any of {enabled, face_id, options} -> 200 new state
     DELETE /api/v1/sessions/{id}                  -> 204
     POST   /whip                                  application/sdp + Bearer stream key -> 201, Location /whip/{id}
-    DELETE /whip/{id}                             -> 204
+    DELETE /whip/{id}                             Bearer: the same stream key, or the owner's token -> 204
     POST   /whep/{session id}                     application/sdp (recvonly) -> 201, Location /whep/{id}/{viewer}
     DELETE /whep/{session id}/{viewer id}         -> 204
 """
@@ -42,11 +42,12 @@ from streamer.faces import (
     NotAnImageError,
     UnknownFaceError,
 )
-from signaling.auth import AuditLog, AuthError, NotYours
+from signaling.auth import AuditLog, AuthError, NotYours, Principal, TokenVerifier
 from signaling.auth.middleware import check_owner, principal
 from signaling.registry import NoCapacityError, RegistryUnavailable, UnknownSessionError
 from streamer.webrtc.errors import (
     BadRequestError,
+    NotFoundError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
 )
@@ -58,6 +59,7 @@ SESSIONS_KEY = web.AppKey("webrtc_sessions", SessionManager)
 FACES_KEY = web.AppKey("face_library", FaceLibrary)
 ALL_SESSIONS_KEY = web.AppKey("all_sessions", object)
 AUDIT_KEY = web.AppKey("audit_log", AuditLog)
+VERIFIER_KEY = web.AppKey("token_verifier", TokenVerifier)
 API_PREFIXES = ("/api/v1/", "/whip", "/whep")
 SDP = "application/sdp"
 SESSION_ID_HEADER = "X-Swapcast-Session-Id"
@@ -106,12 +108,16 @@ async def json_errors(request: web.Request, handler):
 
 
 def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrary, audit: AuditLog,
-               all_sessions: Callable[[], Awaitable[list[dict]]] | None = None) -> None:
+               all_sessions: Callable[[], Awaitable[list[dict]]] | None = None,
+               verifier: TokenVerifier | None = None) -> None:
     """``all_sessions`` lists the node's sessions of every protocol (RTMP too) for
     ``GET /api/v1/sessions``; by default only this manager's. Every route but WHIP (which
     takes a stream key) runs behind the auth middleware: a user sees and touches only
-    their own sessions and faces, an admin all of them."""
+    their own sessions and faces, an admin all of them. ``verifier`` lets an owner's
+    token end a WHIP session too (without it, only the publishing stream key can)."""
     app[SESSIONS_KEY] = sessions
+    if verifier is not None:
+        app[VERIFIER_KEY] = verifier
     app[FACES_KEY] = faces
     app[AUDIT_KEY] = audit
     app[ALL_SESSIONS_KEY] = all_sessions or sessions.snapshot
@@ -318,13 +324,28 @@ async def _sdp_body(request: web.Request) -> str:
 
 
 def _bearer(request: web.Request) -> str:
+    """The bearer credential: ASCII by definition (RFC 6750's b64token; stream keys and JWTs
+    are), so no other byte reaches a key lookup or a token parser."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if not header:
         raise UnauthorizedError("missing Authorization: Bearer <stream key>")
     if scheme.lower() != "bearer" or not token.strip():
         raise UnauthorizedError("Authorization must be 'Bearer <stream key>'")
+    if not token.isascii() or not token.strip().isprintable():
+        raise UnauthorizedError("malformed bearer credential: it must be printable ASCII")
     return token.strip()
+
+
+def _token_caller(request: web.Request, credential: str) -> Principal | None:
+    """Who ``credential`` names when it is a valid API token (None when it is not one)."""
+    verifier = request.app.get(VERIFIER_KEY)
+    if verifier is None:
+        return None
+    try:
+        return verifier.verify(credential)
+    except AuthError:
+        return None
 
 
 async def whip_publish(request: web.Request) -> web.Response:
@@ -335,9 +356,21 @@ async def whip_publish(request: web.Request) -> web.Response:
 
 
 async def whip_delete(request: web.Request) -> web.Response:
+    """Ends a WHIP session for its publisher (the stream key that made it, which WHIP clients
+    send again on DELETE) or its owner's (or an admin's) token; anyone else gets the answer
+    an unknown id gets, so the resource URL alone is not enough and ids cannot be probed."""
+    credential = _bearer(request)
+    session_id = request.match_info["session_id"]
     manager = request.app[SESSIONS_KEY]
-    manager.get(request.match_info["session_id"], protocol="whip")
-    await manager.close(request.match_info["session_id"])
+    session = manager.get(session_id, protocol="whip")
+    caller = None
+    if not manager.is_publisher(session, credential):
+        caller = _token_caller(request, credential)
+        if caller is None or not caller.may_access(session.record.owner):
+            raise NotFoundError(f"no WHIP session with id {session_id!r}")
+    await manager.close(session_id)
+    if caller is not None and caller.subject != session.record.owner:  # an operator ending someone's stream
+        await request.app[AUDIT_KEY].append(caller.subject, "session.kill", session_id, owner=session.record.owner)
     return web.Response(status=204)
 
 
