@@ -23,10 +23,12 @@ from .audit import AuditLog
 from .limits import RateLimiter
 from .middleware import PRINCIPAL_KEY, auth_middleware, check_owner, error_response, require_admin
 from .principal import ROLES, AuthError, Forbidden, NotYours, Principal, Role, TooManyRequests, Unauthorized
+from .references import require_visible, visible
 from .tokens import AuthConfigError, AuthSettings, TokenVerifier, dev_secret, mint_token
 
 __all__ = [
     "PRINCIPAL_KEY", "ROLES", "AuditLog", "AuthConfigError", "AuthError", "AuthSettings", "Forbidden",
     "NotYours", "Principal", "RateLimiter", "Role", "TokenVerifier", "TooManyRequests", "Unauthorized",
     "auth_middleware", "check_owner", "dev_secret", "error_response", "mint_token", "require_admin",
+    "require_visible", "visible",
 ]

@@ -23,6 +23,7 @@ from aiohttp import hdrs, web
 
 from .limits import RateLimiter
 from .principal import AuthError, Forbidden, NotYours, Principal, TooManyRequests, Unauthorized
+from .references import require_visible
 from .tokens import TokenVerifier
 
 __all__ = [
@@ -61,8 +62,7 @@ def check_owner(request: web.Request, owner: str, what: str = "resource") -> Pri
     the same answer as for an id that does not exist — so ids cannot be probed. Handlers
     should use the same ``what`` for their genuinely-missing case (e.g. ``"session"``)."""
     caller = principal(request)
-    if not caller.may_access(owner):
-        raise NotYours(f"no such {what}")
+    require_visible(caller, owner, f"no such {what}")
     return caller
 
 

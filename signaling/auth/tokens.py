@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import jwt
+from jwt.exceptions import InvalidSubjectError  # not re-exported at jwt's top level
 
 from gpu.errors import SwapcastError
 
@@ -131,7 +132,7 @@ class TokenVerifier:
         """The principal a valid token names; ``Unauthorized(reason)`` otherwise."""
         if not token:
             raise Unauthorized("missing bearer token")
-        if len(token) > MAX_TOKEN_BYTES:
+        if len(token) > MAX_TOKEN_BYTES or not token.isascii():  # a JWT is base64url and dots only
             raise Unauthorized("malformed token")
         try:
             header = jwt.get_unverified_header(token)
@@ -158,7 +159,7 @@ class TokenVerifier:
             if exc.claim in ("iss", "aud"):
                 raise Unauthorized("token issuer/audience mismatch") from None
             raise Unauthorized(f"token has no '{exc.claim}' claim") from None
-        except jwt.InvalidSubjectError:
+        except InvalidSubjectError:  # a 'sub' that is not a string
             raise Unauthorized("token has no subject") from None
         except jwt.PyJWTError:
             raise Unauthorized("malformed token") from None
