@@ -33,6 +33,8 @@ KIND_OF_TYPE: dict[int, Literal["video", "audio", "data"]] = {
 }
 TYPE_OF_KIND = {"video": msg.MessageType.VIDEO, "audio": msg.MessageType.AUDIO, "data": msg.MessageType.AMF0_DATA}
 _END_PUBLISH = {"FCUnpublish", "deleteStream", "closeStream"}
+UNPUBLISH_GRACE_S = 2.0  # after a client unpublishes, the time it has to close the connection itself
+NOTICE_TIMEOUT_S = 1.0  # the most a closing connection waits for its last onStatus to go out
 
 
 class TimestampUnwrapper:
@@ -96,21 +98,24 @@ class _MediaQueue:
 class ServerPublisher:
     """The `Publisher` the handler sees for one publish on this connection."""
 
-    def __init__(self, connection: RtmpConnection, app: str, name: str, queue_size: int) -> None:
+    def __init__(self, connection: RtmpConnection, app: str, name: str, queue_size: int, stream_id: int) -> None:
         self.app = app
         self.name = name
         self.remote = connection.remote
         self.ended_reason: str | None = None
         self._connection = connection
         self._queue = _MediaQueue(queue_size)
+        self._stream_id = stream_id
 
     async def media(self) -> AsyncIterator[MediaMessage]:
         while (item := await self._queue.get()) is not None:
             yield item
 
     async def close(self, reason: str) -> None:
+        """Cut the publisher, telling it why (an error-level onStatus) before the socket closes."""
         self.end(f"closed by the app: {reason}")
-        await self._connection.close(f"publisher closed by the app: {reason}")
+        notice = msg.command("onStatus", 0, None, _status("error", "NetStream.Publish.Failed", reason), stream_id=self._stream_id)
+        await self._connection.close(f"publisher closed by the app: {reason}", notice)
 
     async def deliver(self, message: MediaMessage) -> None:
         await self._queue.put(message)
@@ -228,6 +233,7 @@ class RtmpConnection:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            self._publisher = self._player = None  # they point back here: no cycle outlives the connection
             log.info("rtmp %s: closed (%s)", self.remote, self.close_reason)
 
     def close_now(self, reason: str) -> None:
@@ -244,7 +250,15 @@ class RtmpConnection:
         if self._serve_task is not None and self._serve_task is not asyncio.current_task():
             self._serve_task.cancel()
 
-    async def close(self, reason: str) -> None:
+    async def close(self, reason: str, notice: msg.RtmpMessage | None = None) -> None:
+        """Close, after sending ``notice`` (an onStatus saying why) when the peer still listens."""
+        if notice is not None and not self.closed.is_set():
+            self._send(notice)
+            try:
+                async with asyncio.timeout(NOTICE_TIMEOUT_S):
+                    await self._writer.drain()
+            except (OSError, RuntimeError, TimeoutError):
+                pass  # a peer that does not read it is cut all the same
         self.close_now(reason)
         try:
             await self._writer.wait_closed()
@@ -335,6 +349,9 @@ class RtmpConnection:
             await self._on_play(_arg(command), stream_id)
         elif name in _END_PUBLISH:
             if self._publisher is not None:
+                if self._publisher.ended_reason is None:
+                    status = _status("status", "NetStream.Unpublish.Success", f"{self._publisher.name[:6]}… is now unpublished.")
+                    self._send(msg.command("onStatus", 0, None, status, stream_id=stream_id))
                 self._publisher.end("unpublished")
             elif self._player is not None:
                 self.close_now("player left")
@@ -365,7 +382,9 @@ class RtmpConnection:
         except PublishRejected as exc:
             await self._reject(exc, stream_id, f"publish of {self._app}/{name} rejected")
             return
-        self._publisher = ServerPublisher(self, self._app, name, self._queue_size)
+        if self._left_meanwhile():
+            return
+        self._publisher = ServerPublisher(self, self._app, name, self._queue_size, stream_id)
         self._send(msg.command("onStatus", 0, None, _status("status", "NetStream.Publish.Start", f"{name} is now published."), stream_id=stream_id))
         log.info("rtmp %s: publishing %s/%s…", self.remote, self._app, name[:6])  # never log a whole stream key
         self._start_handler(self._handler.on_publish(self._publisher))
@@ -379,6 +398,8 @@ class RtmpConnection:
         except PublishRejected as exc:
             await self._reject(exc, stream_id, f"play of {self._app}/{name} rejected")
             return
+        if self._left_meanwhile():
+            return
         self._send(
             msg.stream_begin(stream_id),
             msg.command("onStatus", 0, None, _status("status", "NetStream.Play.Reset", f"Playing and resetting {name}."), stream_id=stream_id),
@@ -389,6 +410,13 @@ class RtmpConnection:
         log.info("rtmp %s: playing %s/%s…", self.remote, self._app, name[:6])
         self._tasks.append(asyncio.create_task(self._play_writer(self._player, stream_id)))
         self._start_handler(self._handler.on_play(self._player))
+
+    def _left_meanwhile(self) -> bool:
+        """After an authorisation (which may take a while): did the client go? Then nothing
+        is started for it, and nothing is written to its socket."""
+        if not self.closed.is_set() and self._writer.transport.is_closing():
+            self.close_now("the client left while being authorised")
+        return self.closed.is_set()
 
     async def _reject(self, exc: PublishRejected, stream_id: int, what: str) -> None:
         self._send(msg.command("onStatus", 0, None, _status("error", exc.code, exc.description), stream_id=stream_id))
@@ -405,6 +433,10 @@ class RtmpConnection:
             log.error("rtmp %s: handler failed", self.remote, exc_info=exc)
         if self._player is not None:
             self._player.finish()  # the writer sends the rest, then ends the play
+        elif self._publisher is not None and self._publisher.ended_reason == "unpublished":
+            # clients (GStreamer's rtmp2sink among them) close after deleteStream themselves and
+            # take a close from our side first as an error: give them the time to
+            asyncio.get_running_loop().call_later(UNPUBLISH_GRACE_S, self.close_now, "unpublished; the client did not close")
         else:
             self.close_now("handler finished")
 
@@ -429,7 +461,13 @@ class RtmpConnection:
     def _send(self, *messages: msg.RtmpMessage) -> None:
         if self.closed.is_set():
             return
-        self._writer.write(b"".join(self._chunks_out.write(m) for m in messages))
+        if self._writer.transport.is_closing():  # the peer reset the socket: writing would raise
+            self.close_now("connection lost")
+            return
+        try:
+            self._writer.write(b"".join(self._chunks_out.write(m) for m in messages))
+        except (ConnectionError, RuntimeError) as exc:
+            self.close_now(f"connection lost: {exc!r}")
 
     def _result(self, transaction_id: float, properties: Any, info: Any) -> None:
         self._send(msg.command("_result", transaction_id, properties, info))

@@ -229,3 +229,108 @@ def test_pyav_bundled_ffmpeg_publishes_and_plays():
     video = [flv.parse_video_tag(m.payload) for m in received if m.kind == "video"]
     assert video[0].is_sequence_header and sum(not tag.is_sequence_header for tag in video) >= 30
     assert int(played.strip()) == 30
+
+
+class _SlowAuthorisation(RecordingHandler):
+    """Holds every publish in authorisation until the test lets it through."""
+
+    def __init__(self) -> None:
+        super().__init__({"KEY"})
+        self.asked = asyncio.Event()
+        self.proceed = asyncio.Event()
+
+    async def authorize_publish(self, app: str, name: str) -> None:
+        self.asked.set()
+        await self.proceed.wait()
+
+
+def _publish_commands(chunks: ChunkWriter) -> bytes:
+    return b"".join(chunks.write(m) for m in (
+        msg.command("connect", 1, {"app": "live"}),
+        msg.command("createStream", 2, None),
+        msg.command("publish", 3, None, "KEY", "live", stream_id=1),
+    ))  # fmt: skip
+
+
+def test_client_that_leaves_while_being_authorised_is_closed_quietly(caplog):
+    """Under uvloop (as `swapcast serve` runs) a write to a socket the peer reset raises
+    RuntimeError: answering the publish then used to end in an 'internal error' traceback."""
+    import socket
+    import struct
+
+    import uvloop
+
+    async def scenario() -> _SlowAuthorisation:
+        handler = _SlowAuthorisation()
+        async with RtmpServer(handler, port=0) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await client_handshake(reader, writer, timeout=2)
+            writer.write(_publish_commands(ChunkWriter()))
+            await writer.drain()
+            await asyncio.wait_for(handler.asked.wait(), 5)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+            writer.close()
+            await asyncio.sleep(0.3)  # the reset reaches the server while it still authorises
+            handler.proceed.set()
+            await wait_for(lambda: server.connection_count == 0, 5)
+        return handler
+
+    with caplog.at_level("INFO", logger="streamer.rtmp"), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        handler = runner.run(asyncio.wait_for(scenario(), 20))
+    assert handler.publishers == []  # nothing was started for a client that had gone
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], [r.getMessage() for r in caplog.records]
+    assert any("closed (" in r.getMessage() for r in caplog.records)
+
+
+def test_unpublish_is_answered_and_the_client_closes_the_connection():
+    """GStreamer's rtmp2sink sends deleteStream and closes the socket itself; a server that
+    closes first makes it exit 1 ('connection closed remotely') after every good publish."""
+
+    async def scenario() -> tuple[list[str], msg.UserControl | None, str | None]:
+        handler = RecordingHandler({"KEY"})
+        async with RtmpServer(handler, port=0) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await client_handshake(reader, writer, timeout=2)
+            out, chunks = ChunkWriter(), ChunkReader()
+            writer.write(_publish_commands(out))
+            await _read_until_status(reader, "NetStream.Publish.Start")
+            writer.write(out.write(msg.command("FCUnpublish", 4, None, "KEY")) + out.write(msg.command("deleteStream", 5, None, 1.0)))
+            await wait_for(handler.publish_ended.is_set, 5)  # the publish is over for the app...
+            writer.write(out.write(msg.ping_request(77)))  # ...and the connection still answers
+            statuses, pong = [], None
+            async with asyncio.timeout(5):
+                while pong is None and (data := await reader.read(65536)):
+                    for message in chunks.feed(data):
+                        if message.type_id == msg.MessageType.AMF0_COMMAND:
+                            command = msg.parse_command(message.type_id, message.payload)
+                            if command.name == "onStatus":
+                                statuses.append(command.args[0]["code"])
+                        elif message.type_id == msg.MessageType.USER_CONTROL:
+                            pong = msg.parse_user_control(message.payload)
+            writer.close()
+            await wait_for(lambda: server.connection_count == 0, 5)
+            return statuses, pong, handler.publishers[0].ended_reason
+
+    statuses, pong, reason = run(scenario())
+    assert "NetStream.Unpublish.Success" in statuses
+    assert pong == msg.UserControl(msg.UserControlEvent.PING_RESPONSE, 77)
+    assert reason == "unpublished"
+
+
+def test_a_client_that_unpublishes_and_stays_is_closed_after_a_grace_time():
+    async def scenario() -> bytes:
+        async with RtmpServer(RecordingHandler({"KEY"}), port=0, stall_timeout=30) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await client_handshake(reader, writer, timeout=2)
+            out = ChunkWriter()
+            writer.write(_publish_commands(out))
+            await _read_until_status(reader, "NetStream.Publish.Start")
+            writer.write(out.write(msg.command("deleteStream", 4, None, 1.0)))
+            async with asyncio.timeout(10):  # well before the 30 s stall timeout
+                while data := await reader.read(65536):
+                    pass
+            writer.close()
+            return data
+
+    assert run(scenario()) == b""  # EOF: the server closed once the grace time was over
