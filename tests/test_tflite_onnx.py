@@ -33,6 +33,7 @@ from gpu.models import tflite_onnx
 from gpu.models.builtin import BuiltinModels
 from gpu.models.tflite_onnx import MEDIAPIPE_INPUTS, UnsupportedTfliteOp, convert_cached, convert_tflite
 from gpu.models.tflite_reader import DimensionMetadata, Sparsity, Tensor, densify
+from gpu.runners.torch_cuda import TorchRunner
 
 # Landmark pixels at 192 px: "a small fraction of a pixel".
 LANDMARK_TOLERANCE_PX = 0.005  # measured: 1.2e-4
@@ -209,6 +210,20 @@ def test_a_batch_equals_frames_run_one_by_one(model: str, models: BuiltinModels,
     for i, image in enumerate(images):
         for together, alone in zip(batched, _onnx_outputs(session, path, [image]), strict=True):
             np.testing.assert_allclose(together[i], alone[0], atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["face_mesh", "blazeface_short", "blazeface_full"])
+def test_the_torch_runner_runs_the_converted_graphs_like_onnx_runtime(model: str, models: BuiltinModels, sessions) -> None:
+    # The GPU path runs these graphs through onnx2torch: on the CPU (fp32) it must agree.
+    path: Path = getattr(models, model)
+    size = MEDIAPIPE_INPUTS[path.name].size
+    images = [_face_crop(name, size) for name in sorted(FACE_CROPS)] + [_whole_frame("astronaut", size)]
+    low, high = MEDIAPIPE_INPUTS[path.name].value_range
+    batch = np.stack(images).astype(np.float32).transpose(0, 3, 1, 2) / 255.0 * (high - low) + low
+    expected = sessions[path.name].run(None, {tflite_onnx.INPUT_NAME: batch})
+    got = TorchRunner(convert_tflite(path), device="cpu").run({tflite_onnx.INPUT_NAME: batch})
+    for mine, theirs in zip(got, expected, strict=True):
+        np.testing.assert_allclose(mine, theirs, atol=2e-3, rtol=0)
 
 
 def _sparse(shape: tuple[int, ...], values: list[float], sparsity: Sparsity) -> Tensor:

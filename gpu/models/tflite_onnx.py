@@ -36,7 +36,7 @@ from gpu.models.tflite_reader import Operator, Tensor, TfliteGraph, densify, rea
 
 OPSET = 17
 # Bump when the emitted graph changes, so cached conversions from older code are not reused.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 INPUT_NAME = "input"
 BATCH = "N"
 
@@ -313,11 +313,16 @@ class _Emitter:
         )
 
     def depth_to_space(self, op: Operator) -> None:
-        # TFLite's NHWC depth order (row of block, column of block, channel) is ONNX's DCR.
-        self.node(
-            "DepthToSpace", [self.names[op.inputs[0]]], self.output_name(op.outputs[0]),
-            blocksize=op.options.BlockSize(), mode="DCR",
-        )
+        # TFLite's NHWC depth order (row in block, column in block, channel) is ONNX's DCR
+        # mode, written out as Reshape/Transpose/Reshape: onnx2torch converts only CRD.
+        block = op.options.BlockSize()
+        _, height, width, depth = self.tensor(op.inputs[0]).shape
+        channels = depth // (block * block)
+        split = self.initializer(np.array([-1, block, block, channels, height, width], np.int64), "shape")
+        merged = self.initializer(np.array([-1, channels, height * block, width * block], np.int64), "shape")
+        x = self.node("Reshape", [self.names[op.inputs[0]], split])
+        x = self.node("Transpose", [x], perm=[0, 3, 4, 1, 5, 2])
+        self.node("Reshape", [x, merged], self.output_name(op.outputs[0]))
 
     def dequantize(self, op: Operator) -> None:
         source = op.inputs[0]
