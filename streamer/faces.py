@@ -242,7 +242,9 @@ def decode_image(image_bytes: bytes) -> np.ndarray:
     try:
         with Image.open(io.BytesIO(image_bytes)) as header:
             width, height = header.size
-    except (UnidentifiedImageError, OSError, ValueError):
+    except Image.DecompressionBombError:  # a header declaring more pixels than Pillow will open
+        raise ImageTooLargeError(f"the image declares too many pixels; the limit is {MAX_UPLOAD_PIXELS} px per side") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         raise NotAnImageError("the upload is not a readable image; send a JPEG, PNG or WebP photo") from None
     if max(width, height) > MAX_UPLOAD_PIXELS:
         raise ImageTooLargeError(f"the image is {width}x{height} px; the limit is {MAX_UPLOAD_PIXELS} px per side")

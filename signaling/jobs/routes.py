@@ -39,11 +39,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import BodyPartReader, MultipartReader, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from signaling.auth import PRINCIPAL_KEY, Principal
+from signaling.auth import PRINCIPAL_KEY, Principal, visible
+from signaling.http_input import BadInput, read_json_object
 from signaling.jobs.model import Job
 from signaling.jobs.queue import JobQueueUnavailable
 from signaling.jobs.service import (
@@ -57,6 +59,7 @@ from signaling.jobs.uploads import (
     IMAGE_SUFFIXES,
     MAX_SOURCE_BYTES,
     UploadRejected,
+    check_source_photo,
     is_image,
     read_head,
     store_part,
@@ -113,7 +116,7 @@ def _json_errors(handler: Handler, available: bool) -> Handler:
             return error(503, NO_REDIS)
         try:
             return await handler(request)
-        except (JobRequestError, UploadRejected) as exc:
+        except (JobRequestError, UploadRejected, BadInput) as exc:
             return error(exc.status, str(exc))
         except (JobQueueUnavailable, JobStorageError) as exc:
             return error(503, str(exc))
@@ -154,7 +157,7 @@ class _JobsApi:
         job_id = self.jobs.new_job_id()
         try:
             form = await self._read(request, job_id)
-            job, created = await self.jobs.submit(await self._submission(job_id, form, key, owner))
+            job, created = await self.jobs.submit(await self._submission(job_id, form, key, request.get(PRINCIPAL_KEY)))
         except BaseException:
             await self._discard(job_id)
             raise
@@ -171,12 +174,7 @@ class _JobsApi:
 
     async def _read(self, request: web.Request, job_id: str) -> _Form:
         if request.content_type == "application/json":
-            try:
-                data = await request.json()
-            except ValueError:  # not JSON, or not UTF-8
-                raise JobRequestError("the body is not valid JSON") from None
-            if not isinstance(data, dict):
-                raise JobRequestError("the JSON body must be an object")
+            data = await read_json_object(request, "of text fields")
             return _Form(fields={name: _text_field(name, value) for name, value in data.items()})
         if request.content_type != "multipart/form-data":
             raise UploadRejected(415, "send multipart/form-data with a 'video' file, or JSON naming a 'path'")
@@ -211,26 +209,30 @@ class _JobsApi:
             raise UploadRejected(415, "'source' is not an image (JPEG, PNG, WebP or BMP)")
         suffix = Path(part.filename or "").suffix.lower()
         key = f"{job_id}/source{suffix if suffix in IMAGE_SUFFIXES else '.img'}"
-        await self._store(part, head, key, MAX_SOURCE_BYTES, lambda: "'source' photo is larger than 10 MB")
+        await self._store(part, head, key, MAX_SOURCE_BYTES, lambda: "'source' photo is larger than 10 MB",
+                          check=check_source_photo)
         return key
 
-    async def _store(self, part: BodyPartReader, head: bytes, key: str, limit: int, too_large: Callable[[], str]) -> None:
-        """Receive the part into a scratch file, then put it into the storage as ``key``."""
+    async def _store(self, part: BodyPartReader, head: bytes, key: str, limit: int, too_large: Callable[[], str],
+                     check: Callable[[Path], None] | None = None) -> None:
+        """Receive the part into a scratch file, ``check`` it, then put it into the storage as ``key``."""
         storage = self.jobs.storage
         with storage.scratch() as scratch:
             local = scratch / PurePosixPath(key).name
             await store_part(part, head, local, limit, too_large)
+            if check is not None:
+                await asyncio.to_thread(check, local)
             await asyncio.to_thread(storage.put_file, local, key)
 
-    async def _submission(self, job_id: str, form: _Form, key: str | None, owner: str) -> Submission:
+    async def _submission(self, job_id: str, form: _Form, key: str | None, caller: Principal | None) -> Submission:
         fields = form.fields
         if (form.video is None) == ("path" not in fields):
             raise JobRequestError("give exactly one of a 'video' file upload or a 'path' inside the job storage")
-        input_path, input_name = form.video or await self.jobs.stored_video(fields["path"])
+        input_path, input_name = form.video or await self.jobs.stored_video(fields["path"], caller)
         return Submission(
             job_id=job_id, input_path=input_path, input_name=input_name, face_id=fields.get("face_id"),
             source_path=form.source, priority=fields.get("priority", "normal"), webhook_url=fields.get("webhook_url"),
-            idempotency_key=key, owner=owner,
+            idempotency_key=key, caller=caller,
         )
 
     async def list(self, request: web.Request) -> web.Response:
@@ -264,10 +266,16 @@ class _JobsApi:
         if not key:
             return gone
         name = f"{Path(job.input_name).stem or job.id}-swapped{PurePosixPath(key).suffix}"
-        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        headers = {"Content-Disposition": attachment(name)}
         path = storage.path(key)
         if path is not None:
-            return web.FileResponse(path, headers=headers) if path.is_file() else gone
+            if not path.is_file():
+                return gone
+            if _empty_suffix(request):  # FileResponse would send it all as a 206
+                stored = await asyncio.to_thread(storage.stat, key)
+                if _if_range_holds(request, stored):
+                    return _unsatisfiable(stored.size)
+            return web.FileResponse(path, headers=headers)
         headers["Content-Type"] = mimetypes.guess_type(name)[0] or "application/octet-stream"
         try:
             return await _send(request, storage, key, headers)
@@ -278,8 +286,7 @@ class _JobsApi:
         """The job the path names, if the caller may see it (else the same 404 as a missing one)."""
         job_id = request.match_info["job_id"]
         job = await self.jobs.queue.get(job_id)
-        caller: Principal | None = request.get(PRINCIPAL_KEY)
-        if job is None or (caller is not None and not caller.may_access(job.owner)):
+        if job is None or not visible(request.get(PRINCIPAL_KEY), job.owner):
             raise web.HTTPNotFound(text=json.dumps({"error": f"no job {job_id!r}"}), content_type="application/json")
         return job
 
@@ -312,6 +319,8 @@ def _requested_part(request: web.Request, stored: StoredFile) -> tuple[int, int]
     are ``_Unsatisfiable``. A range whose If-Range names another version is ignored."""
     if not _if_range_holds(request, stored):
         return None
+    if _empty_suffix(request):
+        raise _Unsatisfiable
     try:
         wanted = request.http_range
     except ValueError:
@@ -325,6 +334,28 @@ def _requested_part(request: web.Request, stored: StoredFile) -> tuple[int, int]
     if start >= stored.size:
         raise _Unsatisfiable
     return start, stop
+
+
+def _empty_suffix(request: web.Request) -> bool:
+    """``Range: bytes=-0`` asks for the last 0 bytes, which no file has (RFC 9110 14.1.1: a
+    suffix range must be non-zero to be satisfiable); aiohttp reads it as ``bytes=0-``."""
+    unit, _, ranges = request.headers.get(hdrs.RANGE, "").partition("=")
+    first, dash, last = ranges.strip().partition("-")
+    return unit.strip() == "bytes" and dash == "-" and not first.strip() and last.strip().isdigit() and int(last) == 0
+
+
+def _unsatisfiable(size: int) -> web.Response:
+    return web.Response(status=416, headers={hdrs.CONTENT_RANGE: f"bytes */{size}"})
+
+
+def attachment(name: str) -> str:
+    """``Content-Disposition`` for a download named ``name`` (RFC 6266): a quoted ASCII
+    ``filename`` (quotes, backslashes, controls and non-ASCII replaced by ``_``), plus the
+    exact name UTF-8 percent-encoded as ``filename*`` whenever the two differ."""
+    plain = "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in name)
+    if plain == name:
+        return f'attachment; filename="{name}"'
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='', errors='replace')}"
 
 
 def _if_range_holds(request: web.Request, stored: StoredFile) -> bool:
@@ -347,7 +378,7 @@ async def _send(request: web.Request, storage: JobStorage, key: str, headers: di
     try:
         part = _requested_part(request, stored)
     except _Unsatisfiable:
-        return web.Response(status=416, headers={hdrs.CONTENT_RANGE: f"bytes */{stored.size}"})
+        return _unsatisfiable(stored.size)
     response = web.StreamResponse(headers={**headers, hdrs.ACCEPT_RANGES: "bytes", hdrs.ETAG: stored.etag})
     response.last_modified = stored.modified
     start, stop = part or (0, stored.size)

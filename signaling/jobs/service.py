@@ -8,9 +8,10 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from gpu.errors import SwapcastError
+from signaling.auth import Principal, visible
 from signaling.jobs.model import PRIORITIES, Job
 from signaling.jobs.queue import JobQueue, JobQueueUnavailable, now
 from signaling.jobs.settings import JobSettings
@@ -18,8 +19,9 @@ from signaling.jobs.storage import CANNOT_BE_A_FILE
 from signaling.jobs.uploads import HEAD_BYTES, video_container
 from signaling.registry import Registry, RegistryUnavailable
 
-FaceCheck = Callable[[str], Awaitable[bool]]
+FaceCheck = Callable[[str, Principal | None], Awaitable[bool]]  # (face_id, caller): may they wear it?
 MAX_KEY_LENGTH = 200
+USER_FOLDER = "users"  # users name stored videos under users/<their subject>/ (or their own jobs' folders)
 
 
 class JobRequestError(SwapcastError):
@@ -42,7 +44,11 @@ class Submission:
     priority: str = "normal"
     webhook_url: str | None = None
     idempotency_key: str | None = None
-    owner: str = ""
+    caller: Principal | None = None  # None: a bare API without auth (no owners)
+
+    @property
+    def owner(self) -> str:
+        return self.caller.subject if self.caller is not None else ""
 
 
 class JobService:
@@ -75,21 +81,38 @@ class JobService:
     async def discard_files(self, job_id: str) -> None:
         await asyncio.to_thread(self.storage.delete_folder, job_id)
 
-    async def stored_video(self, path: str) -> tuple[str, str]:
+    async def stored_video(self, path: str, caller: Principal | None = None) -> tuple[str, str]:
         """A video named by a path inside the storage: (its key, name). Refuses paths outside
-        the storage, missing files and files that are not videos."""
+        the storage, missing files, files that are not videos, and for a user any path
+        outside their own prefix (``user_may_read``) with the same answer as a missing file."""
+        missing = JobRequestError(f"path {path!r}: no such file in the job storage")
         try:
             key = self.storage.key_of(path)
+            if not await self.user_may_read(key, caller):
+                raise missing
             head = await asyncio.to_thread(self.storage.read_head, key, HEAD_BYTES)
         except ValueError as exc:
             raise JobRequestError(f"path {path!r} {exc}") from None
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise JobRequestError(f"path {path!r}: no such file in the job storage") from None
+            raise missing from None
         except OSError:  # a file that cannot be read
             raise JobRequestError(f"path {path!r} {CANNOT_BE_A_FILE}") from None
         if video_container(head) is None:
             raise JobRequestError(f"path {path!r} is not a video file", status=415)
         return key, PurePosixPath(key).name
+
+    async def user_may_read(self, key: str, caller: Principal | None) -> bool:
+        """A storage key a caller may name: anything for admins (and without auth); for a
+        user, their folder ``users/<subject>/`` or the folder of one of their own jobs,
+        resolved through the owner-aware job lookup. Everything else in the storage (other
+        users' uploads and outputs, scratch files) is not theirs to read."""
+        if caller is None or caller.is_admin:
+            return True
+        folder = PurePosixPath(key).parts[0] if key else ""
+        if key.startswith(user_folder(caller.subject)):
+            return True
+        job = await self.queue.get(folder) if folder.startswith("job_") else None
+        return job is not None and visible(caller, job.owner)
 
     async def submit(self, submission: Submission) -> tuple[Job, bool]:
         """Create the job (``True``) or return the one its idempotency key made earlier."""
@@ -113,7 +136,7 @@ class JobService:
         if (
             submission.face_id is not None
             and self.face_exists is not None
-            and not await self.face_exists(submission.face_id)
+            and not await self.face_exists(submission.face_id, submission.caller)
         ):
             raise JobRequestError(f"unknown face_id {submission.face_id!r}")
 
@@ -133,16 +156,23 @@ def check_idempotency_key(key: str) -> str:
     return key
 
 
+def user_folder(subject: str) -> str:
+    """The storage prefix a user's own videos live under (the subject quoted: no ``/`` or ``..``)."""
+    return f"{USER_FOLDER}/{quote(subject, safe='')}/"
+
+
 def face_checker(sample_ids: Iterable[str], registry: Registry) -> FaceCheck:
-    """A ``FaceCheck`` for a node: a sample face, or one stored in the cluster registry."""
+    """A ``FaceCheck`` for a node: a sample face, or one stored in the cluster registry that
+    the caller may see (their own, or everyone's): another user's face is an unknown one."""
     samples = frozenset(sample_ids)
 
-    async def exists(face_id: str) -> bool:
+    async def exists(face_id: str, caller: Principal | None) -> bool:
         if face_id in samples:
             return True
         try:
-            return await registry.get_face(face_id) is not None
+            record = await registry.get_face(face_id)
         except RegistryUnavailable as exc:
             raise JobQueueUnavailable(str(exc)) from exc
+        return record is not None and visible(caller, record.owner, shared_when_unowned=True)
 
     return exists

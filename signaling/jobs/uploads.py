@@ -2,10 +2,12 @@
 limit (it goes into the job storage from there), after checking its first bytes are a video
 container (or an image) signature.
 
-The signature check is the API's only look at the media: it turns away what is plainly not
+The signature check is the API's only look at a video: it turns away what is plainly not
 a video (415) without decoding anything, since the control plane never touches frames. A
 file with a valid header but damaged content is accepted and fails in the worker with a
-readable reason.
+readable reason. A source photo's header is read too (never its pixels): one that declares
+more pixels than the face library takes is refused here (413), not accepted and then failed
+by the worker.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ KNOWN_VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi
                                   ".mpg", ".mpeg", ".ogv", ".wmv"})
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp"})
 MAX_SOURCE_BYTES = 10 * 1024 * 1024
+MAX_SOURCE_SIDE = 4096  # px, the face library's limit for uploaded faces (streamer.faces)
 
 
 class UploadRejected(Exception):
@@ -62,6 +65,22 @@ def is_image(head: bytes) -> bool:
     return head.startswith((b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM")) or (
         head.startswith(b"RIFF") and head[8:12] == b"WEBP"
     )
+
+
+def check_source_photo(path: Path) -> None:
+    """``UploadRejected`` 415 for a photo whose header cannot be read, 413 for one that
+    declares more than ``MAX_SOURCE_SIDE`` px a side (a decompression bomb among them)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as header:
+            width, height = header.size
+    except Image.DecompressionBombError:
+        raise UploadRejected(413, f"'source' declares too many pixels; the limit is {MAX_SOURCE_SIDE} px a side") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        raise UploadRejected(415, "'source' is not a readable image (JPEG, PNG, WebP or BMP)") from None
+    if max(width, height) > MAX_SOURCE_SIDE:
+        raise UploadRejected(413, f"'source' is {width}x{height} px; the limit is {MAX_SOURCE_SIDE} px a side")
 
 
 def video_suffix(filename: str | None, container: str) -> str:

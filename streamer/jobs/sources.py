@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 
+import cv2
+
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import ManyFacesError, SwapcastError
 from signaling.jobs.model import Job
@@ -58,7 +60,10 @@ class SourceFaces:
 
     def _from_photo(self, key: str) -> SourceFace:
         with self.storage.scratch() as scratch:
-            image = read_image(self.storage.fetch(key, scratch))
+            try:
+                image = read_image(self.storage.fetch(key, scratch))
+            except cv2.error:  # e.g. a header declaring more pixels than OpenCV decodes (the API refuses those now)
+                raise SwapcastError("the uploaded source photo cannot be decoded (too large or damaged)") from None
         try:
             return self.engine.register_source(image, None, "the uploaded source photo")
         except ManyFacesError as exc:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
+import zlib
 
 import redis
 from aiohttp.test_utils import make_mocked_request
@@ -20,6 +22,16 @@ from swapcast.app import build_app
 from swapcast.benchmarks.jobs import JobsApi, JobsClient
 from swapcast.config import load_config
 from swapcast.local_cluster import free_port
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` (the pixels are never there)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
 
 
 def test_submit_upload_gives_a_pending_job_with_its_split_queued(client, clips, redis_url) -> None:
@@ -99,6 +111,30 @@ def test_not_a_video_is_415_and_too_large_is_413(client, clips, storage, tmp_pat
     assert status == 405
     status, answer = client.request("POST", "/api/v1/jobs", b"x", {"Content-Type": "text/plain"})
     assert status == 415 and "multipart/form-data" in answer["error"]
+    assert set(storage.iterdir()) == before
+
+
+def test_unreadable_bodies_and_source_photos_are_refused_at_submission(client, clips, storage, tmp_path) -> None:
+    """Not accepted with 201 and then failed by a worker: a source photo whose header
+    declares huge dimensions is 413, one whose header cannot be read 415, and a JSON body
+    nested past the parser's limit 400; nothing is kept."""
+    before = set(storage.iterdir())
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(png_header(60_000, 60_000))
+    status, answer = client.submit(clips.short, source=bomb)
+    assert (status, answer) == (413, {"error": "'source' declares too many pixels; the limit is 4096 px a side"})
+    wide = tmp_path / "wide.png"
+    wide.write_bytes(png_header(5000, 10))
+    assert client.submit(clips.short, source=wide) == (413, {"error": "'source' is 5000x10 px; the limit is 4096 px a side"})
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not the rest of a PNG" * 10)
+    assert client.submit(clips.short, source=broken) == (415, {"error": "'source' is not a readable image (JPEG, PNG, "
+                                                                        "WebP or BMP)"})
+    deep = b"[" * 200_000 + b"]" * 200_000
+    status, answer = client.request("POST", "/api/v1/jobs", deep, {"Content-Type": "application/json"})
+    assert (status, answer) == (400, {"error": "the JSON body is nested too deeply"})
+    status, answer = client.request("POST", "/api/v1/jobs", b'{"path": "\xff"}', {"Content-Type": "application/json"})
+    assert status == 400 and "JSON" in answer["error"]
     assert set(storage.iterdir()) == before
 
 

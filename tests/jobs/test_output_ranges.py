@@ -4,6 +4,7 @@ the same requests get the same status, body and range headers from both."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ JOB_ID = "job_ranges"
 KEY = f"{JOB_ID}/ab12-output.mp4"
 VIDEO = os.urandom(2 * 1024 * 1024 + 12345)  # more than one block of the API's sends
 SIZE = len(VIDEO)
+ODD_JOB_ID = "job_odd_name"
+ODD_NAME = 'talk "final"; x=1\r\nSet-Cookie: a=b \\ é.mp4'  # an upload's file name, as the client sent it
 SAME = ("Content-Range", "Content-Length", "Accept-Ranges", "Content-Type", "Content-Disposition")
 
 
@@ -44,14 +47,16 @@ def served(redis_server, s3_server, tmp_path_factory) -> Iterator[Served]:
               face_id="astronaut", source_path=None, webhook_url=None, idempotency_key=None, created=stamp,
               updated=stamp, finished=stamp, output_path=KEY)
     queue_call(redis_server.url, "create", job)
+    odd = dataclasses.replace(job, id=ODD_JOB_ID, input_name=ODD_NAME)
+    queue_call(redis_server.url, "create", odd)
     apis = [JobsApi(redis_server.url, settings).start() for settings in (JobSettings(storage_dir=folder), s3)]
     yield Served(apis[0].url, apis[1].url)
     for api in apis:
         api.close()
 
 
-def fetch(base: str, method: str = "GET", **headers: str) -> requests.Response:
-    return requests.request(method, f"{base}/api/v1/jobs/{JOB_ID}/output", headers=headers, timeout=30)
+def fetch(base: str, method: str = "GET", job_id: str = JOB_ID, **headers: str) -> requests.Response:
+    return requests.request(method, f"{base}/api/v1/jobs/{job_id}/output", headers=headers, timeout=30)
 
 
 def both(served: Served, method: str = "GET", **headers: str) -> requests.Response:
@@ -94,6 +99,7 @@ def test_a_range_is_206_with_that_part(served, header, start, stop) -> None:
     "bytes=0-1,5-6",  # several ranges: refused, as aiohttp's FileResponse refuses them
     "bytes=10-5",  # last before first
     "items=0-1",  # another unit
+    "bytes=-0",  # the last 0 bytes: nothing (aiohttp reads it as bytes=0-)
 ])
 def test_an_unsatisfiable_range_is_416(served, header) -> None:
     answer = both(served, Range=header)
@@ -122,3 +128,15 @@ def test_head_answers_the_headers_of_get(served) -> None:
     assert part.status_code == 206 and part.headers["Content-Range"] == f"bytes {SIZE - 500}-{SIZE - 1}/{SIZE}"
     assert part.headers["Content-Length"] == "500"
     assert both(served, "HEAD", Range=f"bytes={SIZE}-").status_code == 416
+
+
+def test_a_download_name_is_sent_escaped_as_rfc_6266_says(served) -> None:
+    """The name comes from the client's upload: quotes, separators, line breaks and
+    non-ASCII never reach the header raw; ``filename*`` carries the exact name."""
+    for base in (served.local, served.s3):
+        answer = fetch(base, job_id=ODD_JOB_ID)
+        assert answer.status_code == 200 and answer.content == VIDEO
+        assert answer.headers["Content-Disposition"] == (
+            'attachment; filename="talk _final_; x=1__Set-Cookie: a=b _ _-swapped.mp4"; '
+            "filename*=UTF-8''talk%20%22final%22%3B%20x%3D1%0D%0ASet-Cookie%3A%20a%3Db%20%5C%20%C3%A9-swapped.mp4")
+        assert "Set-Cookie" not in answer.headers
