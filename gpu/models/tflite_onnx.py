@@ -258,9 +258,17 @@ class _Emitter:
         self.node("Pad", [self.names[op.inputs[0]], pads], self.output_name(op.outputs[0]), mode="constant")
 
     def prelu(self, op: Operator) -> None:
+        # Written as x + (alpha - 1) * min(x, 0): ONNX Runtime's CPU PRelu with a per-channel
+        # slope took 5.1 ms of the landmark model's 6.5 ms per frame; these three ops take 1.
         rank = len(self.tensor(op.inputs[0]).shape)
-        self.constant(op, op.inputs[1])  # a learned alpha: anything else is not this op's use here
-        self.node("PRelu", [self.names[op.inputs[0]], self.value(op.inputs[1], rank)], self.output_name(op.outputs[0]))
+        alpha = self.constant(op, op.inputs[1]).astype(np.float32)
+        alpha = alpha.reshape((1,) * (rank - alpha.ndim) + alpha.shape)
+        if rank == 4:
+            alpha = alpha.transpose(_TO_NCHW)
+        x = self.names[op.inputs[0]]
+        negative = self.node("Min", [x, self.initializer(np.zeros((), np.float32), "zero")])
+        scaled = self.node("Mul", [negative, self.initializer(alpha - 1.0, "alpha_minus_one")])
+        self.node("Add", [x, scaled], self.output_name(op.outputs[0]))
 
     def relu(self, op: Operator) -> None:
         self.node("Relu", [self.names[op.inputs[0]]], self.output_name(op.outputs[0]))
