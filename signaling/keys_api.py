@@ -2,36 +2,41 @@
 
     GET    /api/v1/keys            [{key_id, name, face_id, owner, created, revoked, active, push, record}]
     POST   /api/v1/keys            {name, face_id, options?, push?: [rtmp://...], record?: path} -> 201 {..., key}
+                                   (a user's push destinations must pass the push policy: 400 saying why)
     DELETE /api/v1/keys/{key_id}   -> 204 (revoked; its publisher is refused from then on)
 
 The secret key is in the 201 answer only (the store keeps its SHA-256). Checking the face
-and the options is the node's business (it knows faces and the swap schema): it passes
-``check_face`` and ``check_options``, so this module never touches models."""
+(that it exists and the caller may wear it) and the options is the node's business (it
+knows faces and the swap schema): it passes ``check_face`` and ``check_options``, so this
+module never touches models."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from signaling.auth import AuditLog
+from signaling.auth import AuditLog, Principal
 from signaling.auth.middleware import NotYours, principal
-from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore
+from signaling.http_input import BadInput, read_json_object
+from signaling.push_policy import PushPolicy
+from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore, check_destination
 
 KEYS_KEY = web.AppKey("stream_key_api", object)
 MAX_NAME = 80
 
 
 class KeyApi:
-    def __init__(self, store: StreamKeyStore, check_face: Callable[[str], Awaitable[None]],
-                 check_options: Callable[[dict[str, Any]], None], audit: AuditLog) -> None:
+    def __init__(self, store: StreamKeyStore, check_face: Callable[[str, Principal], Awaitable[None]],
+                 check_options: Callable[[dict[str, Any]], None], audit: AuditLog,
+                 push_policy: PushPolicy | None = None) -> None:
         self.store = store
         self.check_face = check_face
         self.check_options = check_options
         self.audit = audit
+        self.push_policy = push_policy or PushPolicy()  # users' destinations: public addresses only
 
 
 def add_key_routes(app: web.Application, api: KeyApi) -> None:
@@ -64,11 +69,9 @@ async def create_key(request: web.Request) -> web.Response:
     api: KeyApi = request.app[KEYS_KEY]
     caller = principal(request)
     try:
-        body = await request.json(loads=json.loads)
-    except (ValueError, UnicodeDecodeError):
-        return _error(400, "the body must be JSON")
-    if not isinstance(body, dict):
-        return _error(400, 'expected a JSON object {"name", "face_id", "options", "push", "record"}')
+        body = await read_json_object(request, '{"name", "face_id", "options", "push", "record"}')
+    except BadInput as exc:
+        return _error(400, exc.reason)
     unknown = sorted(set(body) - {"name", "face_id", "options", "push", "record"})
     if unknown:
         return _error(400, f"unknown field(s) {', '.join(unknown)}")
@@ -86,11 +89,15 @@ async def create_key(request: web.Request) -> web.Response:
         return _error(403 if isinstance(record_to, str) else 400,
                       "record names a path on the server: admins only" if isinstance(record_to, str)
                       else "record must be a path")
-    await api.check_face(face_id)
+    await api.check_face(face_id, caller)  # another user's face: 404, as for a missing one
     api.check_options(options)
     try:
+        for url in push if not caller.is_admin else ():
+            check_destination(url)
+            await api.push_policy.check_new(url)
         key, record = await asyncio.get_running_loop().run_in_executor(None, lambda: api.store.add(
-            name.strip(), face_id=face_id, swap=options, push=tuple(push), record=record_to, owner=caller.subject))
+            name.strip(), face_id=face_id, swap=options, push=tuple(push), record=record_to, owner=caller.subject,
+            push_unrestricted=caller.is_admin))
     except StreamKeyError as exc:
         return _error(400, str(exc))
     await api.audit.append(caller.subject, "key.create", record.key_id, name=record.stream.name, face_id=face_id)

@@ -41,6 +41,7 @@ class StreamConfig:
     push: tuple[str, ...] = ()  # rtmp:// destinations
     record: str | None = None  # recording path (a file or a folder)
     face_id: str | None = None  # a face of the face library (keys made over the API)
+    push_unrestricted: bool = False  # an admin made it: push.allowed_* do not apply (signaling.push_policy)
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,9 @@ class StreamKey:
 
 
 def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
+    # surrogatepass: a key that arrived as undecodable bytes (an HTTP header, an RTMP stream
+    # name) still hashes, to a key no store holds, instead of raising
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def rtmp_session_id(key: str) -> str:
@@ -83,7 +86,7 @@ class StreamKeyStore:
 
     def add(self, name: str, source_face: str | Path | None = None, *, face_id: str | None = None,
             swap: dict | None = None, push: tuple[str, ...] = (), record: str | None = None,
-            owner: str = "") -> tuple[str, StreamKey]:
+            owner: str = "", push_unrestricted: bool = False) -> tuple[str, StreamKey]:
         """Create a key for a photo (copied into the store) or a face library id; returns
         (the secret key, shown only now, and its record)."""
         if (source_face is None) == (face_id is None):
@@ -104,7 +107,7 @@ class StreamKeyStore:
             key_id=key_id,
             key_hash=hash_key(key),
             stream=StreamConfig(name=name, source_face=stored_face, swap=dict(swap or {}), push=tuple(push),
-                                record=record, face_id=face_id),
+                                record=record, face_id=face_id, push_unrestricted=push_unrestricted),
             created=time.time(),
             owner=owner,
         )

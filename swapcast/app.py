@@ -23,14 +23,16 @@ from aiohttp import web
 
 import web as web_pages  # the static pages: a package, so an installed swapcast carries them
 from gpu.engine import FaceEngine
-from signaling.auth import require_admin
+from signaling.auth import Principal, require_admin, require_visible
 from signaling.auth.middleware import principal
 from signaling.auth.wiring import ApiAuth, api_auth
 from signaling.events import add_event_routes
+from signaling.http_input import bad_input_middleware
 from signaling.jobs import JobService, JobSettings, add_job_routes, face_checker
 from signaling.keys_api import KeyApi, add_key_routes
 from signaling.node_agent import AgentSettings, NodeAgent
 from signaling.openapi import add_openapi_route
+from signaling.push_policy import PushPolicy
 from signaling.registry import NodeInfo, Registry, RegistryError, open_registry
 from signaling.stream_keys import StreamKeyStore
 from streamer.faces import FaceLibrary
@@ -166,6 +168,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     registry = shared or open_registry(cluster.redis_url, ttl_s=cluster.node_ttl_s)
     faces = FaceLibrary(engine, registry)
     keys = StreamKeyStore(config.server.data_dir)
+    push_policy = node_push_policy(config)
     sessions = SessionManager(
         engine, faces, webrtc=config.webrtc, swap_defaults=config.swap, live=config.live, stream_keys=keys,
         registry=registry, node_id=node_id, capacity=cluster.capacity or None,
@@ -180,7 +183,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
             push_retry_initial_s=live.push_retry_initial_s,
             push_retry_max_s=live.push_retry_max_s,
         ),
-        RtmpPublishClient,
+        lambda url: RtmpPublishClient(url, resolve=push_policy.resolver(keys, url)),  # checked at every connect
         faces,
         registry=registry,
         node_id=node_id,
@@ -194,6 +197,10 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     return Node(config=config, engine=engine, registry=registry, faces=faces, sessions=sessions,
                 rtmp_ingest=ingest, rtmp_server=rtmp_server, keys=keys, video_encoder=video_encoder,
                 video_decoder=video_decoder, owns_registry=shared is None)
+
+
+def node_push_policy(config: Config) -> PushPolicy:
+    return PushPolicy.from_lists(config.push.allowed_hosts, config.push.allowed_networks)
 
 
 PUBLIC_PATHS = frozenset({"/", "/admin/", "/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/whip"})
@@ -255,8 +262,9 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
         await auth.audit.append(caller.subject, f"node.{action}", info.id)
         return web.json_response(info.to_dict())
 
-    async def check_face(face_id: str) -> None:
-        await node.faces.get(face_id)
+    async def check_face(face_id: str, caller: Principal) -> None:
+        entry = await node.faces.get(face_id)
+        require_visible(caller, entry.owner, f"no face with id {face_id!r}", shared_when_unowned=True)
 
     def check_options(options: dict) -> None:
         node.sessions.resolve_options(config.swap, options)
@@ -270,7 +278,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
     app.router.add_static("/web/", WEB_ROOT)
     webrtc_routes.add_routes(app, node.sessions, node.faces, auth.audit, all_sessions=node.live_sessions,
                             verifier=auth.verifier)
-    add_key_routes(app, KeyApi(node.keys, check_face, check_options, auth.audit))
+    add_key_routes(app, KeyApi(node.keys, check_face, check_options, auth.audit, node_push_policy(config)))
     jobs = None  # offline jobs need Redis; without it their routes answer 503 saying so
     if config.cluster.redis_url:
         jobs = JobService.connect(config.cluster.redis_url, JobSettings.from_config(config.jobs, config.server.data_dir),
@@ -287,6 +295,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
         return [info.to_dict() for info in await node.registry.nodes()]
 
     add_event_routes(app, visible_sessions, node_list)
+    app.middlewares.append(bad_input_middleware)  # innermost: what escapes a handler, before any 500
 
     app.on_startup.append(node.startup)
     app.on_shutdown.append(node.shutdown)

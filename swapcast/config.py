@@ -8,6 +8,7 @@ Nested keys use ``__`` in the environment: ``SWAPCAST_ENGINE__MODELS_DIR=/models
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -109,6 +110,30 @@ class RtmpConfig(_Section):
     chunk_size: int = Field(4096, ge=128, le=65536)
 
 
+class PushConfig(_Section):
+    """Where stream keys may re-publish (their ``push`` destinations). The node opens those
+    connections itself, so a user's key must not point them into the operator's network:
+    loopback, private, link-local, shared, multicast, unspecified and other non-public
+    addresses (IPv6 ULA, IPv4-mapped/NAT64/6to4 forms of those too) are refused for users'
+    keys unless listed in ``allowed_networks``, when the key is made and again at every
+    connect (DNS answers change). Admins' and command-line keys are not restricted."""
+
+    allowed_hosts: list[str] = Field([], description="when set, users' keys push only to these hosts: a name, or "
+                                                     "'.example.com' for its subdomains")
+    allowed_networks: list[str] = Field([], description="CIDRs users' keys may push to although not public, "
+                                                        "e.g. ['127.0.0.1/32'] for a relay on the node")
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not an address or CIDR network") from None
+        return networks
+
+
 class ClusterConfig(_Section):
     """Several nodes behind a gateway, sharing a Redis registry. Without ``redis_url`` a
     node is the embedded single node with an in-process registry."""
@@ -203,6 +228,7 @@ class Config(_Section):
     server: ServerConfig = ServerConfig()
     live: LiveConfig = LiveConfig()
     rtmp: RtmpConfig = RtmpConfig()
+    push: PushConfig = PushConfig()
     webrtc: WebRtcConfig = WebRtcConfig()
     cluster: ClusterConfig = ClusterConfig()
     jobs: JobsConfig = JobsConfig()

@@ -203,3 +203,52 @@ def test_without_auth_only_loopback_starts_and_gets_a_development_token(engine, 
     assert token and app[AUTH_KEY].verifier.verify(token).is_admin
     with pytest.raises(AuthConfigError, match="refusing to listen on 0.0.0.0 without authentication"):
         build_app(config("0.0.0.0"), engine=engine)
+
+
+def test_ids_inside_bodies_resolve_only_to_the_callers_own_resources(engine, astronaut_image, tmp_path):
+    """The references matrix beyond the URL: a face id in a JSON body (a stream key, a new
+    session, a session's patch) that names another user's face is refused exactly like an
+    id that does not exist, and never becomes part of the caller's key or session."""
+
+    async def scenario():
+        client = await started(build_app(node_config(tmp_path), engine=engine))
+        try:
+            upload = await client.post("/api/v1/faces", data=jpeg(astronaut_image), headers={**BOB, "Content-Type": "image/jpeg"})
+            bob_face = (await upload.json())["id"]
+            mine = await client.post("/api/v1/sessions", json={"face_id": "astronaut"}, headers=ALICE)
+            alice_session = (await mine.json())["session_id"]
+
+            async def answer(response) -> tuple[int, str]:
+                return response.status, (await response.json()).get("error", "")
+
+            refused = {
+                "key wearing his face": await answer(await client.post(
+                    "/api/v1/keys", json={"name": "cam", "face_id": bob_face}, headers=ALICE)),
+                "session wearing his face": await answer(await client.post(
+                    "/api/v1/sessions", json={"face_id": bob_face}, headers=ALICE)),
+                "patch to his face": await answer(await client.patch(
+                    f"/api/v1/sessions/{alice_session}", json={"face_id": bob_face}, headers=ALICE)),
+            }
+            missing = await answer(await client.post("/api/v1/keys", json={"name": "cam", "face_id": "u-000000000000"},
+                                                     headers=ALICE))
+            allowed = {
+                "bob's key with his face": (await client.post("/api/v1/keys", json={"name": "cam", "face_id": bob_face},
+                                                              headers=BOB)).status,
+                "admin's key with it": (await client.post("/api/v1/keys", json={"name": "ops cam", "face_id": bob_face},
+                                                          headers=OPS)).status,
+                "alice's key with a sample": (await client.post("/api/v1/keys", json={"name": "cam", "face_id": "astronaut"},
+                                                                headers=ALICE)).status,
+            }
+            alice_keys = await (await client.get("/api/v1/keys", headers=ALICE)).json()
+            alice_state = await (await client.get(f"/api/v1/sessions/{alice_session}", headers=ALICE)).json()
+            return refused, missing, allowed, alice_keys, alice_state, bob_face
+        finally:
+            await client.close()
+
+    refused, missing, allowed, alice_keys, alice_state, bob_face = run(scenario(), timeout=60)
+    for what, (status, reason) in refused.items():
+        assert (status, reason) == (404, f"no face with id {bob_face!r}"), what  # word for word a missing face's answer
+    assert missing == (404, "no face with id 'u-000000000000'")
+    assert allowed == {"bob's key with his face": 201, "admin's key with it": 201, "alice's key with a sample": 201}
+    assert [key["face_id"] for key in alice_keys] == ["astronaut"]
+    assert alice_state["face_id"] == "astronaut"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +22,7 @@ from streamer.rtmp.handler import MediaMessage
 from streamer.rtmp.handshake import client_handshake
 
 DEFAULT_PORT = 1935
+Resolver = Callable[[str, int], Awaitable[str]]
 _FLASH_VERSION = "FMLE/3.0 (compatible; swapcast)"
 _SAMPLE_ACCESS = amf0.encode("|RtmpSampleAccess")
 
@@ -78,9 +79,11 @@ def parse_rtmp_url(url: str) -> RtmpUrl:
 class _ClientSession:
     """Socket, chunk I/O and the connect/createStream dialogue both clients share."""
 
-    def __init__(self, url: str, *, timeout: float, chunk_size: int, flash_version: str) -> None:
+    def __init__(self, url: str, *, timeout: float, chunk_size: int, flash_version: str,
+                 resolve: Resolver | None = None) -> None:
         self.url = parse_rtmp_url(url)
         self.timeout = timeout
+        self._resolve = resolve
         self._chunk_size = chunk_size
         self._flash_version = flash_version
         self._reader: asyncio.StreamReader | None = None
@@ -98,7 +101,9 @@ class _ClientSession:
         url = self.url
         try:
             async with asyncio.timeout(self.timeout):
-                self._reader, self._writer = await asyncio.open_connection(url.host, url.port)
+                # the address a destination policy approved, not a second DNS answer
+                host = await self._resolve(url.host, url.port) if self._resolve is not None else url.host
+                self._reader, self._writer = await asyncio.open_connection(host, url.port)
                 await client_handshake(self._reader, self._writer, timeout=self.timeout)
         except TimeoutError:
             await self.abort()
@@ -249,9 +254,13 @@ class RtmpPublishClient:
     next `send`."""
 
     def __init__(
-        self, url: str, *, timeout: float = 10.0, chunk_size: int = 4096, flash_version: str = _FLASH_VERSION
+        self, url: str, *, timeout: float = 10.0, chunk_size: int = 4096, flash_version: str = _FLASH_VERSION,
+        resolve: Resolver | None = None,
     ) -> None:
-        self._session = _ClientSession(url, timeout=timeout, chunk_size=chunk_size, flash_version=flash_version)
+        """``resolve(host, port)`` picks the address to connect to and may refuse the host
+        with an ``OSError`` (a push destination policy); without it the host is dialled as is."""
+        self._session = _ClientSession(url, timeout=timeout, chunk_size=chunk_size, flash_version=flash_version,
+                                       resolve=resolve)
         self._listener: asyncio.Task[None] | None = None
         self._failure: RtmpClientError | None = None
 

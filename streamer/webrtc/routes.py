@@ -25,7 +25,6 @@ placed in ``X-Swapcast-Session-Id``.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -42,8 +41,9 @@ from streamer.faces import (
     NotAnImageError,
     UnknownFaceError,
 )
-from signaling.auth import AuditLog, AuthError, NotYours, Principal, TokenVerifier
+from signaling.auth import AuditLog, AuthError, Principal, TokenVerifier, require_visible
 from signaling.auth.middleware import check_owner, principal
+from signaling.http_input import read_json
 from signaling.registry import NoCapacityError, RegistryUnavailable, UnknownSessionError
 from streamer.webrtc.errors import (
     BadRequestError,
@@ -160,8 +160,7 @@ async def _check_face(request: web.Request, face_id: object) -> None:
     if not isinstance(face_id, str) or not face_id:
         return  # the manager says what is wrong with it
     entry = await request.app[FACES_KEY].get(face_id)
-    if not _shared(entry.owner) and not principal(request).may_access(entry.owner):
-        raise NotYours(f"no face with id {face_id!r}")
+    require_visible(principal(request), entry.owner, f"no face with id {face_id!r}", shared_when_unowned=True)
 
 
 async def _check_session(request: web.Request, session_id: str, *, anywhere: bool = False) -> None:
@@ -221,13 +220,6 @@ async def _read_limited(read_chunk) -> bytes:
 # -- browser sessions -------------------------------------------------------------------------------
 
 
-async def _json_body(request: web.Request) -> object:
-    try:
-        return await request.json(loads=json.loads)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequestError("the body must be JSON") from None
-
-
 def _placed_id(request: web.Request) -> str | None:
     """The session id the gateway placed on this node, if it forwarded the request."""
     value = request.headers.get(SESSION_ID_HEADER, "").strip()
@@ -237,7 +229,7 @@ def _placed_id(request: web.Request) -> str | None:
 
 
 async def create_session(request: web.Request) -> web.Response:
-    body = await _json_body(request)
+    body = await read_json(request)
     if not isinstance(body, dict):
         raise BadRequestError('expected a JSON object {"face_id", "options"} (and "sdp", "type": "offer" to connect at once)')
     manager = request.app[SESSIONS_KEY]
@@ -261,7 +253,7 @@ async def create_session(request: web.Request) -> web.Response:
 
 async def offer_session(request: web.Request) -> web.Response:
     await _check_session(request, request.match_info["session_id"], anywhere=True)
-    body = await _json_body(request)
+    body = await read_json(request)
     if not isinstance(body, dict) or body.get("type") != "offer":
         raise BadRequestError('expected a JSON object {"sdp", "type": "offer"}')
     session, answer = await request.app[SESSIONS_KEY].offer(request.match_info["session_id"], body.get("sdp"))
@@ -270,7 +262,7 @@ async def offer_session(request: web.Request) -> web.Response:
 
 async def add_candidate(request: web.Request) -> web.Response:
     await _check_session(request, request.match_info["session_id"])
-    await request.app[SESSIONS_KEY].add_candidate(request.match_info["session_id"], await _json_body(request))
+    await request.app[SESSIONS_KEY].add_candidate(request.match_info["session_id"], await read_json(request))
     return web.Response(status=204)
 
 
@@ -295,7 +287,7 @@ async def get_session(request: web.Request) -> web.Response:
 async def patch_session(request: web.Request) -> web.Response:
     manager = request.app[SESSIONS_KEY]
     await _check_session(request, request.match_info["session_id"])  # 404 before looking at the body
-    body = await _json_body(request)
+    body = await read_json(request)
     if isinstance(body, dict):
         await _check_face(request, body.get("face_id"))
     return web.json_response(await manager.update(request.match_info["session_id"], body))

@@ -1,0 +1,150 @@
+"""Which push destinations a stream key may name: the node connects to them itself, so a
+user's destination must not reach into the operator's network (its Redis, a metadata
+service, a router's admin page).
+
+A user's destination host must be on ``allowed_hosts`` (when that is set), and every
+address it resolves to must be public, or inside ``allowed_networks``. Checked twice:
+``check_new`` when a key is made (a clear 400), and ``resolve`` at every connect, which
+also picks the address the client then connects to, so a DNS answer that changes between
+the two (rebinding) meets the same rule. Admins' keys and the operator's command-line keys
+(no owner) are not restricted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Resolver = Callable[[str, int], Awaitable[str]]  # (host, port) -> the address to connect to
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+class DestinationRefused(StreamKeyError, PermissionError):
+    """A push destination the policy does not allow; a ``PermissionError`` (an ``OSError``)
+    too, so a connecting client reports it like any other failure to connect."""
+
+
+def embedded_ipv4(address: IpAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4, Teredo), if any: those
+    reach the IPv4 host, so it is the one the rule is about."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    return address.teredo[1] if address.teredo is not None else None
+
+
+def is_public(address: IpAddress) -> bool:
+    """A globally routable unicast address (not private, loopback, link-local, shared,
+    multicast, unspecified or reserved), judged by the IPv4 address inside it if any."""
+    inner = embedded_ipv4(address)
+    if inner is not None:
+        return is_public(inner)
+    return address.is_global and not address.is_multicast
+
+
+@dataclass(frozen=True)
+class PushPolicy:
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_networks: tuple[IpNetwork, ...] = ()
+
+    @classmethod
+    def from_lists(cls, hosts: Iterable[str], networks: Iterable[str]) -> PushPolicy:
+        """From ``push.allowed_hosts`` and ``push.allowed_networks`` (already validated)."""
+        return cls(tuple(h.lower().rstrip(".") for h in hosts),
+                   tuple(ipaddress.ip_network(n, strict=False) for n in networks))
+
+    @staticmethod
+    def exempt(record: StreamKey) -> bool:
+        """Keys the policy does not restrict: made by an admin, or on the command line."""
+        return not record.owner or record.stream.push_unrestricted
+
+    def check_host(self, host: str) -> None:
+        name = host.lower().rstrip(".")
+        if self.allowed_hosts and not any(
+            name == allowed or (allowed.startswith(".") and name.endswith(allowed)) for allowed in self.allowed_hosts
+        ):
+            raise DestinationRefused(f"push destination host {host!r} is not in push.allowed_hosts")
+
+    def check_address(self, host: str, address: IpAddress) -> None:
+        if is_public(address) or any(address in net or (embedded_ipv4(address) or address) in net
+                                     for net in self.allowed_networks):
+            return
+        shown = host if host == str(address) else f"{host} ({address})"
+        raise DestinationRefused(f"push destination {shown} is not a public address; "
+                                 "the operator can allow it in push.allowed_networks")
+
+    async def check_new(self, url: str) -> None:
+        """At key creation: the host, and every address it resolves to now. A name that does
+        not resolve here is let through: the connect-time check decides then."""
+        host, port = _host_port(url)
+        self.check_host(host)
+        try:
+            addresses = await _addresses(host, port)
+        except OSError:
+            return
+        for address in addresses:
+            self.check_address(host, address)
+
+    async def resolve(self, host: str, port: int) -> str:
+        """At connect: the first address of ``host`` the policy allows (the client connects
+        to it, not to a second lookup); ``DestinationRefused`` when there is none."""
+        self.check_host(host)
+        refusal: DestinationRefused | None = None
+        for address in await _addresses(host, port):
+            try:
+                self.check_address(host, address)
+            except DestinationRefused as exc:
+                refusal = refusal or exc
+                continue
+            return str(address)
+        raise refusal or DestinationRefused(f"push destination {host!r} has no address")
+
+
+    def resolver(self, store: StreamKeyStore, url: str) -> Resolver:
+        """The connect-time ``Resolver`` for ``url``, a destination of keys in ``store``: the
+        host as is when every active key pushing there is exempt, else ``resolve``."""
+
+        async def resolve(host: str, port: int) -> str:
+            try:
+                records = [r for r in await asyncio.to_thread(store.list) if r.active and url in r.stream.push]
+            except StreamKeyError:  # an unreadable store exempts nobody
+                records = []
+            if records and all(self.exempt(record) for record in records):
+                return host
+            return await self.resolve(host, port)
+
+        return resolve
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port or 1935
+    except ValueError:
+        host = None
+    if not host:
+        raise StreamKeyError(f"push destination {url!r}: expected rtmp://host[:port]/app/key")
+    return host, port
+
+
+async def _addresses(host: str, port: int) -> list[IpAddress]:
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]

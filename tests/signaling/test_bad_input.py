@@ -1,0 +1,161 @@
+"""No input reaches a 5xx: every request the probe found answering 500 with a traceback is
+answered 4xx with a reason — deeply nested or non-UTF-8 JSON on every JSON route, a bearer
+token or stream key with a byte that is not UTF-8 (unauthenticated), a validly signed token
+whose ``sub`` is a number, an image whose header declares huge dimensions — and the safety
+net under the routes turns an unreadable input a handler missed into 400 without turning
+real bugs into 4xx."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import jwt
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from signaling.auth import mint_token
+from signaling.http_input import bad_input_middleware, read_json
+from signaling.stream_keys import StreamKeyStore, rtmp_session_id
+from swapcast.app import build_app
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))
+from webrtc_harness import TEST_SECRET, node_config, run  # noqa: E402
+
+ALICE = {"Authorization": f"Bearer {mint_token(TEST_SECRET, 'alice')}"}
+DEEP = b"[" * 200_000 + b"]" * 200_000  # past the JSON parser's recursion limit, well under the body limit
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` (the pixels are never there)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
+async def started(app: web.Application) -> TestClient:
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    return client
+
+
+async def raw_status(client: TestClient, head: bytes) -> tuple[int, bytes]:
+    """Send a request head byte for byte (aiohttp's client would refuse these headers)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    writer.write(head + b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    answer = await reader.read()
+    writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def test_json_routes_answer_unreadable_bodies_400_with_a_reason(engine, tmp_path):
+    async def scenario():
+        client = await started(build_app(node_config(tmp_path), engine=engine))
+        try:
+            session = (await (await client.post("/api/v1/sessions", json={"face_id": "astronaut"}, headers=ALICE)).json())
+            sid = session["session_id"]
+            routes = [("POST", "/api/v1/sessions"), ("PATCH", f"/api/v1/sessions/{sid}"),
+                      ("POST", f"/api/v1/sessions/{sid}/offer"), ("POST", f"/api/v1/sessions/{sid}/candidates"),
+                      ("POST", "/api/v1/keys")]
+            answers = {}
+            for method, path in routes:
+                for body in (DEEP, b'{"face_id": "\xff\xfe"}', b"{not json"):
+                    response = await client.request(method, path, data=body,
+                                                    headers={**ALICE, "Content-Type": "application/json"})
+                    answers[method, path, body[:8]] = response.status, (await response.json())["error"]
+            return answers
+        finally:
+            await client.close()
+
+    answers = run(scenario(), timeout=60)
+    for request, (status, reason) in answers.items():
+        assert status == 400 and reason, request
+    deep = {reason for (_, _, body), (_, reason) in answers.items() if body == DEEP[:8]}
+    assert deep == {"the JSON body is nested too deeply"}
+
+
+def test_unauthenticated_garbage_credentials_are_401_not_500(engine, tmp_path):
+    integer_sub = jwt.encode({"sub": 42, "role": "user", "exp": int(time.time()) + 60}, TEST_SECRET, algorithm="HS256")
+
+    async def scenario():
+        client = await started(build_app(node_config(tmp_path), engine=engine))
+        try:
+            answers = {
+                "token byte": await raw_status(client, b"GET /api/v1/sessions HTTP/1.1\r\nAuthorization: Bearer ey\xff\xfe.a.b\r\n"),
+                "stream key byte": await raw_status(client, b"POST /whip HTTP/1.1\r\nAuthorization: Bearer sk_\xff\xfe\r\n"
+                                                            b"Content-Type: application/sdp\r\nContent-Length: 0\r\n"),
+            }
+            numeric = await client.get("/api/v1/sessions", headers={"Authorization": f"Bearer {integer_sub}"})
+            answers["integer sub"] = numeric.status, await numeric.read()
+            return answers
+        finally:
+            await client.close()
+
+    answers = run(scenario(), timeout=60)
+    assert answers["token byte"][0] == 401 and b"malformed token" in answers["token byte"][1]
+    assert answers["stream key byte"][0] in (401, 403) and b"error" in answers["stream key byte"][1]
+    assert answers["integer sub"] == (401, b'{"error": "token has no subject"}')
+
+
+def test_a_stream_key_that_is_not_utf8_is_simply_unknown(tmp_path):
+    store = StreamKeyStore(tmp_path)
+    store.add("cam", face_id="astronaut")
+    undecodable = b"sk_\xff\xfe".decode("utf-8", "surrogateescape")  # as a header or an RTMP name arrives
+    assert store.find(undecodable) is None
+    assert rtmp_session_id(undecodable).startswith("rtmp-")
+
+
+def test_an_image_declaring_huge_dimensions_is_413(engine, tmp_path):
+    bomb = png_header(60_000, 60_000)  # 3.6 gigapixels: Pillow refuses to even open it
+
+    async def scenario():
+        client = await started(build_app(node_config(tmp_path), engine=engine))
+        try:
+            raw = await client.post("/api/v1/faces", data=bomb, headers={**ALICE, "Content-Type": "image/png"})
+            big = await client.post("/api/v1/faces", data=png_header(5000, 100), headers={**ALICE, "Content-Type": "image/png"})
+            return (raw.status, (await raw.json())["error"]), big.status
+        finally:
+            await client.close()
+
+    (status, reason), big = run(scenario(), timeout=60)
+    assert status == 413 and "limit is 4096 px" in reason
+    assert big == 413
+
+
+def test_the_safety_net_answers_unreadable_input_400_and_leaves_bugs_500(caplog):
+    async def unreadable(request: web.Request) -> web.Response:
+        return web.json_response({"text": (await request.read()).decode("utf-8")})  # a handler that forgot to check
+
+    async def nested(request: web.Request) -> web.Response:
+        return web.json_response({"body": await read_json(request)})
+
+    async def bug(_: web.Request) -> web.Response:
+        raise KeyError("a real bug")
+
+    async def scenario():
+        app = web.Application(middlewares=[bad_input_middleware])
+        app.router.add_post("/unreadable", unreadable)
+        app.router.add_post("/nested", nested)
+        app.router.add_get("/bug", bug)
+        client = await started(app)
+        try:
+            first = await client.post("/unreadable", data=b"\xff")
+            second = await client.post("/nested", data=DEEP)
+            third = await client.get("/bug")
+            return ((first.status, await first.json()), (second.status, await second.json()), third.status)
+        finally:
+            await client.close()
+
+    first, second, third = run(scenario(), timeout=30)
+    assert first == (400, {"error": "the request is not valid UTF-8"})
+    assert second == (400, {"error": "the JSON body is nested too deeply"})
+    assert third == 500
+    assert any("unreadable input reached the handler" in record.getMessage() for record in caplog.records)
