@@ -32,6 +32,7 @@ import tflite
 from onnx import TensorProto, helper, numpy_helper
 
 from gpu.errors import ModelFileError
+from gpu.models.builtin import BuiltinModels
 from gpu.models.tflite_reader import Operator, Tensor, TfliteGraph, densify, read_tflite
 
 OPSET = 17
@@ -99,6 +100,14 @@ def convert_cached(model_path: Path, cache_dir: Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def convert_builtin(cache_dir: Path) -> dict[str, Path]:
+    """The wheel's three face models converted (or found) in ``cache_dir``, by file name:
+    what a node calls at first start, so tracking graphs are ready before the first session."""
+    models = BuiltinModels.locate()
+    paths = (models.face_mesh, models.blazeface_short, models.blazeface_full)
+    return {path.name: convert_cached(path, cache_dir) for path in paths}
 
 
 def _read(path: Path) -> bytes:
