@@ -21,6 +21,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="compute device (default auto); cuda fails when no CUDA device is present")
     engine.add_argument("--seconds", type=float, default=6.0, help="with --sessions: seconds per measured run (default 6)")
     engine.add_argument("--max-sessions", type=int, default=64, metavar="N", help="with --sessions: cap of the capacity ramp (default 64)")
+    engine.add_argument("--compare", choices=["mesh", "mesh3d", "inswapper"], metavar="SWAPPER",
+                        help="also time this swapper on the same clips and print both side by side (e.g. --swapper mesh3d --compare mesh)")
     add_swap_flags(engine)
     add_engine_flags(engine)
     engine.set_defaults(run=_run_engine)
@@ -45,6 +47,31 @@ def register(commands: argparse._SubParsersAction) -> None:
     jobs.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     add_engine_flags(jobs)
     jobs.set_defaults(run=_run_jobs)
+    detect = benches.add_parser("detect", help="face detection recall and cost: old single BlazeFace pass vs the tile sweep "
+                                               "(+HOG, mesh-verified), on composite group photos, tilted and turned faces, live")
+    detect.add_argument("--groups", type=int, default=8, help="composite group photos (1280x886, 6-8 faces each; default 8)")
+    detect.add_argument("--frames", type=int, default=48, help="frames of the live 640x480 clip (default 48)")
+    detect.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    detect.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    detect.set_defaults(run=_run_detect)
+    fuzz = benches.add_parser("fuzz", help="mutation fuzzing of a live node (HTTP API, SDP, uploads, RTMP): "
+                                           "no 5xx, no hang, no traceback, threads and RSS bounded")
+    fuzz.add_argument("--inputs", type=int, default=100_000, help="inputs to send (default 100000)")
+    fuzz.add_argument("--seconds", type=float, default=600.0, help="stop after this long even if short of --inputs (default 600)")
+    fuzz.add_argument("--seed", type=int, default=1, help="random seed: the same seed sends the same cases (default 1)")
+    fuzz.add_argument("--report", metavar="DIR", help="write figures.json, the node log and one file per finding here")
+    fuzz.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
+    fuzz.set_defaults(run=_run_fuzz)
+    quality = benches.add_parser("quality", help="swap quality on the pose set (turned, tilted, small, relit, moving faces): "
+                                                 "identity, recall, dlib, flicker, swappers side by side")
+    quality.add_argument("--report", metavar="DIR", help="write side-by-side pictures (target | swappers | source) and quality.json here")
+    quality.add_argument("--swappers", default="mesh,mesh3d", metavar="A,B",
+                         help="swappers to compare, comma-separated (default mesh,mesh3d; one not available is left out)")
+    quality.add_argument("--quick", action="store_true", help="a few faces of each kind and one short clip: a smoke run")
+    quality.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_swap_flags(quality)
+    quality.set_defaults(run=_run_quality)
 
 
 def _run_engine(args: argparse.Namespace) -> int:
@@ -54,6 +81,7 @@ def _run_engine(args: argparse.Namespace) -> int:
     return run_engine_benchmark(
         config_from_args(args), frames=args.frames, report_dir=args.report, as_json=args.json,
         sessions=args.sessions, device=args.device, seconds=args.seconds, max_sessions=args.max_sessions,
+        compare=args.compare,
     )
 
 
@@ -70,6 +98,21 @@ def _run_jobs(args: argparse.Namespace) -> int:
     return run_jobs_benchmark(config_from_args(args), seconds=args.seconds, as_json=args.json)
 
 
+def _run_quality(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.quality import run_quality_benchmark
+    from swapcast.commands.common import config_from_args
+
+    swappers = tuple(name.strip() for name in args.swappers.split(",") if name.strip())
+    return run_quality_benchmark(config_from_args(args), args.report, swappers=swappers, quick=args.quick,
+                                 as_json=args.json, progress=args.progress)
+
+
+def _run_fuzz(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.fuzz import run_fuzz_benchmark
+
+    return run_fuzz_benchmark(args.inputs, args.seconds, args.seed, args.report, args.json)
+
+
 def _run_rtmp(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.rtmp import run_rtmp_benchmark
 
@@ -81,3 +124,11 @@ def _run_webrtc(args: argparse.Namespace) -> int:
     from swapcast.commands.common import config_from_args
 
     return run_webrtc_benchmark(config_from_args(args), args.sessions, args.seconds, glass=args.glass, as_json=args.json)
+
+
+def _run_detect(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.detection import run_detection_benchmark
+    from swapcast.commands.common import config_from_args
+
+    return run_detection_benchmark(config_from_args(args), groups=args.groups, live_frames=args.frames,
+                                   as_json=args.json, progress=args.progress)
