@@ -50,8 +50,9 @@ class InputSpec:
     value_range: tuple[float, float]
 
 
-# From mediapipe's graphs (face_detection.pbtxt's ImageToTensorCalculator: range [-1, 1];
-# face_landmark_cpu.pbtxt: range [0, 1]), and checked on real faces in the parity tests.
+# What mediapipe's own subgraphs feed each model (FaceDetection*Cpu: [-1, 1]; FaceLandmarkCpu:
+# [0, 1]): tests/test_tflite_onnx.py checks it end to end against those subgraphs on real
+# faces (the other range moves landmarks by up to 1.5 px and detection scores by up to 3e-2).
 MEDIAPIPE_INPUTS: dict[str, InputSpec] = {
     "face_detection_short_range.tflite": InputSpec(128, (-1.0, 1.0)),
     "face_detection_full_range_sparse.tflite": InputSpec(192, (-1.0, 1.0)),
