@@ -280,7 +280,10 @@ def _keys(b: _Builder) -> None:
     b.op("post", "/api/v1/keys", "createKey", "Create a stream key for RTMP or WHIP publishers", "keys",
          {"201": _ok("The key: `key` is shown this once", _ref("NewStreamKey"), headers=_location())},
          ("400", "403", "404", "503"), body=_content(_ref("StreamKeyRequest")), forwarded=True,
-         description="403: `record` (a server path) is for admins only. 404: unknown face_id.")
+         description="400: a push destination the push policy refuses (users' keys: public addresses only, "
+                     "unless the operator allows more in push.allowed_networks / push.allowed_hosts; checked "
+                     "again at every connect). 403: `record` (a server path) is for admins only. 404: unknown "
+                     "face_id, or another user's (the same answer).")
     b.op("delete", "/api/v1/keys/{key_id}", "revokeKey", "Revoke a stream key; its publisher is refused from then on",
          "keys", {"204": _ok("Revoked")}, ("404", "503"), params=[_path_param("key_id")], forwarded=True)
 
@@ -308,7 +311,11 @@ def _jobs(b: _Builder) -> None:
                    "video": {"type": "string", "format": "binary"}, "source": {"type": "string", "format": "binary"}}}]}},
                JSON: {"schema": fields}},
          forwarded=True, description="A `video` file (or a `path` inside the job storage) and a `face_id` "
-                                     "(or a `source` photo). 503 on a node without Redis.")
+                                     "(or a `source` photo). A user's `path` must be under `users/<subject>/` or "
+                                     "in one of their own jobs' folders, and a `face_id` theirs or a sample: "
+                                     "anything else is answered like a missing file or face (400). 413: a "
+                                     "`source` over 10 MB or 4096 px a side; 415: not a readable image. "
+                                     "503 on a node without Redis.")
     b.op("get", "/api/v1/jobs", "listJobs", "Jobs, newest first", "jobs",
          {"200": _ok("Jobs", {"type": "object", "required": ["jobs"],
                               "properties": {"jobs": {"type": "array", "items": _ref("Job")}}})},
@@ -328,11 +335,14 @@ def _jobs(b: _Builder) -> None:
               {"name": "If-Range", "in": "header", "schema": {"type": "string"}}]
     b.op("get", "/api/v1/jobs/{job_id}/output", "jobOutput", "The finished video", "jobs",
          {"200": {"description": "The swapped video", "content": videos,
-                  "headers": {"Accept-Ranges": {"schema": {"type": "string", "enum": ["bytes"]}}, "ETag": text}},
+                  "headers": {"Accept-Ranges": {"schema": {"type": "string", "enum": ["bytes"]}}, "ETag": text,
+                              "Content-Disposition": {"schema": {"type": "string"}, "description":
+                                  "attachment; filename=\"<ASCII>\" (RFC 6266), with filename*=UTF-8''<name> "
+                                  "when the name is not plain ASCII"}}},
           "206": {"description": "The part of the video the Range header asks for", "content": videos,
                   "headers": {"Content-Range": {"required": True,
                                                 "schema": {"type": "string", "pattern": r"^bytes \d+-\d+/\d+$"}}}},
-          "416": {"description": "A Range past the end, or not one bytes= range",
+          "416": {"description": "A Range past the end, an empty one (bytes=-0), or not one bytes= range",
                   "headers": {"Content-Range": {"required": True,
                                                 "schema": {"type": "string", "pattern": r"^bytes \*/\d+$"}}}}},
          ("404", "409", "503"), params=[*jid, *ranges], forwarded=True)
@@ -416,13 +426,15 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
             "name": {"type": "string", "minLength": 1, "maxLength": 80}, "face_id": face_id,
             "options": _ref("SwapOptions"),
             "push": {"type": "array", "items": {"type": "string", "pattern": "^rtmps?://"},
-                     "description": "re-publish the swapped stream to these RTMP URLs"},
+                     "description": "re-publish the swapped stream to these RTMP URLs (users: public hosts "
+                                    "only, unless the push policy allows more)"},
             "record": {"type": "string", "description": "admins only: record to this server path"}}},
         "NewStreamKey": {"allOf": [_ref("StreamKey"), {"type": "object", "required": ["key"], "properties": {
             "key": {"type": "string", "description": "the secret: OBS's stream key, WHIP's bearer token"},
             "rtmp_app": string, "whip_path": string}}]},
         "JobFields": {"type": "object", "additionalProperties": False, "properties": {
-            "face_id": string, "path": {"type": "string", "description": "a video inside the job storage"},
+            "face_id": string, "path": {"type": "string", "description": "a video inside the job storage "
+                                                                    "(users: under users/<subject>/ or their own jobs')"},
             "priority": {"type": "string", "enum": ["high", "normal", "low"]},
             "webhook_url": {"type": "string", "description": "POSTed (HMAC-signed) when the job ends"}}},
         "Job": {"type": "object", "required": ["id", "state", "progress"], "properties": {
