@@ -286,7 +286,7 @@ class HeadModel:
             z_front = np.interp(x, columns, row_depth)
             # below the ears the jaw has the neck behind it, not the back of the skull
             taper = np.clip((y - ear_y) / max(self.chin_y - ear_y, 1.0), 0.0, 1.0)
-            z_back = self.axis_z - _BACK_DEPTH * (1.0 - 0.7 * taper) * half * np.cos(psi)
+            z_back = self.axis_z - _BACK_DEPTH * (1.0 - 0.45 * taper) * half * np.cos(psi)
             rows.append(np.full(count, y, np.int32))
             xs.append(x)
             zs.append(np.where(np.abs(psi) <= math.pi / 2, z_front, z_back))
