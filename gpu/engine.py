@@ -8,13 +8,14 @@ smoothing, options) lives with the caller; this object holds only what is loaded
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from gpu.analysis.blazeface import BlazeFaceDetector, BlazeFaceRange
+from gpu.analysis.blazeface import BlazeFaceRange
+from gpu.analysis.detection import FaceFinder, suppress
 from gpu.analysis.face_mesh import FaceMesh, FaceTracker
 from gpu.analysis.identity import DlibIdentity
 from gpu.batcher import MicroBatcher
@@ -35,7 +36,7 @@ class EngineSettings:
     prefer_fp16: bool = False
     crop_size: int = 256  # mesh swapper's aligned crop (inswapper is fixed at 128)
     max_faces: int = 4  # per frame, when tracking video
-    detector_range: BlazeFaceRange = "full"  # BlazeFace model for still images
+    detector_range: BlazeFaceRange = "full"  # BlazeFace model of the whole-frame pass (tiles always run short range)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when CuPy sees a GPU
     runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"  # auto: TensorRT > Torch on CUDA, else ONNX Runtime
     runner_threads: int = 0  # ONNX Runtime intra-op threads (0 = one per core, up to 4)
@@ -137,7 +138,7 @@ class FaceEngine:
             from gpu.analysis.scrfd import ScrfdDetector
 
             return ScrfdDetector(models.detector)
-        return BlazeFaceDetector(self.settings.detector_range)
+        return FaceFinder(self.settings.detector_range, hog=True)
 
     def _make_swapper(self) -> Swapper:
         choice = self.settings.swapper
@@ -169,11 +170,22 @@ class FaceEngine:
                            threads=settings.runner_threads or None)
 
     def analyse_image(self, image: np.ndarray) -> list[Face]:
-        """Faces in a still RGB image, largest first, each with a mesh where one was found:
-        detector first (finds small faces), then the mesh on a region around each face."""
+        """Faces in a still RGB image, largest first. Built-in: the finder's whole sweep
+        (tiles, HOG), then the mesh on an upright region around each candidate;
+        a candidate without a plausible mesh is not a face, and each face's box is its
+        mesh's. A user SCRFD detector's faces are kept as it boxes them, meshed where
+        the mesh finds them."""
         with self._still_lock:
-            faces = sorted(self._detector.detect(image), key=lambda f: f.area, reverse=True)
-            return [self._mesh.landmarks(image, face) for face in faces]
+            if isinstance(self._detector, FaceFinder):
+                meshed = (self._mesh.landmarks(image, candidate) for candidate in self._detector.find(image))
+                faces = suppress([face for face in meshed if face is not None])
+            else:
+                faces = [self._with_mesh(image, face) for face in self._detector.detect(image)]
+            return sorted(faces, key=lambda f: f.area, reverse=True)
+
+    def _with_mesh(self, image: np.ndarray, face: Face) -> Face:
+        meshed = self._mesh.landmarks(image, face)
+        return face if meshed is None else replace(meshed, box=face.box, score=face.score)
 
     def identity(self, image: np.ndarray, face: Face) -> np.ndarray:
         """dlib identity descriptor: for reference selection and scoring (~60 ms)."""

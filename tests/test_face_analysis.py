@@ -49,10 +49,10 @@ def test_face_mesh_gives_468_points_inside_the_face(grace_image):
     assert np.linalg.norm(face.kps[:2] - detection.kps[:2], axis=1).max() < 0.15 * (x1 - x0)
 
 
-def test_face_mesh_on_a_region_without_a_face_returns_the_face_unchanged(grace_image):
+def test_face_mesh_on_a_region_without_a_face_finds_no_face(grace_image):
     detection = BlazeFaceDetector().detect(grace_image)[0]
     blank = np.full_like(grace_image, 90)
-    assert FaceMesh().landmarks(blank, detection) is detection
+    assert FaceMesh().landmarks(blank, detection) is None
 
 
 def test_tracker_keeps_one_id_for_a_moving_face(grace_image):

@@ -1,0 +1,217 @@
+"""Find every face: BlazeFace over a pyramid of overlapping tiles and (on stills) dlib's
+HOG detector, merged by non-maximum suppression.
+
+One BlazeFace pass sees the frame letterboxed to 128 px (short range) or 192 px (full
+range), so in a 1280 px group photo a 90 px face is ~13 px to the model and is often
+missed (measured: one full-range pass finds 29 of 57 faces of 40-200 px in the composite
+group photos of ``swapcast bench detect``, the sweep all 57). Tiles fix that: each tile is
+a "view" of the frame that BlazeFace sees at its own resolution. Stills can afford the
+whole sweep plus HOG; video spreads it over frames (``SweepSchedule``). Candidates are
+only proposals: a face is what the mesh confirms (see ``face_mesh``).
+
+No rotated passes: BlazeFace finds heads rolled up to 90 degrees (70 px and up) and 60
+(45 px) on its own, and whole-frame rotated passes found nothing the tiles missed; what a
+tilt does break is the mesh, which ``face_mesh`` runs on a region turned upright."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu.analysis.blazeface import BlazeFaceDetector, BlazeFaceRange
+from gpu.types import Face
+
+# Short range finds faces from ~1/8 of its view's side upward: the smallest tile is about
+# this many times the smallest face it must find.
+TILE_PER_FACE = 7.0
+# Tiles overlap by a third of their side: every face up to a third of a tile lies whole in
+# one, and larger ones (over 1/TILE_PER_FACE of the next level's tile) are found there.
+TILE_STRIDE = 2 / 3
+# HOG's window is 80 px: upsampled once it finds 40 px faces, at 4x the cost; only done
+# while the image is at most this many pixels (a 640x480 still), else HOG runs as is.
+HOG_UPSAMPLE_MAX_PIXELS = 640 * 480
+HOG_SCORE = 0.5  # HOG has no calibrated probability: its boxes rank as a middling BlazeFace one
+NMS_IOU = 0.3
+
+
+@dataclass(frozen=True)
+class View:
+    """One detector pass: ``window`` (x0, y0, x1, y1 in frame pixels) run through ``model``."""
+
+    window: tuple[int, int, int, int]
+    model: BlazeFaceRange
+
+
+def roll_of(kps: np.ndarray) -> float:
+    """Head roll in degrees from five keypoints: the eye line's angle (y down), 0 = upright."""
+    dx, dy = kps[1] - kps[0]
+    return float(np.degrees(np.arctan2(dy, dx)))
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> float:
+    x0, y0 = max(a[0], b[0]), max(a[1], b[1])
+    x1, y1 = min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x1 - x0) * max(0.0, y1 - y0)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+def weighted_nms(candidates: Sequence[Face], iou: float = NMS_IOU) -> list[Face]:
+    """One face per cluster of overlapping candidates, best score first: the box is the
+    score-weighted mean of the cluster (views disagree by a few pixels; the mean is
+    steadier than any one), keypoints and score are the best member's. A member without
+    real keypoints (HOG) only ever contributes its box."""
+    order = sorted(candidates, key=lambda face: face.score, reverse=True)
+    merged: list[Face] = []
+    used = [False] * len(order)
+    for i, best in enumerate(order):
+        if used[i]:
+            continue
+        cluster = [best]
+        for j in range(i + 1, len(order)):
+            if not used[j] and box_iou(best.box, order[j].box) > iou:
+                used[j] = True
+                cluster.append(order[j])
+        weights = np.array([face.score for face in cluster], dtype=np.float32)
+        box = (np.stack([face.box for face in cluster]) * weights[:, None]).sum(0) / weights.sum()
+        merged.append(Face(box=box.astype(np.float32), kps=best.kps, score=best.score))
+    return merged
+
+
+def suppress(faces: Sequence[Face], overlap: float = 0.5) -> list[Face]:
+    """Meshed faces, largest first, without those that share more than ``overlap`` of the
+    smaller one's box with a face kept: two candidates whose meshes landed on one face, or
+    a mesh fitted to part of a larger face (a tile that saw only an eye and an ear)."""
+    kept: list[Face] = []
+    for face in sorted(faces, key=lambda f: f.area, reverse=True):
+        if all(box_overlap(face.box, other.box) <= overlap for other in kept):
+            kept.append(face)
+    return kept
+
+
+def box_overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over the smaller box's area."""
+    x0, y0 = max(a[0], b[0]), max(a[1], b[1])
+    x1, y1 = min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x1 - x0) * max(0.0, y1 - y0)
+    smaller = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
+    return float(inter / smaller) if smaller > 0 else 0.0
+
+
+def tile_windows(width: int, height: int, side: int) -> list[tuple[int, int, int, int]]:
+    """Square windows of ``side`` px covering the frame, overlapping by ``1 - TILE_STRIDE``."""
+    side = min(side, width, height)
+    stride = side * TILE_STRIDE
+
+    def starts(extent: int) -> np.ndarray:
+        count = int(np.ceil((extent - side) / stride)) + 1 if extent > side else 1
+        return np.linspace(0, extent - side, count).round().astype(int)
+
+    return [(int(x), int(y), int(x) + side, int(y) + side) for y in starts(height) for x in starts(width)]
+
+
+def sweep_views(width: int, height: int, whole_frame: BlazeFaceRange, min_face: int) -> list[View]:
+    """The full sweep for one frame size, the whole-frame pass first, then tiles halving in
+    side from half the frame down to ~``TILE_PER_FACE`` x ``min_face`` (short range)."""
+    views = [View((0, 0, width, height), whole_frame)]
+    smallest = TILE_PER_FACE * min_face
+    side = max(width, height) / 2
+    while side >= smallest * 0.75 and side >= 64:
+        views.extend(View(window, "short") for window in tile_windows(width, height, round(side)))
+        side /= 2
+    return views
+
+
+class FaceFinder:
+    """Face candidates (box, five keypoints, score) from BlazeFace views and, on stills,
+    dlib's HOG detector. ``whole_frame`` picks the BlazeFace model of the whole-frame pass
+    (the engine's ``detector_range``); tiles always use short range, whose domain is a face
+    filling a good part of its view."""
+
+    def __init__(self, whole_frame: BlazeFaceRange = "full", min_face: int = 40, hog: bool = False,
+                 min_score: float = 0.5) -> None:
+        self.whole_frame = whole_frame
+        self.min_face = min_face
+        self._models = {name: BlazeFaceDetector(name, min_score) for name in ("short", "full")}
+        self._hog = _hog_detector() if hog else None
+
+    def views(self, width: int, height: int) -> list[View]:
+        return sweep_views(width, height, self.whole_frame, self.min_face)
+
+    def find(self, image: np.ndarray) -> list[Face]:
+        """Every candidate of the whole sweep (and HOG when on), merged: for stills."""
+        height, width = image.shape[:2]
+        candidates = self.run(image, self.views(width, height))
+        if self._hog is not None:
+            candidates.extend(self._hog_faces(image))
+        return weighted_nms(candidates)
+
+    def run(self, image: np.ndarray, views: Iterable[View]) -> list[Face]:
+        """Unmerged candidates from ``views``, in frame coordinates."""
+        found = []
+        for view in views:
+            found.extend(self._run_view(image, view))
+        return found
+
+    def _run_view(self, image: np.ndarray, view: View) -> list[Face]:
+        x0, y0, x1, y1 = view.window
+        faces = self._models[view.model].detect(np.ascontiguousarray(image[y0:y1, x0:x1]))
+        offset = np.array([x0, y0], dtype=np.float32)
+        return [Face(box=f.box + np.tile(offset, 2), kps=f.kps + offset, score=f.score) for f in faces]
+
+    def _hog_faces(self, image: np.ndarray) -> list[Face]:
+        height, width = image.shape[:2]
+        upsample = 1 if height * width <= HOG_UPSAMPLE_MAX_PIXELS else 0
+        rects, _, _ = self._hog.run(np.ascontiguousarray(image), upsample, 0.0)
+        faces = []
+        for rect in rects:
+            box = np.array([rect.left(), rect.top(), rect.right(), rect.bottom()], dtype=np.float32)
+            faces.append(Face(box=box, kps=upright_keypoints(box), score=HOG_SCORE))
+        return faces
+
+    def close(self) -> None:
+        for model in self._models.values():
+            model.close()
+
+
+class SweepSchedule:
+    """Spreads the sweep over video frames so no frame pays it all: the whole-frame pass
+    runs every ``every`` frames (as the single pass did before), one other view of the
+    sweep runs halfway between, round-robin; while nothing is tracked, both run on every
+    frame (an empty frame has no swap to pay for). ``sweep=False`` keeps only the
+    whole-frame pass (the single pass of old, for comparison)."""
+
+    def __init__(self, finder: FaceFinder, every: int, sweep: bool = True) -> None:
+        self.finder = finder
+        self.every = max(1, every)
+        self.sweep = sweep
+        self._next = 0
+        self._frames = 0
+
+    def views_for(self, width: int, height: int, tracking: bool) -> list[View]:
+        views = self.finder.views(width, height)
+        phase = self._frames % self.every
+        self._frames += 1
+        chosen = []
+        if phase == 0 or not tracking:
+            chosen.append(views[0])
+        if self.sweep and len(views) > 1 and (phase == self.every // 2 or not tracking):
+            chosen.append(views[1 + self._next % (len(views) - 1)])
+            self._next += 1
+        return chosen
+
+
+def upright_keypoints(box: np.ndarray) -> np.ndarray:
+    """Five keypoints where an upright frontal face in ``box`` has them (ArcFace order)."""
+    x0, y0, x1, y1 = box
+    w, h = x1 - x0, y1 - y0
+    rel = np.array([[0.3, 0.38], [0.7, 0.38], [0.5, 0.58], [0.35, 0.78], [0.65, 0.78]], dtype=np.float32)
+    return (rel * [w, h] + [x0, y0]).astype(np.float32)
+
+
+def _hog_detector():
+    import dlib
+
+    return dlib.get_frontal_face_detector()

@@ -1,0 +1,282 @@
+"""The detection benchmark: how many faces are found, and what finding them costs.
+
+The set is built from the two real faces that ship offline (scikit-image's astronaut,
+matplotlib's Grace Hopper): composite "group photos" (1280x886, 6-8 heads 40-200 px wide,
+rolled up to +-45 degrees, mirrored, dimmed or in coloured light, on a real photo as
+background, JPEG-compressed), rolled single faces (640x480, 0-90 degrees) and, where
+``pose_set`` is there, turned heads (yaw +-30/45/60). Every face's box is known from where
+it was pasted. The old detector (one BlazeFace full-range pass) and the new one (the
+engine's ``analyse_image``: tiles, rotations, HOG, mesh-verified) run on the same images;
+the live tracker is measured on a 640x480 clip, old (whole-frame pass only) and new (the
+sweep spread over frames): one face for the per-frame cost, four small ones for recall.
+Live times are per frame once the tracks have settled (the second half of the clip), and
+the worst of the first 8 frames (when new faces are being looked for on every frame)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+
+from gpu.analysis.blazeface import BlazeFaceDetector
+from gpu.analysis.detection import box_iou
+from gpu.analysis.face_mesh import FaceTracker
+from gpu.engine import FaceEngine
+from streamer.samples import astronaut, grace_hopper
+from swapcast.config import Config
+
+GROUP_SIZE = (1280, 886)
+LIVE_SIZE = (640, 480)
+MATCH_IOU = 0.3  # a found box matches a true face at this overlap or more
+# Each sample face's box (x0, y0, x1, y1): the bounds of its 468-point mesh in the photo.
+FACE_BOXES = {"astronaut": (179.0, 70.0, 272.0, 176.0), "grace_hopper": (170.0, 131.0, 357.0, 334.0)}
+LIGHTS = {"normal": (1.0, 1.0, 1.0), "dim": (0.45, 0.45, 0.45), "warm": (1.15, 0.85, 0.6), "cool": (0.7, 0.8, 1.15)}
+ROLLS = (0, 15, 30, 45, 60, 90)
+YAWS = (-60, -45, -30, 30, 45, 60)
+
+
+@dataclass
+class Scene:
+    """An image with its true face boxes (and each face's description)."""
+
+    name: str
+    image: np.ndarray  # RGB uint8
+    boxes: list[np.ndarray] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+
+
+def sample_faces() -> dict[str, np.ndarray]:
+    return {"astronaut": astronaut(), "grace_hopper": grace_hopper()}
+
+
+def placement(person: str, photo_width: int, width: float, centre: Sequence[float], roll: float = 0.0,
+              mirror: bool = False) -> np.ndarray:
+    """The 2x3 affine from ``person``'s photo (mirrored first if asked) to the canvas that
+    puts the face ``width`` px wide at ``centre``, turned ``roll`` degrees counter-clockwise."""
+    x0, y0, x1, y1 = FACE_BOXES[person]
+    if mirror:
+        x0, x1 = photo_width - x1, photo_width - x0
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+    matrix = cv2.getRotationMatrix2D((cx, cy), roll, width / (x1 - x0))
+    matrix[:, 2] += np.asarray(centre, dtype=np.float64) - (cx, cy)
+    return matrix
+
+
+def paste_face(canvas: np.ndarray, photo: np.ndarray, person: str, width: float, centre: Sequence[float],
+               roll: float = 0.0, mirror: bool = False, light: str = "normal") -> np.ndarray:
+    """Paste ``person``'s head (an ellipse around the face, soft edge) onto ``canvas`` in
+    place (see ``placement``). Returns the face's true box: the bounds of its turned box."""
+    x0, y0, x1, y1 = FACE_BOXES[person]
+    if mirror:
+        photo = photo[:, ::-1]
+        x0, x1 = photo.shape[1] - x1, photo.shape[1] - x0
+    matrix = placement(person, photo.shape[1], width, centre, roll, mirror)
+    face_width = x1 - x0
+    alpha = np.zeros(photo.shape[:2], np.float32)
+    centre_px = (round((x0 + x1) / 2), round((y0 + y1) / 2))
+    cv2.ellipse(alpha, centre_px, (round(face_width * 0.95), round(face_width * 1.15)), 0, 0, 360, 1.0, -1)
+    alpha = cv2.GaussianBlur(alpha, (0, 0), face_width * 0.08)
+    height, width_px = canvas.shape[:2]
+    lit = np.ascontiguousarray(photo, dtype=np.float32) * np.array(LIGHTS[light], dtype=np.float32)
+    warped = cv2.warpAffine(lit, matrix, (width_px, height))
+    weight = cv2.warpAffine(alpha, matrix, (width_px, height))[..., None]
+    canvas[:] = np.clip(canvas * (1 - weight) + warped * weight, 0, 255).astype(np.uint8)
+    corners = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], dtype=np.float64) @ matrix[:, :2].T + matrix[:, 2]
+    return np.concatenate([corners.min(0), corners.max(0)]).astype(np.float32)
+
+
+def _background(seed: int, size: tuple[int, int]) -> np.ndarray:
+    from skimage import data
+
+    photos = (data.rocket, data.coffee, lambda: np.repeat(data.brick()[..., None], 3, axis=2), data.hubble_deep_field)
+    image = cv2.resize(photos[seed % len(photos)](), size).astype(np.float32)
+    noise = np.random.default_rng(seed).normal(0, 6, image.shape)
+    return np.clip(image * 0.8 + noise, 0, 255).astype(np.uint8)
+
+
+def _jpeg(image: np.ndarray, quality: int = 80) -> np.ndarray:
+    _, encoded = cv2.imencode(".jpg", image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
+    return np.ascontiguousarray(cv2.imdecode(encoded, cv2.IMREAD_COLOR)[..., ::-1])
+
+
+def group_photo(seed: int, size: tuple[int, int] = GROUP_SIZE, faces: tuple[int, int] = (6, 8),
+                widths: tuple[float, float] = (40.0, 200.0), photos: dict[str, np.ndarray] | None = None) -> Scene:
+    """A composite group photo: ``faces`` (min, max) heads ``widths`` px wide that do not
+    overlap, each rolled 0/15/30/45 degrees either way, maybe mirrored, in one of the lights."""
+    photos = photos or sample_faces()
+    rng = np.random.default_rng(seed)
+    width, height = size
+    canvas = _background(seed, size)
+    scene = Scene(f"group-{seed}", canvas)
+    placed: list[tuple[np.ndarray, float]] = []
+    for face_width in np.sort(rng.uniform(*widths, rng.integers(faces[0], faces[1] + 1)))[::-1]:
+        for _ in range(200):
+            centre = rng.uniform([face_width * 1.2, face_width * 1.3], [width - face_width * 1.2, height - face_width * 1.3])
+            if all(np.hypot(*(centre - other)) > 1.25 * (face_width + other_width) for other, other_width in placed):
+                break
+        else:
+            continue
+        placed.append((centre, face_width))
+        person = str(rng.choice(list(FACE_BOXES)))
+        roll = float(rng.choice([0, 0, 15, -15, 30, -30, 45, -45]) + rng.uniform(-4, 4))
+        mirror, light = bool(rng.integers(0, 2)), str(rng.choice(list(LIGHTS)))
+        scene.boxes.append(paste_face(canvas, photos[person], person, face_width, centre, roll, mirror, light))
+        scene.labels.append(f"{person} {face_width:.0f}px roll {roll:+.0f} {light}{' mirrored' if mirror else ''}")
+    scene.image = _jpeg(canvas)
+    return scene
+
+
+def rolled_face(person: str, roll: float, width: float = 120.0, size: tuple[int, int] = LIVE_SIZE,
+                photos: dict[str, np.ndarray] | None = None) -> Scene:
+    """One face turned ``roll`` degrees, centred in a frame over a real-photo background."""
+    photos = photos or sample_faces()
+    canvas = _background(0, size)
+    box = paste_face(canvas, photos[person], person, width, (size[0] / 2, size[1] / 2), roll)
+    return Scene(f"{person}/roll{roll:+.0f}", canvas, [box], [f"{person} roll {roll:+.0f}"])
+
+
+def yawed_faces() -> list[Scene]:
+    """Turned heads rendered by ``pose_set`` (when that module is there), with true boxes."""
+    try:
+        from swapcast.benchmarks.pose_set import person_image, render_pose_with_mesh
+    except ImportError:
+        return []
+    scenes = []
+    for person in FACE_BOXES:
+        for yaw in YAWS:
+            image, mesh = render_pose_with_mesh(person_image(person), yaw)
+            box = np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)
+            scenes.append(Scene(f"{person}/yaw{yaw:+d}", np.ascontiguousarray(image), [box], [f"{person} yaw {yaw:+d}"]))
+    return scenes
+
+
+def matched(truth: Sequence[np.ndarray], found: Sequence[np.ndarray]) -> tuple[list[bool], int]:
+    """Which true faces a found box matches (each found box used once), and how many found
+    boxes match none (false detections)."""
+    free = list(found)
+    hits = []
+    for box in truth:
+        overlaps = [box_iou(box, other) for other in free]
+        best = int(np.argmax(overlaps)) if overlaps else -1
+        hit = best >= 0 and overlaps[best] >= MATCH_IOU
+        if hit:
+            free.pop(best)
+        hits.append(hit)
+    return hits, len(free)
+
+
+@dataclass
+class Tally:
+    """Recall, false detections and time of one detector over a set of scenes."""
+
+    faces: int = 0
+    found: int = 0
+    false: int = 0
+    ms: list[float] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
+
+    def add(self, scene: Scene, boxes: Sequence[np.ndarray], ms: float) -> None:
+        hits, false = matched(scene.boxes, boxes)
+        self.faces += len(hits)
+        self.found += sum(hits)
+        self.false += false
+        self.ms.append(ms)
+        self.missed.extend(f"{scene.name}: {label}" for label, hit in zip(scene.labels, hits) if not hit)
+
+    def row(self) -> dict[str, float]:
+        return {"found": self.found, "faces": self.faces, "recall": self.found / max(self.faces, 1),
+                "false": self.false, "ms_median": float(np.median(self.ms)) if self.ms else 0.0,
+                "ms_max": float(max(self.ms, default=0.0))}
+
+
+def _timed(detect: Callable[[np.ndarray], list[np.ndarray]], image: np.ndarray) -> tuple[list[np.ndarray], float]:
+    started = time.perf_counter()
+    boxes = detect(image)
+    return boxes, (time.perf_counter() - started) * 1000
+
+
+def live_clip(frames: int, scene: Scene, seed: int = 100) -> list[np.ndarray]:
+    """A 'webcam' clip of a still scene: sensor noise per frame, so the scene's boxes hold
+    for every frame."""
+    rng = np.random.default_rng(seed)
+    return [np.clip(scene.image + rng.normal(0, 2, scene.image.shape), 0, 255).astype(np.uint8) for _ in range(frames)]
+
+
+def _live(tracker: FaceTracker, clip: list[np.ndarray], scene: Scene) -> dict[str, float]:
+    times, recall_at = [], None
+    for index, frame in enumerate(clip):
+        started = time.perf_counter()
+        faces = tracker.process(frame, index / 30)
+        times.append((time.perf_counter() - started) * 1000)
+        hits, _ = matched(scene.boxes, [f.box for f in faces])
+        if recall_at is None and all(hits):
+            recall_at = index
+    hits, false = matched(scene.boxes, [f.box for f in faces])
+    tracker.close()
+    steady = times[len(times) // 2:]  # tracks settled: what a frame costs while swapping
+    return {"found": sum(hits), "faces": len(hits), "false": false, "all_found_at_frame": recall_at,
+            "ms_median": float(np.median(steady)), "ms_max": float(max(steady)), "ms_first_frames_max": float(max(times[:8]))}
+
+
+def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 48, as_json: bool = False,
+                            progress: bool = True) -> int:
+    from swapcast.progress import ProgressBar
+
+    engine = FaceEngine(config.engine.settings())
+    old = BlazeFaceDetector(config.engine.detector_range)
+    photos = sample_faces()
+    sets = {
+        "group photos": [group_photo(seed, photos=photos) for seed in range(groups)],
+        "rolled faces": [rolled_face(p, sign * roll, photos=photos) for p in FACE_BOXES for roll in ROLLS for sign in (1, -1) if roll or sign > 0],
+        "turned heads (yaw)": yawed_faces(),
+    }
+    report: dict[str, dict[str, dict]] = {}
+    total = sum(len(scenes) for scenes in sets.values())
+    with ProgressBar("detect", enabled=progress) as bar:
+        done = 0
+        for set_name, scenes in sets.items():
+            if not scenes:
+                continue
+            tallies = {"old": Tally(), "new": Tally()}
+            for scene in scenes:
+                tallies["old"].add(scene, *_timed(lambda img: [f.box for f in old.detect(img)], scene.image))
+                tallies["new"].add(scene, *_timed(lambda img: [f.box for f in engine.analyse_image(img)], scene.image))
+                done += 1
+                bar.update(done, total)
+            report[set_name] = {name: {**t.row(), "missed": t.missed} for name, t in tallies.items()}
+    live_scenes = {
+        # what a frame costs: one webcam face, as in ``bench engine``
+        "live 640x480, 1 face": rolled_face("grace_hopper", 0.0, width=200.0, photos=photos),
+        # recall: four heads 40-110 px wide, rolled and lit as in the group photos
+        "live 640x480, 4 faces": group_photo(100, LIVE_SIZE, faces=(4, 4), widths=(40.0, 110.0), photos=photos),
+    }
+    for set_name, scene in live_scenes.items():
+        clip = live_clip(live_frames, scene)
+        report[set_name] = {
+            name: _live(FaceTracker(max_faces=4, detector_range=config.engine.detector_range, sweep=sweep), clip, scene)
+            for name, sweep in (("old", False), ("new", True))
+        }
+    _print(report)
+    if as_json:
+        print(json.dumps(report, indent=2, default=float))
+    return 0
+
+
+def _print(report: dict[str, dict[str, dict]]) -> None:
+    print(f"{'set':28} {'detector':8} {'found':>9} {'recall':>7} {'false':>6} {'ms median':>10} {'ms max':>8}")
+    for set_name, rows in report.items():
+        for name, row in rows.items():
+            recall = row["found"] / max(row["faces"], 1)
+            print(f"{set_name:28} {name:8} {row['found']:>4}/{row['faces']:<4} {recall:>7.0%} {row['false']:>6} "
+                  f"{row['ms_median']:>10.1f} {row['ms_max']:>8.1f}")
+        if "all_found_at_frame" in rows.get("new", {}):
+            print(f"{'':28} all faces tracked from frame: old {rows['old']['all_found_at_frame']}, "
+                  f"new {rows['new']['all_found_at_frame']}; worst of the first 8 frames: "
+                  f"old {rows['old']['ms_first_frames_max']:.1f} ms, new {rows['new']['ms_first_frames_max']:.1f} ms")
+    for set_name, rows in report.items():
+        for label in rows["new"].get("missed", []):
+            print(f"missed by new ({set_name}): {label}")

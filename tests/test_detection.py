@@ -1,0 +1,136 @@
+"""Finding every face: the tile sweep, NMS, mesh-verified candidates, tilted heads, and the
+sweep spread over video frames."""
+
+import numpy as np
+import pytest
+
+from gpu.analysis.detection import (
+    FaceFinder,
+    SweepSchedule,
+    View,
+    box_iou,
+    roll_of,
+    suppress,
+    sweep_views,
+    tile_windows,
+    weighted_nms,
+)
+from gpu.analysis.face_mesh import FaceTracker, mesh_roll
+from gpu.types import Face
+from swapcast.benchmarks.detection import FACE_BOXES, group_photo, matched, placement, rolled_face
+
+EYE_CORNERS = [33, 133, 362, 263]
+
+
+def _face(box, score, kps=None):
+    box = np.array(box, dtype=np.float32)
+    kps = np.zeros((5, 2), np.float32) if kps is None else np.asarray(kps, np.float32)
+    return Face(box=box, kps=kps, score=score)
+
+
+def test_weighted_nms_merges_one_face_seen_by_several_views():
+    best_kps = np.full((5, 2), 7.0)
+    merged = weighted_nms([
+        _face([0, 0, 100, 100], 0.9, best_kps),
+        _face([10, 10, 110, 110], 0.3),
+        _face([300, 300, 350, 350], 0.6),
+    ])
+    assert len(merged) == 2
+    first, second = merged
+    np.testing.assert_allclose(first.box, [2.5, 2.5, 102.5, 102.5])  # score-weighted mean
+    np.testing.assert_array_equal(first.kps, best_kps)
+    assert first.score == pytest.approx(0.9)
+    np.testing.assert_allclose(second.box, [300, 300, 350, 350])
+
+
+def test_weighted_nms_keeps_neighbours_apart():
+    merged = weighted_nms([_face([0, 0, 100, 100], 0.8), _face([80, 0, 180, 100], 0.7)])  # IoU 0.11
+    assert len(merged) == 2
+
+
+def test_suppress_drops_a_mesh_on_part_of_a_larger_face_and_duplicates():
+    large = _face([0, 0, 200, 200], 0.5)
+    part = _face([120, 20, 190, 90], 0.9)  # wholly inside, higher score: still dropped
+    twin = _face([5, 5, 205, 205], 0.7)
+    apart = _face([300, 0, 360, 60], 0.6)
+    assert suppress([part, large, twin, apart]) == [large, apart]
+
+
+def test_tiles_cover_the_frame_and_hold_every_small_face_whole():
+    width, height, side = 1280, 886, 320
+    windows = tile_windows(width, height, side)
+    assert all(x1 - x0 == side and y1 - y0 == side for x0, y0, x1, y1 in windows)
+    assert all(0 <= x0 and x1 <= width and 0 <= y0 and y1 <= height for x0, y0, x1, y1 in windows)
+    face = side // 3
+    for x in range(0, width - face, 37):
+        for y in range(0, height - face, 37):
+            assert any(x0 <= x and x + face <= x1 and y0 <= y and y + face <= y1 for x0, y0, x1, y1 in windows)
+
+
+def test_sweep_runs_the_whole_frame_first_then_finer_tiles_down_to_the_smallest_face():
+    views = sweep_views(1280, 886, "full", min_face=40)
+    assert views[0] == View((0, 0, 1280, 886), "full")
+    sides = sorted({v.window[2] - v.window[0] for v in views[1:]}, reverse=True)
+    assert sides == [640, 320]  # a 40 px face is 1/8 of a 320 px tile
+    assert all(v.model == "short" for v in views[1:])
+    assert sweep_views(1280, 886, "short", min_face=100)[1:] == [v for v in views if v.window[2] - v.window[0] == 640]
+
+
+def test_schedule_spreads_the_sweep_over_frames():
+    finder = FaceFinder()
+    schedule = SweepSchedule(finder, every=8)
+    views = finder.views(640, 480)
+    tracking = [schedule.views_for(640, 480, tracking=True) for _ in range(8 * (len(views) - 1))]
+    assert max(len(v) for v in tracking) == 1  # no frame pays more than one pass while swapping
+    assert sum(v == [views[0]] for v in tracking) == len(views) - 1  # the whole frame every 8 frames
+    assert {v[0] for v in tracking if v} == set(views)  # and every tile in turn
+    assert len(schedule.views_for(640, 480, tracking=False)) == 2  # nothing tracked: look harder
+    assert all(len(SweepSchedule(finder, 8, sweep=False).views_for(640, 480, tracking=False)) == 1 for _ in range(3))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 5])
+def test_every_face_of_a_group_photo_is_found(engine, seed):
+    scene = group_photo(seed)
+    faces = engine.analyse_image(scene.image)
+    hits, false = matched(scene.boxes, [face.box for face in faces])
+    assert all(hits), [label for label, hit in zip(scene.labels, hits) if not hit]
+    assert false == 0
+    assert all(face.mesh is not None and face.depth is not None for face in faces)
+
+
+@pytest.mark.parametrize("person", list(FACE_BOXES))
+@pytest.mark.parametrize("roll", [45, -45, 60])
+def test_a_tilted_face_gets_a_correct_mesh(engine, person, roll, astronaut_image, grace_image):
+    photo = {"astronaut": astronaut_image, "grace_hopper": grace_image}[person]
+    upright = engine.analyse_image(photo)[0].mesh
+    scene = rolled_face(person, roll)
+    matrix = placement(person, photo.shape[1], 120, (320, 240), roll)
+    truth = upright @ matrix[:, :2].T + matrix[:, 2]
+    faces = engine.analyse_image(scene.image)
+    assert len(faces) == 1
+    error = np.linalg.norm(faces[0].mesh[EYE_CORNERS] - truth[EYE_CORNERS], axis=1)
+    assert error.max() < 3.0  # px, on a 120 px face
+    assert abs(mesh_roll(np.column_stack([faces[0].mesh, faces[0].depth])) + roll) < 5  # image y points down
+    assert abs(roll_of(faces[0].kps) + roll) < 5
+
+
+def test_the_tracker_follows_a_tilted_face_with_a_correct_mesh(engine, grace_image):
+    person, roll = "grace_hopper", 45
+    upright = engine.analyse_image(grace_image)[0].mesh
+    matrix = placement(person, grace_image.shape[1], 120, (320, 240), roll)
+    truth = upright @ matrix[:, :2].T + matrix[:, 2]
+    scene = rolled_face(person, roll)
+    tracker = FaceTracker(smoothing=False)
+    faces = [tracker.process(scene.image, i / 30) for i in range(4)][-1]
+    assert len(faces) == 1
+    assert box_iou(faces[0].box, scene.boxes[0]) > 0.4
+    assert faces[0].depth.shape == (468,)
+    assert np.linalg.norm(faces[0].mesh[EYE_CORNERS] - truth[EYE_CORNERS], axis=1).max() < 3.0
+
+
+def test_no_faces_in_blank_or_noise(engine):
+    rng = np.random.default_rng(0)
+    assert engine.analyse_image(np.full((480, 640, 3), 128, np.uint8)) == []
+    assert engine.analyse_image(rng.integers(0, 256, (886, 1280, 3), dtype=np.uint8)) == []
+    tracker = FaceTracker()
+    assert [tracker.process(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8), i / 30) for i in range(3)] == [[], [], []]
