@@ -54,13 +54,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     detect.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     detect.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     detect.set_defaults(run=_run_detect)
-    detect = benches.add_parser("detect", help="face detection recall and cost: old single BlazeFace pass vs the tile sweep "
-                                               "(+HOG, mesh-verified), on composite group photos, tilted and turned faces, live")
-    detect.add_argument("--groups", type=int, default=8, help="composite group photos (1280x886, 6-8 faces each; default 8)")
-    detect.add_argument("--frames", type=int, default=48, help="frames of the live 640x480 clip (default 48)")
-    detect.add_argument("--json", action="store_true", help="print the report as JSON at the end")
-    detect.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    detect.set_defaults(run=_run_detect)
     fuzz = benches.add_parser("fuzz", help="mutation fuzzing of a live node (HTTP API, SDP, uploads, RTMP): "
                                            "no 5xx, no hang, no traceback, threads and RSS bounded")
     fuzz.add_argument("--inputs", type=int, default=100_000, help="inputs to send (default 100000)")
@@ -131,14 +124,6 @@ def _run_webrtc(args: argparse.Namespace) -> int:
     from swapcast.commands.common import config_from_args
 
     return run_webrtc_benchmark(config_from_args(args), args.sessions, args.seconds, glass=args.glass, as_json=args.json)
-
-
-def _run_detect(args: argparse.Namespace) -> int:
-    from swapcast.benchmarks.detection import run_detection_benchmark
-    from swapcast.commands.common import config_from_args
-
-    return run_detection_benchmark(config_from_args(args), groups=args.groups, live_frames=args.frames,
-                                   as_json=args.json, progress=args.progress)
 
 
 def _run_detect(args: argparse.Namespace) -> int:
