@@ -284,8 +284,9 @@ class RtmpPublishClient:
 
     async def _listen(self) -> None:
         try:
-            while await self._session.read_message(None) is not None:
-                pass
+            while (message := await self._session.read_message(None)) is not None:
+                if message.type_id in (msg.MessageType.AMF0_COMMAND, msg.MessageType.AMF3_COMMAND):
+                    self._session.check_status(self._session.parse_reply(message))  # the server cut us: why
             self._failure = RtmpClientError(f"{self.url.tc_url}: server closed the connection")
         except RtmpClientError as exc:
             self._failure = exc

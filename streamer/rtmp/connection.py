@@ -34,7 +34,7 @@ KIND_OF_TYPE: dict[int, Literal["video", "audio", "data"]] = {
 TYPE_OF_KIND = {"video": msg.MessageType.VIDEO, "audio": msg.MessageType.AUDIO, "data": msg.MessageType.AMF0_DATA}
 _END_PUBLISH = {"FCUnpublish", "deleteStream", "closeStream"}
 UNPUBLISH_GRACE_S = 2.0  # after a client unpublishes, the time it has to close the connection itself
-NOTICE_TIMEOUT_S = 1.0  # the most a closing connection waits for its last onStatus to go out
+NOTICE_GRACE_S = 2.0  # the time a client has to read why it is cut and close by itself
 
 
 class TimestampUnwrapper:
@@ -219,6 +219,7 @@ class RtmpConnection:
         self._player: ServerPlayer | None = None
         self._serve_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing_soon = False
 
     async def run(self) -> None:
         self._serve_task = asyncio.create_task(self._serve())
@@ -251,14 +252,13 @@ class RtmpConnection:
             self._serve_task.cancel()
 
     async def close(self, reason: str, notice: msg.RtmpMessage | None = None) -> None:
-        """Close, after sending ``notice`` (an onStatus saying why) when the peer still listens."""
+        """Close; with ``notice`` (an onStatus saying why), send it and leave the peer
+        ``NOTICE_GRACE_S`` to read it and close first: closing at once would reset the
+        connection under a client still sending, and it would never see the reason."""
         if notice is not None and not self.closed.is_set():
             self._send(notice)
-            try:
-                async with asyncio.timeout(NOTICE_TIMEOUT_S):
-                    await self._writer.drain()
-            except (OSError, RuntimeError, TimeoutError):
-                pass  # a peer that does not read it is cut all the same
+            self._close_soon(NOTICE_GRACE_S, reason)
+            return
         self.close_now(reason)
         try:
             await self._writer.wait_closed()
@@ -433,12 +433,19 @@ class RtmpConnection:
             log.error("rtmp %s: handler failed", self.remote, exc_info=exc)
         if self._player is not None:
             self._player.finish()  # the writer sends the rest, then ends the play
+        elif self._closing_soon:
+            pass  # the client is reading why it was cut
         elif self._publisher is not None and self._publisher.ended_reason == "unpublished":
             # clients (GStreamer's rtmp2sink among them) close after deleteStream themselves and
             # take a close from our side first as an error: give them the time to
-            asyncio.get_running_loop().call_later(UNPUBLISH_GRACE_S, self.close_now, "unpublished; the client did not close")
+            self._close_soon(UNPUBLISH_GRACE_S, "unpublished; the client did not close")
         else:
             self.close_now("handler finished")
+
+    def _close_soon(self, delay: float, reason: str) -> None:
+        """Let the client close first; close from our side after ``delay`` if it does not."""
+        self._closing_soon = True
+        asyncio.get_running_loop().call_later(delay, self.close_now, reason)
 
     # -- writing -------------------------------------------------------------------------
 

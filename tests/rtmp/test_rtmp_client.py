@@ -137,7 +137,7 @@ def test_send_after_the_server_cut_us_raises():
             await handler.publishers[0].close("kicked")
             await asyncio.sleep(0.2)
             try:
-                with pytest.raises(RtmpClientError):
+                with pytest.raises(RtmpClientError, match="NetStream.Publish.Failed: kicked"):  # told why
                     for message in _media(200):
                         await client.send(message)
             finally:
