@@ -277,9 +277,8 @@ class _Emitter:
         alpha = self.constant(op, op.inputs[1]).astype(np.float32)
         x = self.names[op.inputs[0]]
         channels = shape[-1]
-        if len(shape) != 4 or alpha.size not in (1, channels):  # not a per-channel slope on an image
-            self.node("PRelu", [x, self.value(op.inputs[1], len(shape))], self.output_name(op.outputs[0]))
-            return
+        if len(shape) != 4 or alpha.size not in (1, channels):
+            raise UnsupportedTfliteOp(self.graph.path, op.kind, f" with slope {alpha.shape} on {shape} (only per-channel)")
         alpha = np.broadcast_to(alpha.reshape(-1), (channels,))
         negate = self.initializer(np.full((channels, 1, 1, 1), -1.0, np.float32), "negate")
         scale = self.initializer((1.0 - alpha).reshape(channels, 1, 1, 1), "one_minus_alpha")
