@@ -10,6 +10,8 @@ FaceDetection*Cpu), which feed the models however mediapipe does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -260,11 +262,18 @@ def test_densify_decodes_blocks() -> None:
     np.testing.assert_array_equal(dense, [[0, 0, 1, 2], [0, 0, 3, 4], [5, 6, 0, 0], [7, 8, 0, 0]])
 
 
-def _tflite_model(op: int) -> bytes:
-    """A one-op TFLite model ([1, 4, 4, 3] float32 in and out) built with the schema package."""
-    builder = flatbuffers.Builder(1024)
-    tflite.BufferStart(builder)
-    empty = tflite.BufferEnd(builder)
+@dataclass
+class _Op:
+    code: int
+    inputs: list[int]
+    outputs: list[int]
+    options: tuple[int, Callable[[flatbuffers.Builder], int]] | None = None  # (union type, table writer)
+
+
+def _tflite_model(tensors: list[tuple[str, tuple[int, ...], np.ndarray | None]], ops: list[_Op], inputs: list[int], outputs: list[int]) -> bytes:
+    """A small TFLite model written with the schema package: ``tensors`` are (name, shape,
+    constant contents or None), ``ops`` reference them by index."""
+    builder = flatbuffers.Builder(4096)
 
     def vector(start, values: list[int], prepend) -> int:
         start(builder, len(values))
@@ -272,52 +281,118 @@ def _tflite_model(op: int) -> bytes:
             prepend(value)
         return builder.EndVector()
 
-    tensors = []
-    for name in ("x", "y"):
+    buffers = []
+    for _, _, data in [("", (), None), *tensors]:
+        contents = None if data is None else builder.CreateNumpyVector(np.frombuffer(data.tobytes(), np.uint8))
+        tflite.BufferStart(builder)
+        if contents is not None:
+            tflite.BufferAddData(builder, contents)
+        buffers.append(tflite.BufferEnd(builder))
+    tensor_tables = []
+    for index, (name, shape, data) in enumerate(tensors):
         label = builder.CreateString(name)
-        shape = vector(tflite.TensorStartShapeVector, [1, 4, 4, 3], builder.PrependInt32)
+        dims = vector(tflite.TensorStartShapeVector, list(shape), builder.PrependInt32)
         tflite.TensorStart(builder)
-        tflite.TensorAddShape(builder, shape)
-        tflite.TensorAddType(builder, tflite.TensorType.FLOAT32)
-        tflite.TensorAddBuffer(builder, 0)
+        tflite.TensorAddShape(builder, dims)
+        kind = tflite.TensorType.FLOAT32 if data is None or data.dtype == np.float32 else tflite.TensorType.INT32
+        tflite.TensorAddType(builder, kind)
+        tflite.TensorAddBuffer(builder, 0 if data is None else index + 1)
         tflite.TensorAddName(builder, label)
-        tensors.append(tflite.TensorEnd(builder))
-    tflite.OperatorCodeStart(builder)
-    tflite.OperatorCodeAddBuiltinCode(builder, op)
-    tflite.OperatorCodeAddDeprecatedBuiltinCode(builder, min(op, 127))
-    code = tflite.OperatorCodeEnd(builder)
-    inputs = vector(tflite.OperatorStartInputsVector, [0], builder.PrependInt32)
-    outputs = vector(tflite.OperatorStartOutputsVector, [1], builder.PrependInt32)
-    tflite.OperatorStart(builder)
-    tflite.OperatorAddOpcodeIndex(builder, 0)
-    tflite.OperatorAddInputs(builder, inputs)
-    tflite.OperatorAddOutputs(builder, outputs)
-    operator = tflite.OperatorEnd(builder)
-    tensor_vector = vector(tflite.SubGraphStartTensorsVector, tensors, builder.PrependUOffsetTRelative)
-    operator_vector = vector(tflite.SubGraphStartOperatorsVector, [operator], builder.PrependUOffsetTRelative)
-    graph_inputs = vector(tflite.SubGraphStartInputsVector, [0], builder.PrependInt32)
-    graph_outputs = vector(tflite.SubGraphStartOutputsVector, [1], builder.PrependInt32)
+        tensor_tables.append(tflite.TensorEnd(builder))
+    codes, operators = [], []
+    for op in ops:
+        tflite.OperatorCodeStart(builder)
+        tflite.OperatorCodeAddBuiltinCode(builder, op.code)
+        tflite.OperatorCodeAddDeprecatedBuiltinCode(builder, min(op.code, 127))
+        codes.append(tflite.OperatorCodeEnd(builder))
+        options = op.options[1](builder) if op.options else None
+        op_inputs = vector(tflite.OperatorStartInputsVector, op.inputs, builder.PrependInt32)
+        op_outputs = vector(tflite.OperatorStartOutputsVector, op.outputs, builder.PrependInt32)
+        tflite.OperatorStart(builder)
+        tflite.OperatorAddOpcodeIndex(builder, len(operators))
+        tflite.OperatorAddInputs(builder, op_inputs)
+        tflite.OperatorAddOutputs(builder, op_outputs)
+        if op.options:
+            tflite.OperatorAddBuiltinOptionsType(builder, op.options[0])
+            tflite.OperatorAddBuiltinOptions(builder, options)
+        operators.append(tflite.OperatorEnd(builder))
+    tensor_vector = vector(tflite.SubGraphStartTensorsVector, tensor_tables, builder.PrependUOffsetTRelative)
+    operator_vector = vector(tflite.SubGraphStartOperatorsVector, operators, builder.PrependUOffsetTRelative)
+    graph_inputs = vector(tflite.SubGraphStartInputsVector, inputs, builder.PrependInt32)
+    graph_outputs = vector(tflite.SubGraphStartOutputsVector, outputs, builder.PrependInt32)
     tflite.SubGraphStart(builder)
     tflite.SubGraphAddTensors(builder, tensor_vector)
     tflite.SubGraphAddOperators(builder, operator_vector)
     tflite.SubGraphAddInputs(builder, graph_inputs)
     tflite.SubGraphAddOutputs(builder, graph_outputs)
     subgraph = tflite.SubGraphEnd(builder)
-    codes = vector(tflite.ModelStartOperatorCodesVector, [code], builder.PrependUOffsetTRelative)
+    code_vector = vector(tflite.ModelStartOperatorCodesVector, codes, builder.PrependUOffsetTRelative)
     subgraphs = vector(tflite.ModelStartSubgraphsVector, [subgraph], builder.PrependUOffsetTRelative)
-    buffers = vector(tflite.ModelStartBuffersVector, [empty], builder.PrependUOffsetTRelative)
+    buffer_vector = vector(tflite.ModelStartBuffersVector, buffers, builder.PrependUOffsetTRelative)
     tflite.ModelStart(builder)
     tflite.ModelAddVersion(builder, 3)
-    tflite.ModelAddOperatorCodes(builder, codes)
+    tflite.ModelAddOperatorCodes(builder, code_vector)
     tflite.ModelAddSubgraphs(builder, subgraphs)
-    tflite.ModelAddBuffers(builder, buffers)
+    tflite.ModelAddBuffers(builder, buffer_vector)
     builder.Finish(tflite.ModelEnd(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
 
 
+def _one_op_model(code: int) -> bytes:
+    return _tflite_model([("x", (1, 4, 4, 3), None), ("y", (1, 4, 4, 3), None)], [_Op(code, [0], [1])], [0], [1])
+
+
+def _activation_options(start, add_activation, end, activation: int, *more) -> Callable[[flatbuffers.Builder], int]:
+    def write(builder: flatbuffers.Builder) -> int:
+        start(builder)
+        add_activation(builder, activation)
+        for add, value in more:
+            add(builder, value)
+        return end(builder)
+
+    return write
+
+
+def test_fused_activations_layouts_and_valid_padding_match_tflite_semantics(tmp_path: Path) -> None:
+    # ADD (+RELU_N1_TO_1) -> CONCATENATION on the channel axis (+TANH) -> VALID CONV_2D
+    # (+RELU6) -> RESHAPE 4-D to 4-D: each result is defined on NHWC, computed here in numpy.
+    rng = np.random.default_rng(1)
+    offset = rng.normal(size=3).astype(np.float32)
+    weight = rng.normal(size=(4, 3, 3, 6)).astype(np.float32)  # OHWI
+    bias = rng.normal(size=4).astype(np.float32)
+    tensors = [
+        ("x", (1, 4, 4, 3), None), ("offset", (3,), offset), ("added", (1, 4, 4, 3), None),
+        ("joined", (1, 4, 4, 6), None), ("weight", (4, 3, 3, 6), weight), ("bias", (4,), bias),
+        ("conv", (1, 2, 2, 4), None), ("shape", (4,), np.array([1, 1, 4, 4], np.int32)), ("y", (1, 1, 4, 4), None),
+    ]
+    kinds, options = tflite.ActivationFunctionType, tflite.BuiltinOptions
+    ops = [
+        _Op(tflite.BuiltinOperator.ADD, [0, 1], [2], (options.AddOptions, _activation_options(
+            tflite.AddOptionsStart, tflite.AddOptionsAddFusedActivationFunction, tflite.AddOptionsEnd, kinds.RELU_N1_TO_1))),
+        _Op(tflite.BuiltinOperator.CONCATENATION, [2, 0], [3], (options.ConcatenationOptions, _activation_options(
+            tflite.ConcatenationOptionsStart, tflite.ConcatenationOptionsAddFusedActivationFunction,
+            tflite.ConcatenationOptionsEnd, kinds.TANH, (tflite.ConcatenationOptionsAddAxis, -1)))),
+        _Op(tflite.BuiltinOperator.CONV_2D, [3, 4, 5], [6], (options.Conv2DOptions, _activation_options(
+            tflite.Conv2DOptionsStart, tflite.Conv2DOptionsAddFusedActivationFunction, tflite.Conv2DOptionsEnd, kinds.RELU6,
+            (tflite.Conv2DOptionsAddPadding, tflite.Padding.VALID), (tflite.Conv2DOptionsAddStrideW, 1),
+            (tflite.Conv2DOptionsAddStrideH, 1)))),
+        _Op(tflite.BuiltinOperator.RESHAPE, [6, 7], [8]),
+    ]
+    path = tmp_path / "layers.tflite"
+    path.write_bytes(_tflite_model(tensors, ops, [0], [8]))
+    session = ort.InferenceSession(convert_tflite(path).SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.normal(scale=2.0, size=(2, 4, 4, 3)).astype(np.float32)  # NHWC, a batch of two
+    (y,) = session.run(None, {tflite_onnx.INPUT_NAME: x.transpose(0, 3, 1, 2)})
+
+    joined = np.tanh(np.concatenate([np.clip(x + offset, -1, 1), x], axis=-1))
+    windows = np.lib.stride_tricks.sliding_window_view(joined, (3, 3), axis=(1, 2))  # [N, 2, 2, 6, 3, 3]
+    conv = np.clip(np.einsum("nhwcij,oijc->nhwo", windows, weight) + bias, 0, 6)
+    np.testing.assert_allclose(y, conv.reshape(2, 1, 4, 4), atol=1e-5)
+
+
 def test_a_supported_one_op_model_converts_and_runs(tmp_path: Path) -> None:
     path = tmp_path / "relu.tflite"
-    path.write_bytes(_tflite_model(tflite.BuiltinOperator.RELU))
+    path.write_bytes(_one_op_model(tflite.BuiltinOperator.RELU))
     session = ort.InferenceSession(convert_tflite(path).SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.linspace(-1, 1, 48, dtype=np.float32).reshape(1, 3, 4, 4)
     (y,) = session.run(None, {tflite_onnx.INPUT_NAME: x})
@@ -326,7 +401,7 @@ def test_a_supported_one_op_model_converts_and_runs(tmp_path: Path) -> None:
 
 def test_an_unsupported_op_is_named_with_the_model_file(tmp_path: Path) -> None:
     path = tmp_path / "logistic.tflite"
-    path.write_bytes(_tflite_model(tflite.BuiltinOperator.LOGISTIC))
+    path.write_bytes(_one_op_model(tflite.BuiltinOperator.LOGISTIC))
     with pytest.raises(UnsupportedTfliteOp) as error:
         convert_tflite(path)
     assert error.value.op == "LOGISTIC"

@@ -353,10 +353,7 @@ class _Emitter:
         if source in self.constants and self.constants[source].dtype == np.float16:
             self.constants[op.outputs[0]] = self.constants[source].astype(np.float32)
             return
-        if source in self.names and self.tensor(source).dtype == np.float16:
-            self.node("Cast", [self.names[source]], self.output_name(op.outputs[0]), to=TensorProto.FLOAT)
-            return
-        raise UnsupportedTfliteOp(self.graph.path, op.kind, f" of {self.tensor(source).dtype} (only float16 weights)")
+        raise UnsupportedTfliteOp(self.graph.path, op.kind, f" of {self.tensor(source).dtype} {'weights' if source in self.constants else 'activations'} (only float16 weights)")
 
     def densify(self, op: Operator) -> None:
         source = self.sparse.get(op.inputs[0])
