@@ -159,3 +159,31 @@ def test_the_safety_net_answers_unreadable_input_400_and_leaves_bugs_500(caplog)
     assert second == (400, {"error": "the JSON body is nested too deeply"})
     assert third == 500
     assert any("unreadable input reached the handler" in record.getMessage() for record in caplog.records)
+
+
+def test_an_rtmp_stream_name_that_is_not_utf8_is_a_bad_name(engine, tmp_path):
+    """The same bytes as an RTMP stream key (AMF0 strings keep undecodable bytes): the
+    publisher and a player are told BadName / StreamNotFound, and the node goes on serving."""
+    from streamer.rtmp.client import RtmpClientError, RtmpPlayClient, RtmpPublishClient
+    from swapcast.app import NODE_KEY
+
+    async def scenario():
+        app = build_app(node_config(tmp_path), engine=engine)
+        client = await started(app)
+        try:
+            base = f"rtmp://127.0.0.1:{app[NODE_KEY].rtmp_server.port}/live/"
+            codes = []
+            for kind in (RtmpPublishClient, RtmpPlayClient):
+                try:
+                    await kind(base + "sk_\udcff\udcfe", timeout=5).connect()
+                    codes.append("connected")
+                except RtmpClientError as exc:
+                    codes.append(exc.code)
+            healthy = (await client.get("/healthz")).status
+            return codes, healthy
+        finally:
+            await client.close()
+
+    codes, healthy = run(scenario(), timeout=60)
+    assert codes[0] == "NetStream.Publish.BadName" and codes[1] and codes[1].startswith("NetStream.Play.")
+    assert healthy == 200
