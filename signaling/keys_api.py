@@ -1,6 +1,6 @@
 """Stream keys over the API: each user makes, lists and revokes their own; admins see all.
 
-    GET    /api/v1/keys            [{key_id, name, face_id, owner, created, revoked, active, push, record}]
+    GET    /api/v1/keys            [{key_id, name, face_id, owner, created, revoked, active, push, record, play_token}]
     POST   /api/v1/keys            {name, face_id, options?, push?: [rtmp://...], record?: path} -> 201 {..., key}
                                    (a user's push destinations must pass the push policy: 400 saying why)
     DELETE /api/v1/keys/{key_id}   -> 204 (revoked; its publisher is refused from then on)
@@ -51,6 +51,7 @@ def key_json(record: StreamKey) -> dict[str, Any]:
         "key_id": record.key_id, "name": record.stream.name, "face_id": record.stream.face_id,
         "owner": record.owner, "created": record.created, "revoked": record.revoked, "active": record.active,
         "push": list(record.stream.push), "record": record.stream.record, "options": record.stream.swap,
+        "play_token": record.play_token,  # rtmp://host/live/<play_token> plays the swapped stream
     }
 
 

@@ -420,7 +420,8 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
         "StreamKey": {"type": "object", "required": ["key_id", "name", "created", "revoked", "owner"], "properties": {
             "key_id": string, "name": string, "face_id": _nullable(string), "owner": string, "created": number,
             "revoked": _nullable(number), "active": boolean, "push": {"type": "array", "items": string},
-            "record": _nullable(string), "options": {"type": "object"}}},
+            "record": _nullable(string), "options": {"type": "object"},
+            "play_token": {"type": "string", "description": "plays the swapped stream: rtmp://host/live/<play_token>"}}},
         "StreamKeyRequest": {"type": "object", "required": ["name", "face_id"], "additionalProperties": False,
                              "properties": {
             "name": {"type": "string", "minLength": 1, "maxLength": 80}, "face_id": face_id,

@@ -25,6 +25,7 @@ from pathlib import Path
 from gpu.errors import SwapcastError
 
 KEY_PREFIX = "sk_"
+PLAY_PREFIX = "pt_"
 
 
 class StreamKeyError(SwapcastError):
@@ -56,6 +57,13 @@ class StreamKey:
     @property
     def active(self) -> bool:
         return self.revoked is None
+
+    @property
+    def play_token(self) -> str:
+        """What a viewer needs to play the stream over RTMP (``rtmp://host/live/<token>``):
+        128 bits derived from the key's hash, so it is as unguessable as the key, needs no
+        storage of its own, and cannot be used to publish."""
+        return PLAY_PREFIX + hashlib.sha256(f"swapcast-play:{self.key_hash}".encode()).hexdigest()[:32]
 
 
 def hash_key(key: str) -> str:

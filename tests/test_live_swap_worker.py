@@ -1,12 +1,16 @@
 import threading
 import time
+from fractions import Fraction
 
+import av
+import numpy as np
 import pytest
 
 from gpu.analysis.identity import identity_distance
-from streamer.live.h264 import H264Decoder, H264Encoder
-from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, SequenceHeader, VideoSample
-from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.live.h264 import H264Decoder, H264Encoder, to_avcc
+from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, SampleInbox, SequenceHeader, VideoSample
+from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
+from streamer.rtmp.flv import avc_decoder_config, split_annexb
 from streamer.samples import moving_face_frames
 
 
@@ -49,7 +53,7 @@ def test_paced_input_is_swapped_frame_by_frame(engine, astronaut_image, camera_s
     worker.push(SequenceHeader(record))
     for packet in packets[:12]:
         worker.push(VideoSample(packet.data, packet.dts))
-        _wait_for(lambda: worker.stats.frames_in + worker.stats.decode_errors >= packets.index(packet) + 1 and not worker._inbox.qsize())
+        _wait_for(lambda: worker.stats.frames_in + worker.stats.decode_errors >= packets.index(packet) + 1 and not len(worker._inbox))
         time.sleep(0.03)
     _wait_for(lambda: worker.stats.frames_out + worker.stats.frames_dropped >= 12)
     worker.stop()
@@ -72,7 +76,7 @@ def test_a_burst_is_decoded_fully_but_only_the_newest_frames_are_swapped(engine,
     worker.push(SequenceHeader(record))
     for packet in packets:  # 30 frames at once: far faster than real time
         worker.push(VideoSample(packet.data, packet.dts))
-    _wait_for(lambda: worker.stats.frames_in == len(packets) and not worker._inbox.qsize())
+    _wait_for(lambda: worker.stats.frames_in == len(packets) and not len(worker._inbox))
     _wait_for(lambda: worker.stats.frames_out + worker.stats.frames_dropped == len(packets))
     worker.stop()
     assert worker.stats.frames_dropped > 0
@@ -105,3 +109,86 @@ def test_stats_count_frames_sent_unswapped_because_the_batcher_was_busy():
     stats.record_output(12.0, busy)
     snapshot = stats.snapshot()
     assert snapshot["frames_out"] == 2 and snapshot["frames_unswapped_busy"] == 1
+
+
+class HeldSwapper:
+    """A frame swapper that leaves every frame as it is, and holds the thread while told to."""
+
+    def __init__(self):
+        self.go = threading.Event()
+        self.closed = False
+
+    def process(self, rgb, seconds):
+        self.go.wait(30)
+        return StageTimes()
+
+    def close(self):
+        self.closed = True
+
+
+def _tiny_stream() -> tuple[bytes, list]:
+    """H.264 one pixel wide (yuv444p lets x264 make it): what a crafted publish sends."""
+    context = av.CodecContext.create("libx264", "w")
+    context.width, context.height, context.pix_fmt = 1, 64, "yuv444p"
+    context.time_base, context.framerate = Fraction(1, 1000), 25
+    context.options = {"preset": "ultrafast", "tune": "zerolatency"}
+    packets = []
+    for index in range(5):
+        frame = av.VideoFrame.from_ndarray(np.full((64, 1, 3), 90, np.uint8), format="rgb24").reformat(format="yuv444p")
+        frame.pts = index * 40
+        packets += context.encode(frame)
+    units = [split_annexb(bytes(packet)) for packet in packets]
+    sps = next(u for u in units[0] if u[0] & 0x1F == 7)
+    pps = next(u for u in units[0] if u[0] & 0x1F == 8)
+    return avc_decoder_config(sps, pps), [VideoSample(to_avcc(u), p.dts, keyframe=p.is_keyframe) for u, p in zip(units, packets)]
+
+
+def test_a_picture_size_the_encoder_cannot_take_ends_the_thread_with_a_reason_and_frees_it():
+    record, samples = _tiny_stream()
+    swapper, failures = HeldSwapper(), []
+    swapper.go.set()
+    worker = LiveSwapWorker(swapper, EncoderSettings(), Collector(), name="tiny", on_failure=failures.append)
+    worker.push(SequenceHeader(record))
+    for sample in samples:
+        worker.push(sample)
+    _wait_for(lambda: failures)
+    worker._thread.join(5)
+    assert "1x64" in failures[0] and "cannot be re-encoded" in failures[0] and worker.failure == failures[0]
+    assert not worker.alive and swapper.closed
+    for sample in samples * 100:  # a publisher that goes on sending: nothing piles up any more
+        worker.push(sample)
+    assert len(worker._inbox) == 0
+
+
+def test_the_hand_over_to_a_thread_that_falls_behind_stays_bounded_and_restarts_at_a_keyframe(camera_stream):
+    record, packets, _ = camera_stream
+    swapper, out = HeldSwapper(), Collector()
+    worker = LiveSwapWorker(swapper, EncoderSettings(), out, name="slow")
+    worker.push(SequenceHeader(record))
+    worker.push(VideoSample(packets[0].data, packets[0].dts, keyframe=True))
+    _wait_for(lambda: worker.stats.frames_in == 1)  # the thread is now held inside the swap
+    dts = packets[-1].dts
+    for _ in range(40):  # 1,200 frames, 40 s of video, while the thread is held
+        for packet in packets:
+            dts += 33
+            worker.push(VideoSample(packet.data, dts, keyframe=packet.keyframe))
+        assert len(worker._inbox) <= worker._inbox.limit
+    swapper.go.set()
+    _wait_for(lambda: not len(worker._inbox) and worker.stats.frames_out >= 2)
+    worker.stop()
+    assert worker._inbox.dropped > 0 and worker.stats.decode_errors == 0  # dropped whole GOPs: nothing undecodable
+    assert worker.stats.frames_dropped >= worker._inbox.dropped
+
+
+def test_the_hand_over_keeps_the_sequence_header_when_it_drops_samples():
+    inbox = SampleInbox(limit=4)
+    inbox.put(SequenceHeader(b"avcc"))
+    for index in range(8):  # full at 3: dropped up to the keyframe at 5
+        inbox.put(VideoSample(b"frame", index * 33, keyframe=index % 5 == 0))
+    items = inbox.take_all()
+    assert items[0] == SequenceHeader(b"avcc") and len(items) <= inbox.limit
+    assert all(isinstance(i, SequenceHeader) or i.dts >= 5 * 33 for i in items)  # from the keyframe at 5 on
+    assert [i.dts for i in items[1:]] == [5 * 33, 6 * 33, 7 * 33] and items[1].keyframe and inbox.dropped == 5
+    inbox.close()
+    inbox.put(VideoSample(b"late", 0))
+    assert inbox.take_all() is None

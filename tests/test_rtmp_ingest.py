@@ -156,7 +156,7 @@ def test_ffmpeg_publish_is_swapped_pushed_with_audio_in_sync_and_playable(engine
                     break
             stream = node.ingest.streams[record.key_id]
             await asyncio.sleep(1.0)
-            viewer = await run_process(["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", node.url(record.key_id),
+            viewer = await run_process(["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", node.url(record.play_token),
                                         "-t", "1.5", "-c", "copy", "-y", str(played)], 30)  # fmt: skip
             assert await publisher == 0
             assert await listener == 0
@@ -226,7 +226,7 @@ def test_reconnect_resumes_the_same_stream_for_its_viewers(engine, grace_image, 
             key, record = node.keys.add("cam", face_file)
             await publish(node.url(key), camera_messages(grace_image, 15), close=False)
             stream = node.ingest.streams[record.key_id]
-            viewer = RtmpPlayClient(node.url(record.key_id))
+            viewer = RtmpPlayClient(node.url(record.play_token))
             await viewer.connect()
             received = []
 
@@ -300,3 +300,59 @@ def test_destination_down_then_up_is_retried_without_disturbing_ingest(engine, g
     assert code == 0 and attempts >= 3
     assert stats["frames_in"] == 150 and stats["frames_out"] >= 50
     assert "video" in probe(received)
+
+
+def tiny_publish_command(url: str) -> list[str]:
+    """A crafted publish: H.264 one pixel wide (yuv444p lets x264 make it), which the
+    stream's re-encoder cannot take (x264 rounds its width down to 0)."""
+    return ["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-f", "lavfi", "-i", "testsrc=size=1x64:rate=25",
+            "-t", "4", "-c:v", "libx264", "-pix_fmt", "yuv444p", "-f", "flv", url]  # fmt: skip
+
+
+def test_a_picture_size_the_encoder_cannot_take_ends_the_stream_with_a_reason_and_a_reconnect_starts_fresh(
+        engine, grace_image, face_file, tmp_path):
+    async def scenario():
+        async with Node(engine, tmp_path / "data") as node:
+            key, record = node.keys.add("cam", face_file)
+            process = await asyncio.create_subprocess_exec(*tiny_publish_command(node.url(key)), stdin=subprocess.DEVNULL,
+                                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            _, stderr = await asyncio.wait_for(process.communicate(), 30)
+            tiny = node.ingest.streams.get(record.key_id)  # ended at once, not kept for a reconnect
+            await publish(node.url(key), camera_messages(grace_image, 30), close=False)
+            fresh = node.ingest.streams[record.key_id]
+            await wait_until(lambda: fresh.worker.stats.frames_out >= 5)
+            return process.returncode, stderr.decode(errors="replace"), tiny, fresh.worker.alive, fresh.failed
+
+    code, stderr, tiny, alive, failed = asyncio.run(scenario())
+    assert code != 0 and "1x64" in stderr and "cannot be re-encoded" in stderr  # ffmpeg shows our onStatus
+    assert tiny is None
+    assert alive and failed is None
+
+
+def test_playing_needs_the_keys_play_token_not_its_id(engine, grace_image, face_file, tmp_path):
+    from streamer.rtmp.client import RtmpClientError, RtmpPlayClient
+
+    async def scenario():
+        async with Node(engine, tmp_path / "data") as node:
+            key, record = node.keys.add("cam", face_file)
+            client = await publish(node.url(key), camera_messages(grace_image, 10), close=False)
+            refused = []
+            for name in (record.key_id, rtmp_session_id(key), record.play_token[:-1], "pt_"):
+                with pytest.raises(RtmpClientError, match="NetStream.Play.StreamNotFound") as caught:
+                    await RtmpPlayClient(node.url(name), timeout=5).connect()
+                refused.append(str(caught.value))
+            async with RtmpPlayClient(node.url(record.play_token), timeout=5) as viewer:
+                await publish_more(client, camera_messages(grace_image, 25, start_ms=400)[1:])
+                first = await asyncio.wait_for(anext(aiter(viewer.media())), 10)
+            await client.close()
+            return refused, first
+
+    refused, first = asyncio.run(scenario())
+    assert len(refused) == 4 and all("play token" in reason for reason in refused)
+    assert first.kind in ("video", "data", "audio")
+
+
+async def publish_more(client, messages: list) -> None:
+    for message in messages:
+        await client.send(message)
+        await asyncio.sleep(0.02)

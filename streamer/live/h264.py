@@ -14,11 +14,26 @@ import av
 import numpy as np
 from av.video.frame import PictureType
 
+from gpu.errors import SwapcastError
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, SoftwareFallback, nvenc_live_options
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
 
 MS = Fraction(1, 1000)
 NAL_SPS, NAL_PPS, NAL_AUD = 7, 8, 9
+# what the live encoders take: libx264 needs even sides of at least 2 (a 1-pixel side
+# rounds to 0), NVENC at least 33x17 and at most 4096 a side on most GPUs
+MIN_SIDE, MAX_SIDE = 16, 4096
+
+
+class FrameSizeError(SwapcastError):
+    """A stream's pictures have a size the live encoder cannot take."""
+
+
+def check_frame_size(width: int, height: int) -> None:
+    """Refuse sizes the encoders cannot open with, before they fail without a reason."""
+    if not (MIN_SIDE <= width <= MAX_SIDE and MIN_SIDE <= height <= MAX_SIDE):
+        raise FrameSizeError(f"video {width}x{height} cannot be re-encoded: each side must be "
+                             f"{MIN_SIDE} to {MAX_SIDE} pixels; change the output resolution")
 
 
 def to_avcc(units: list[bytes]) -> bytes:
@@ -91,6 +106,7 @@ class H264Encoder(SoftwareFallback):
 
     def __init__(self, width: int, height: int, *, preset: str = "ultrafast", bitrate_kbps: int = 2500,
                  keyframe_interval_s: float = 2.0, fps_hint: float = 30.0, codec: CodecChoice = SOFTWARE_ENCODE) -> None:
+        check_frame_size(width, height)
         self.width, self.height = width - width % 2, height - height % 2
         self.keyframe_interval_ms = int(keyframe_interval_s * 1000)
         self.codec_choice = codec

@@ -43,3 +43,13 @@ class AudioDelay:
     def drain(self) -> None:
         while self._held:
             self._emit(self._held.popleft()[1])
+
+    def close(self) -> None:
+        """Drop held audio and let go of the output (a stream's own method: a cycle that would
+        keep the whole stream in memory until the garbage collector's next full pass)."""
+        self._held.clear()
+        self._emit = _discard
+
+
+def _discard(message: MediaMessage) -> None:
+    pass

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class LiveStream:
     def __init__(self, record: StreamKey, source: SourceFace, options: SwapOptions, engine: FaceEngine,
                  settings: IngestSettings, connect_push: PublishClientFactory) -> None:
         self.key_id = record.key_id
+        self.play_token = record.play_token
         self.name = record.stream.name
         self.created = time.time()
         self.publisher: Publisher | None = None
@@ -76,8 +78,15 @@ class LiveStream:
         ]
         self._record_target = record.stream.record
         swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}")
-        self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, self.name)
-        self.teardown: asyncio.TimerHandle | None = None
+        self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, self.name,
+                                     on_failure=self._from_worker_failure)
+        self.teardown: asyncio.Task[None] | None = None  # ends the stream when no publisher comes back
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def failed(self) -> str | None:
+        """Why the stream cannot go on (its swap thread ended on a failure), else None."""
+        return self.worker.failure
 
     async def run_publisher(self, publisher: Publisher) -> None:
         self.publisher, self.publishes = publisher, self.publishes + 1
@@ -118,7 +127,7 @@ class LiveStream:
         if tag.is_sequence_header:
             self.worker.push(SequenceHeader(tag.data))
         elif tag.packet_type == VideoPacketType.NALU:
-            self.worker.push(VideoSample(tag.data, timestamp, tag.composition_time))
+            self.worker.push(VideoSample(tag.data, timestamp, tag.composition_time, keyframe=tag.is_keyframe))
 
     def _metadata_in(self, payload: bytes) -> None:
         """Relay the publisher's onMetaData (OBS and ffmpeg send it with @setDataFrame) so
@@ -142,6 +151,16 @@ class LiveStream:
 
     def _from_worker(self, packet: EncodedVideo, header: bytes | None) -> None:
         self._loop.call_soon_threadsafe(self._video_out, packet, header)
+
+    def _from_worker_failure(self, reason: str) -> None:
+        self._loop.call_soon_threadsafe(self._cut_publisher, reason)
+
+    def _cut_publisher(self, reason: str) -> None:
+        """The swap thread is gone: tell the publisher why; the ingest then ends the stream."""
+        if self.publisher is not None:
+            task = asyncio.ensure_future(self.publisher.close(reason))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _video_out(self, packet: EncodedVideo, header: bytes | None) -> None:
         if header is not None:
@@ -190,11 +209,15 @@ class LiveStream:
         }
 
     async def close(self) -> None:
+        """End the stream and let go of everything it holds (outputs, cached frames, codecs)."""
         if self.publisher is not None:
             await self.publisher.close("stream closed")
         for output in [*self.outputs, *self.players]:
             with contextlib.suppress(Exception):
                 await output.close()
+        self.outputs, self.players, self._gop = [], set(), []
+        self._audio.close()
+        await asyncio.gather(*self._closing, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.worker.stop)
 
 
@@ -238,6 +261,9 @@ class RtmpIngest:
             await publisher.close("stream key revoked")
             return
         stream = self.streams.get(record.key_id)
+        if stream is not None and stream.failed:  # never resume a stream whose swap thread died
+            await self._end(stream)
+            stream = None
         if stream is None:
             face = await self._faces.for_stream(record.stream)
             stream = LiveStream(record, face.source, self._options(record.stream.swap),
@@ -254,12 +280,21 @@ class RtmpIngest:
         log.info("rtmp: %s publishing from %s", stream.name, publisher.remote)
         await stream.run_publisher(publisher)
         log.info("rtmp: %s publisher left (%s)", stream.name, publisher.ended_reason)
-        if stream.publisher is None:
-            stream.teardown = asyncio.get_running_loop().call_later(
-                self._settings.resume_window_s, lambda: asyncio.ensure_future(self._end(stream))
-            )
+        if stream.failed:
+            log.warning("rtmp: %s ended: %s", stream.name, stream.failed)
+            await self._end(stream)
+        elif stream.publisher is None:
+            stream.teardown = asyncio.ensure_future(self._end_later(stream))
+
+    async def _end_later(self, stream: LiveStream) -> None:
+        await asyncio.sleep(self._settings.resume_window_s)
+        stream.teardown = None  # done, not cancelled: _end must not cancel its own caller
+        await self._end(stream)
 
     async def _end(self, stream: LiveStream) -> None:
+        if stream.teardown is not None:
+            stream.teardown.cancel()
+            stream.teardown = None
         if stream.publisher is None and self.streams.get(stream.key_id) is stream:
             del self.streams[stream.key_id]
             await stream.close()
@@ -272,8 +307,6 @@ class RtmpIngest:
         """End a live stream at once (an operator's kill): publisher cut, outputs closed."""
         for stream in list(self.streams.values()):
             if stream.record.id == session_id:
-                if stream.teardown is not None:
-                    stream.teardown.cancel()
                 if stream.publisher is not None:
                     await stream.publisher.close("ended by an operator")
                     stream.publisher = None
@@ -292,13 +325,15 @@ class RtmpIngest:
         return jpeg_preview(rgb) if rgb is not None else None
 
     def _playable(self, name: str) -> LiveStream | None:
-        """Play names a stream by its key id or by its session id (what a gateway knows)."""
-        return self.streams.get(name) or next((s for s in self.streams.values() if s.record.id == name), None)
+        """Play names a stream by its key's play token: a secret of its own, so knowing a
+        key id or a session id (shown in lists and logs) is not enough to watch."""
+        wanted = name.encode("utf-8", "replace")
+        return next((s for s in self.streams.values() if secrets.compare_digest(s.play_token.encode(), wanted)), None)
 
     async def authorize_play(self, app: str, name: str) -> None:
         if self._playable(name) is None:
             raise PublishRejected("NetStream.Play.StreamNotFound",
-                                  f"no live stream {name!r} (play by stream key id or session id)")
+                                  "no live stream with that play token (play by the stream key's play token)")
 
     async def on_play(self, player: Player) -> None:
         stream = self._playable(player.name)
@@ -317,5 +352,6 @@ class RtmpIngest:
         for stream in list(self.streams.values()):
             if stream.teardown is not None:
                 stream.teardown.cancel()
+                stream.teardown = None
             await stream.close()
         self.streams.clear()

@@ -8,7 +8,6 @@ added latency stays bounded by one frame's processing time however slow the mach
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 import av
 import numpy as np
 
-from streamer.live.h264 import EncodedVideo, H264Decoder, H264Encoder
+from streamer.live.h264 import EncodedVideo, FrameSizeError, H264Decoder, H264Encoder
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice
 from streamer.pipeline.failure_log import FailureLog
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
@@ -33,6 +32,7 @@ class VideoSample:
     data: bytes
     dts: int
     composition_offset: int = 0
+    keyframe: bool = True  # where decoding can start again after samples were dropped
     arrived: float = field(default_factory=time.monotonic)
 
 
@@ -109,53 +109,137 @@ class LiveStats:
         }
 
 
-_STOP = object()
+class SampleInbox:
+    """The bounded hand-over from the event loop to a stream's thread. Decoding needs every
+    sample since the last keyframe, so when the thread falls ``limit`` samples behind, what
+    is queued is dropped and so are the samples after it, up to the next keyframe: the
+    newest pictures win and memory stays bounded however fast the publisher sends."""
+
+    def __init__(self, limit: int = 300) -> None:
+        self.limit = limit
+        self.dropped = 0  # samples thrown away to catch up
+        self._items: deque[VideoSample | SequenceHeader] = deque()
+        self._ready = threading.Condition()
+        self._skip_to_keyframe = False
+        self._closed = False
+
+    def put(self, item: VideoSample | SequenceHeader) -> None:
+        with self._ready:
+            if self._closed:
+                return
+            if isinstance(item, VideoSample):
+                if len(self._items) >= self.limit:
+                    self._drop_samples()
+                    self._skip_to_keyframe = True
+                if self._skip_to_keyframe and not item.keyframe:
+                    self.dropped += 1
+                    return
+                self._skip_to_keyframe = False
+            self._items.append(item)
+            self._ready.notify()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def take_all(self) -> list[VideoSample | SequenceHeader] | None:
+        """Everything queued (waits for something); None once closed."""
+        with self._ready:
+            while not self._items and not self._closed:
+                self._ready.wait()
+            if self._closed:
+                return None
+            items = list(self._items)
+            self._items.clear()
+            return items
+
+    def close(self) -> None:
+        """Wake the reader for good and refuse what comes after."""
+        with self._ready:
+            self._closed = True
+            self._items.clear()
+            self._ready.notify_all()
+
+    def _drop_samples(self) -> None:
+        kept = [item for item in self._items if isinstance(item, SequenceHeader)]
+        self.dropped += len(self._items) - len(kept)
+        self._items = deque(kept[-1:])
 
 
 class LiveSwapWorker:
-    """Runs decode -> swap -> encode for one stream on its own thread."""
+    """Runs decode -> swap -> encode for one stream on its own thread.
 
-    def __init__(self, swapper: FrameSwapper, encoder: EncoderSettings, emit: Emit, name: str = "stream") -> None:
+    Whatever ends the thread (``stop()``, or a failure it cannot carry on after, such as a
+    picture size the encoder refuses) frees its codecs and swapper at once, and a failure
+    is reported through ``on_failure`` so the stream's owner can end the stream."""
+
+    def __init__(self, swapper: FrameSwapper, encoder: EncoderSettings, emit: Emit, name: str = "stream",
+                 on_failure: Callable[[str], None] | None = None) -> None:
         self.swapper = swapper
         self.encoder_settings = encoder
         self.stats = LiveStats()
         self.latest_rgb: np.ndarray | None = None
-        self._emit = emit
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._decoder = H264Decoder(encoder.video_decoder)
+        self.failure: str | None = None  # why the thread ended on its own
+        self._emit: Emit | None = emit
+        self._on_failure = on_failure
+        self._inbox = SampleInbox()
+        self._decoder: H264Decoder | None = H264Decoder(encoder.video_decoder)
         self._swap_failures = FailureLog(log, f"stream {name}: swap failed on a frame; sending it unswapped")
         self._encoder: H264Encoder | None = None
+        self._name = name
         self._thread = threading.Thread(target=self._run, name=f"swap-{name}", daemon=True)
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def push(self, item: VideoSample | SequenceHeader) -> None:
-        """Hand over one message (any thread, never blocks)."""
+        """Hand over one message (any thread, never blocks; dropped once the thread ended)."""
         self._inbox.put(item)
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._inbox.put(_STOP)
+        self._inbox.close()
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        while True:
-            items = [self._inbox.get()]
-            while not self._inbox.empty():
-                items.append(self._inbox.get_nowait())
-            newest = self._decode_all(item for item in items if item is not _STOP)
-            if newest is not None:
-                self._swap_and_encode(*newest)
-            if any(item is _STOP for item in items):
-                self.swapper.close()
-                return
+        try:
+            while (items := self._inbox.take_all()) is not None:
+                newest = self._decode_all(items)
+                if newest is not None:
+                    self._swap_and_encode(*newest)
+        except Exception as exc:
+            self.failure = str(exc) if isinstance(exc, FrameSizeError) else f"internal error ({type(exc).__name__}: {exc})"
+            if isinstance(exc, FrameSizeError):
+                log.warning("stream %s: %s", self._name, self.failure)
+            else:
+                log.exception("stream %s: the swap thread failed", self._name)
+        finally:
+            self._inbox.close()
+            self._release()
+        on_failure, self._on_failure, self._emit = self._on_failure, None, None  # the stream owns us, not we it
+        if self.failure is not None and on_failure is not None:
+            on_failure(self.failure)
 
-    def _decode_all(self, items) -> tuple[av.VideoFrame, float] | None:
+    def _release(self) -> None:
+        """Free the codecs and the swapper now rather than whenever the stream is collected."""
+        self.stats.frames_dropped += self._inbox.dropped
+        self._decoder = self._encoder = None
+        self.latest_rgb = None
+        try:
+            self.swapper.close()
+        except Exception:
+            log.exception("stream %s: closing the frame swapper failed", self._name)
+
+    def _decode_all(self, items: list[VideoSample | SequenceHeader]) -> tuple[av.VideoFrame, float] | None:
         newest = None
+        decoder = self._decoder
+        assert decoder is not None
         for item in items:
             if isinstance(item, SequenceHeader):
-                self._decoder.configure(item.record)
+                decoder.configure(item.record)
                 continue
             try:
-                frames = self._decoder.decode(item.data, item.dts, item.composition_offset)
+                frames = decoder.decode(item.data, item.dts, item.composition_offset)
             except (av.error.FFmpegError, ValueError):
                 self.stats.decode_errors += 1
                 continue
@@ -167,6 +251,7 @@ class LiveSwapWorker:
         return newest
 
     def _swap_and_encode(self, frame: av.VideoFrame, arrived: float) -> None:
+        encoder = self._encoder_for(frame.width, frame.height)  # refuses sizes it cannot take, before any work
         rgb = frame.to_ndarray(format="rgb24")
         pts = int(frame.pts)
         try:
@@ -176,17 +261,16 @@ class LiveSwapWorker:
             self.stats.swap_errors += 1
             stages = StageTimes()
         self.latest_rgb = rgb  # the newest swapped picture, for operators' previews
-        encoder = self._encoder_for(rgb)
         known = encoder.sequence_header
         for packet in encoder.encode(rgb, pts):
             # new with a new encoder, and when NVENC's fall back to x264 changed the SPS/PPS
             header = encoder.sequence_header if encoder.sequence_header != known else None
             known = encoder.sequence_header
+            assert self._emit is not None  # only cleared when the thread ends
             self._emit(packet, header)
         self.stats.record_output((time.monotonic() - arrived) * 1000.0, stages)
 
-    def _encoder_for(self, rgb: np.ndarray) -> H264Encoder:
-        height, width = rgb.shape[:2]
+    def _encoder_for(self, width: int, height: int) -> H264Encoder:
         if self._encoder is None or (self._encoder.width, self._encoder.height) != (width - width % 2, height - height % 2):
             settings = self.encoder_settings
             # a stream whose NVENC failed stays on x264

@@ -26,6 +26,7 @@ import cv2
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from streamer.live.h264 import FrameSizeError, check_frame_size
 from streamer.live.swap_worker import LiveStats
 from streamer.media.images import jpeg_preview
 from streamer.pipeline.failure_log import FailureLog
@@ -67,6 +68,7 @@ class SwappedVideo:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._on_source_end: Callable[[], None] | None = None
+        self.failure: str | None = None  # why the worker could not go on (the session then ends)
 
     @property
     def closed(self) -> bool:
@@ -103,6 +105,7 @@ class SwappedVideo:
             except Exception:
                 log.exception("session %s: closing the frame swapper failed", self.name)
         self._executor.shutdown(wait=False)
+        self.swapper, self._latest, self._pending = None, None, None  # freed now, not when the session is collected
 
     # -- reader and worker --------------------------------------------------------------------
 
@@ -120,6 +123,16 @@ class SwappedVideo:
                 self._on_source_end()
 
     async def _work(self) -> None:
+        try:
+            await self._work_on_frames()
+        except Exception as exc:  # the session cannot go on: end it, never leave it without a worker
+            self.failure = str(exc) if isinstance(exc, FrameSizeError) else f"internal error ({type(exc).__name__}: {exc})"
+            log.warning("session %s: the swap worker stopped: %s", self.name, self.failure,
+                        exc_info=not isinstance(exc, FrameSizeError))
+            if self._on_source_end is not None:
+                self._on_source_end()
+
+    async def _work_on_frames(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -148,6 +161,7 @@ class SwappedVideo:
 
     def _swap(self, frame: av.VideoFrame) -> tuple[np.ndarray, StageTimes]:
         """Worker thread: decoded frame -> swapped I420 planes."""
+        check_frame_size(frame.width, frame.height)  # what the encoders could not take ends the session
         swapper = self.swapper
         if swapper is None or not swapper.enabled or swapper.source is None:
             return _i420(frame), StageTimes()

@@ -117,8 +117,8 @@ async def _run_streams(server: ServerProcess, keys: list[tuple[str, str]], secon
                 frame += 1
                 await asyncio.sleep(max(0.0, started + frame / FPS - time.monotonic()))
 
-    async def player(key_id: str, result: StreamResult) -> None:
-        url = f"rtmp://127.0.0.1:{server.rtmp_port}/live/{key_id}"
+    async def player(play_token: str, result: StreamResult) -> None:
+        url = f"rtmp://127.0.0.1:{server.rtmp_port}/live/{play_token}"
         for _ in range(100):  # the stream exists once its publisher is on
             try:
                 client = RtmpPlayClient(url)
@@ -135,7 +135,7 @@ async def _run_streams(server: ServerProcess, keys: list[tuple[str, str]], secon
         finally:
             await client.close()
 
-    players = [asyncio.create_task(player(key_id, r)) for (_, key_id), r in zip(keys, results)]
+    players = [asyncio.create_task(player(play_token, r)) for (_, play_token), r in zip(keys, results)]
     progress = asyncio.create_task(_progress(results, seconds))
     await asyncio.gather(*(publisher(key, r) for (key, _), r in zip(keys, results)))
     await asyncio.sleep(1.0)  # let the last frames through
@@ -171,7 +171,7 @@ def _measure(server: ServerProcess, keys: list[tuple[str, str]], seconds: float)
 
 def _add_key(store: StreamKeyStore, face: Path, name: str) -> tuple[str, str]:
     key, record = store.add(name, face)
-    return key, record.key_id
+    return key, record.play_token
 
 
 def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool) -> int:

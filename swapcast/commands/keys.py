@@ -45,6 +45,7 @@ def _add(args: argparse.Namespace) -> int:
     )
     print(key)
     print(f"id {record.key_id} · {name} · publish to rtmp://<server>/live/<key> or WHIP with 'Authorization: Bearer <key>'")
+    print(f"play the swapped stream at rtmp://<server>/live/{record.play_token}")
     return 0
 
 
@@ -56,7 +57,7 @@ def _list(args: argparse.Namespace) -> int:
         state = "active" if record.active else f"revoked {time.strftime('%Y-%m-%d %H:%M', time.localtime(record.revoked))}"
         push = f" push={','.join(record.stream.push)}" if record.stream.push else ""
         record_to = f" record={record.stream.record}" if record.stream.record else ""
-        print(f"{record.key_id}  {record.stream.name:20}  {state}{push}{record_to}")
+        print(f"{record.key_id}  {record.stream.name:20}  {state}  play={record.play_token}{push}{record_to}")
     return 0
 
 
