@@ -28,6 +28,7 @@ from signaling.auth import (
     TokenVerifier,
     check_owner,
     require_admin,
+    require_visible,
 )
 from signaling.auth.wiring import ApiAuth
 from signaling.events import add_event_routes
@@ -39,6 +40,7 @@ from signaling.gateway.proxy import (
     on_session_node,
 )
 from signaling.gateway.rtmp_relay import RtmpRelay
+from signaling.http_input import BadInput, bad_input_middleware, read_json
 from signaling.openapi import add_openapi_route
 from signaling.registry.base import (
     NoCapacityError,
@@ -196,7 +198,17 @@ class _Gateway:
             await self.registry.end_session(record.id)
             return web.Response(status=204)
         changes = _patch_changes(await _json_object(request), record)
+        if "face_id" in changes:
+            await self._check_face(request, changes["face_id"])
         return web.json_response((await self.registry.update_session(record.id, **changes)).to_dict())
+
+    async def _check_face(self, request: web.Request, face_id: str) -> None:
+        """A stored face the caller may not see is answered like a missing one; ids the
+        registry does not hold (the samples) are checked by the node that resumes the session."""
+        face = await self.registry.get_face(face_id)
+        if face is not None:
+            require_visible(request.get(PRINCIPAL_KEY), face.owner, f"no face with id {face_id!r}",
+                            shared_when_unowned=True)
 
     def _check_publisher_gone(self, request: web.Request, record: SessionRecord) -> None:
         """``DELETE /whip/{id}`` (public: its node checks the stream key) when the node is gone:
@@ -366,7 +378,9 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
     metrics = GatewayMetrics(registry)
     gateway = _Gateway(registry, settings, on_placed=metrics.placed, audit=auth.audit if auth else None,
                        verifier=auth.verifier if auth else None)
+    # bad_input_middleware innermost: unreadable input a handler missed is a 400, before json_errors' 500
     middlewares = [auth.middleware, json_errors] if auth is not None else [json_errors]
+    middlewares.append(bad_input_middleware)
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     r = app.router
     r.add_get("/healthz", gateway.healthz)
@@ -459,9 +473,9 @@ async def json_errors(request: web.Request,
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
     try:
-        body = await request.json()
-    except ValueError:
-        raise web.HTTPBadRequest(reason="the body must be JSON") from None
+        body = await read_json(request)
+    except BadInput as exc:
+        raise web.HTTPBadRequest(reason=exc.reason) from None
     if not isinstance(body, dict) or not body:
         raise web.HTTPBadRequest(reason=f"expected a JSON object with any of {', '.join(PATCH_KEYS)}")
     return body
