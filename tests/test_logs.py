@@ -138,3 +138,60 @@ def test_access_log_masks_tokens_in_query_strings():
     assert '"GET /api/v1/events?x=2 HTTP/1.1" 200' in logged[2]
     assert "eyJsecret" not in stream.getvalue() and "abc123" not in stream.getvalue()
     assert logged[0].startswith("127.0.0.1 ")  # the other fields come from the request as they are
+
+
+# Runs in its own process: fd 2 is process-wide, and pytest's capture moves it per test.
+NATIVE_CHATTER_PROBE = r"""
+import json, logging, os, threading
+import numpy as np
+from gpu.analysis.blazeface import BlazeFaceDetector
+from gpu.analysis.face_mesh import _mesh_graph
+
+BlazeFaceDetector()  # the first graph of the process
+seen, stop = set(), threading.Event()
+
+def watch():
+    while not stop.is_set():
+        seen.add(os.readlink("/proc/self/fd/2"))
+
+def work():
+    graphs = [_mesh_graph(True), BlazeFaceDetector()._graph]
+    blank = np.zeros((96, 96, 3), np.uint8)  # no face: the old code silenced every one of these
+    for _ in range(60):
+        for graph in graphs:
+            graph.process(blank)
+    for graph in graphs:
+        graph.close()
+
+watcher = threading.Thread(target=watch)
+watcher.start()
+workers = [threading.Thread(target=work) for _ in range(4)]
+for thread in workers:
+    thread.start()
+for thread in workers:
+    thread.join()
+stop.set()
+watcher.join()
+print(json.dumps(sorted(seen)), flush=True)
+os.write(2, b"native line after the graphs\n")
+logging.basicConfig(format="%(message)s")
+logging.getLogger("probe").warning("python warning after the graphs")
+"""
+
+
+def test_native_chatter_is_filtered_without_moving_stderr_while_graphs_run_in_threads(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "probe.py"
+    script.write_text(NATIVE_CHATTER_PROBE)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("SWAPCAST_NATIVE_LOGS", None)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    targets = json.loads(result.stdout.strip().splitlines()[-1])  # where fd 2 pointed while graphs ran
+    assert len(targets) == 1 and "/dev/null" not in targets[0], targets
+    assert "native line after the graphs" in result.stderr and "python warning after the graphs" in result.stderr
+    assert "Feedback manager" not in result.stderr and "XNNPACK" not in result.stderr, result.stderr
