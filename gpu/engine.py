@@ -26,7 +26,7 @@ from gpu.source_codec import decode_source, encode_source
 from gpu.swappers.base import Swapper
 from gpu.types import Face
 
-SwapperName = Literal["auto", "mesh", "inswapper"]
+SwapperName = Literal["auto", "mesh", "mesh3d", "inswapper"]
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,12 @@ class FaceEngine:
             from gpu.swappers.inswapper import InswapperSwapper
 
             return InswapperSwapper(models.swapper, ArcFaceEmbedder(models.embedder), make_runner=self._runner_for)
+        if choice == "mesh3d":
+            from gpu.swappers.mesh3d import Mesh3dSwapper
+            from gpu.swappers.mesh3d_graph import build_mesh3d_swap_graph
+
+            return Mesh3dSwapper(runner=self._runner_for(build_mesh3d_swap_graph(), "mesh3d_swap"),
+                                 crop_size=self.settings.crop_size)
         from gpu.swappers.mesh import MeshSwapper
         from gpu.swappers.mesh_graph import build_mesh_swap_graph
 
@@ -195,7 +201,7 @@ class FaceEngine:
         """Pick the source face (the only one, or ``index`` counted from the largest) and
         prepare everything the swapper needs, once."""
         face = self.pick_face(image, index, label)
-        if face.mesh is None and self.swapper.name == "mesh":
+        if face.mesh is None and self.swapper.name in ("mesh", "mesh3d"):
             raise NoFaceError(f"{label}: a face was detected but its landmarks could not be found; use a clearer, frontal photo")
         return SourceFace(face=face, identity=self.identity(image, face), payload=self.swapper.register(image, face))
 

@@ -30,7 +30,7 @@ class _Section(BaseModel):
 
 
 class EngineConfig(_Section):
-    swapper: Literal["auto", "mesh", "inswapper"] = "auto"
+    swapper: Literal["auto", "mesh", "mesh3d", "inswapper"] = "auto"
     models_dir: Path | None = Field(None, description="folder with det_10g / w600k_r50 / inswapper_128 .onnx files")
     prefer_fp16: bool = False
     crop_size: int = Field(256, ge=64, le=1024, multiple_of=32)

@@ -30,3 +30,28 @@ def test_damaged_or_foreign_bytes_say_why(engine, astronaut_image):
     data = engine.source_to_bytes(engine.register_source(astronaut_image))
     with pytest.raises(SourceCodecError, match="prepared for the mesh swapper; this node runs inswapper"):
         decode_source(data, "inswapper")
+
+
+def test_a_mesh3d_source_is_stored_compactly_and_comes_back():
+    from gpu.source_codec import encode_source
+    from gpu.swappers.mesh3d import ALBEDO_MAX, Mesh3dSource
+    from gpu.types import Face
+
+    rng = np.random.default_rng(0)
+    mesh = rng.uniform(100, 200, (468, 2)).astype(np.float32)
+    face = Face(box=np.array([100, 100, 200, 200], np.float32), kps=mesh[:5], mesh=mesh,
+                depth=rng.normal(0, 10, 468).astype(np.float32))
+    payload = Mesh3dSource(
+        albedo=rng.uniform(0, ALBEDO_MAX, (3, 256, 256)).astype(np.float32),
+        lighting=rng.normal(0, 0.3, (9, 3)).astype(np.float32),
+        shape=rng.normal(0, 5, (468, 3)).astype(np.float32),
+    )
+    data = encode_source("mesh3d", face, np.zeros(128, np.float32), payload)
+    assert len(data) < 3 * 256 * 256 + 50_000  # the albedo goes as uint8
+    restored_face, _, restored = decode_source(data, "mesh3d")
+    np.testing.assert_array_equal(restored_face.depth, face.depth)
+    np.testing.assert_allclose(restored.albedo, payload.albedo, atol=ALBEDO_MAX / 510 + 1e-6)
+    np.testing.assert_array_equal(restored.lighting, payload.lighting)
+    np.testing.assert_array_equal(restored.shape, payload.shape)
+    with pytest.raises(SourceCodecError, match="prepared for the mesh3d swapper; this node runs mesh"):
+        decode_source(data, "mesh")

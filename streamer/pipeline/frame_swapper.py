@@ -103,7 +103,7 @@ class FrameSwapper:
         started = time.perf_counter()
         faces = self.engine.analyse_image(image)
         times.track = _ms_since(started)
-        if self.engine.swapper.name == "mesh":
+        if self.engine.swapper.name in ("mesh", "mesh3d"):
             faces = [f for f in faces if f.mesh is not None]
         for number, face in enumerate(faces):
             face.track_id = -(number + 1)  # still images: identities are never reused

@@ -1,7 +1,8 @@
 """The face-engine benchmark: what one frame costs, stage by stage, on this machine.
 
 Everything is measured in one run, side by side: both resolutions, batch sizes 1/4/16
-against batch 1, landmark jitter with smoothing on and off, identity both directions.
+against batch 1, landmark jitter with smoothing on and off, identity both directions; with
+``--compare SWAPPER`` another swapper's frame times and identity too, in one table.
 
 With ``--sessions N`` it measures the node's micro-batcher instead: N concurrent 1280x720
 single-face sessions (one thread and one ``FrameSwapper`` each, as fast as they can go)
@@ -54,18 +55,63 @@ def run_engine_benchmark(
     device: str = "auto",
     seconds: float = 6.0,
     max_sessions: int = 64,
+    compare: str | None = None,
 ) -> int:
     device_info = _check_device(device)
     settings = config.engine.settings()
     if device != "auto":
         settings = replace(settings, device=device)
+    baseline = None
+    if compare is not None and sessions is None:
+        other = FaceEngine(replace(settings, swapper=compare))
+        try:
+            baseline = _compared_swapper(other, config, frames)
+        finally:
+            other.close()
     engine = FaceEngine(settings)
     try:
         if sessions is not None:
             return _run_sessions_benchmark(engine, config, device_info, sessions, seconds, max_sessions, as_json)
-        return _run_frame_benchmark(engine, config, frames, report_dir, as_json)
+        return _run_frame_benchmark(engine, config, frames, report_dir, as_json, baseline)
     finally:
         engine.close()
+
+
+def _compared_swapper(engine: FaceEngine, config: Config, frames: int) -> dict[str, Any]:
+    """The figures of ``--compare``'s swapper: frame times at both resolutions and identity."""
+    options = config.swap.options()
+    faces = {"astronaut": astronaut(), "grace_hopper": grace_hopper()}
+    print(f"compared swapper first: {engine.swapper.name}")
+    source = engine.register_source(faces["astronaut"], label="astronaut")
+    report: dict[str, Any] = {"swapper": engine.swapper.name, "resolutions": {}}
+    for width, height in RESOLUTIONS:
+        clip = moving_face_frames(faces["grace_hopper"], frames, size=(width, height))
+        report["resolutions"][f"{width}x{height}"] = _time_frames(engine, source, options, clip, f"{width}x{height}")
+    report["identity"] = _identity(engine, options, faces, None)
+    return report
+
+
+def _side_by_side_table(baseline: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """One line per figure: the compared swapper's value, then this run's."""
+    old, new = baseline["swapper"], report["swapper"]
+    lines = [f"{'side by side':<44} {old:>12} {new:>12}"]
+    for resolution in baseline["resolutions"]:
+        for label, key in (("median ms/frame", "median_ms"), ("p90 ms/frame", "p90_ms"), ("frames/s", "fps")):
+            a, b = baseline["resolutions"][resolution][key], report["resolutions"][resolution][key]
+            lines.append(f"{resolution + ' ' + label:<44} {a:>12.1f} {b:>12.1f}")
+        for stage in STAGES:
+            a = baseline["resolutions"][resolution]["stages_median_ms"][stage]
+            b = report["resolutions"][resolution]["stages_median_ms"][stage]
+            lines.append(f"{resolution + ' ' + stage + ' ms':<44} {a:>12.1f} {b:>12.1f}")
+    for pair in baseline["identity"]:
+        for key in ("output_to_source", "output_to_target"):
+            a, b = baseline["identity"][pair][key], report["identity"][pair][key]
+            lines.append(f"{pair + ' ' + key:<44} {_distance(a):>12} {_distance(b):>12}")
+    return lines
+
+
+def _distance(value: float | None) -> str:
+    return "no face" if value is None else f"{value:.3f}"
 
 
 def _check_device(device: str):
@@ -78,7 +124,8 @@ def _check_device(device: str):
     return info
 
 
-def _run_frame_benchmark(engine: FaceEngine, config: Config, frames: int, report_dir: str | None, as_json: bool) -> int:
+def _run_frame_benchmark(engine: FaceEngine, config: Config, frames: int, report_dir: str | None, as_json: bool,
+                         baseline: dict[str, Any] | None = None) -> int:
     options = config.swap.options()
     faces = {"astronaut": astronaut(), "grace_hopper": grace_hopper()}
     print(f"engine: swapper={engine.swapper.name}, runner={type(engine.swapper.runner).__name__}, frames per run={frames}")
@@ -95,6 +142,10 @@ def _run_frame_benchmark(engine: FaceEngine, config: Config, frames: int, report
     report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {report['peak_rss_mb']:.0f} MB")
 
+    if baseline is not None:
+        report["compared"] = baseline
+        for line in _side_by_side_table(baseline, report):
+            print(line)
     verdicts = _verdicts(report)
     for line in verdicts:
         print(line)
@@ -191,8 +242,8 @@ def _identity(engine: FaceEngine, options, faces: dict[str, np.ndarray], report_
             "output_to_target": identity_distance(identity, identities[target_name]) if identity is not None else None,
         }
         results[f"{source_name}_onto_{target_name}"] = row
-        print(f"identity {source_name} onto {target_name}: d(output, source) {row['output_to_source']:.3f}, "
-              f"d(output, target) {row['output_to_target']:.3f}")
+        print(f"identity {source_name} onto {target_name}: d(output, source) {_distance(row['output_to_source'])}, "
+              f"d(output, target) {_distance(row['output_to_target'])}")
         if report_dir:
             write_image(report_dir / f"{source_name}_onto_{target_name}.png", _side_by_side(faces[target_name], output, faces[source_name]))
     return results

@@ -10,7 +10,7 @@ from swapcast.config import Config, load_config
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine")
-    group.add_argument("--swapper", choices=["auto", "mesh", "inswapper"], help="swap model (default: auto)")
+    group.add_argument("--swapper", choices=["auto", "mesh", "mesh3d", "inswapper"], help="swap model (default: auto)")
     group.add_argument("--models", metavar="DIR", help="folder with user-supplied ONNX models (det_10g, w600k_r50, inswapper_128)")
     group.add_argument("--fp16", action="store_true", default=None, help="prefer inswapper_128_fp16.onnx")
 

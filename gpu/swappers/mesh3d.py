@@ -1,0 +1,433 @@
+"""Built-in weight-free 3D-aware "mesh3d" swapper.
+
+Where ``mesh`` warps the source photo triangle by triangle in 2D (turned heads fold and
+smear, and the face keeps the target's shape), this one treats the 468 landmarks with
+their depth as a posed instance of MediaPipe's canonical mesh, which has UV coordinates:
+
+- **source, once** (``register``): the photo is unwrapped into a UV texture with a
+  per-texel visibility weight (back-facing and hidden triangles 0, grazing ones little);
+  9 SH lighting coefficients fitted on its skin split it into lighting and albedo; what the
+  photo does not show is filled from the mirrored side; the face's shape is stored with
+  pose and size removed.
+- **target, per frame** (``prepare``): the target's own lighting is fitted on its skin; the
+  source's shape offsets (source shape minus the target's running neutral shape) move the
+  target's mesh, tapering to nothing at the eyes, the mouth opening and the outline, so
+  the target keeps its pose and expression; that mesh is rasterised with back faces culled
+  (a turned head shows no folded triangles) and the eye and mouth closures dropped (the
+  target's own gaze, blinks and teeth stay). Each crop pixel learns where it lies in UV.
+- **per pixel** (``mesh3d_graph``, through the runner): albedo x target lighting, blended
+  over a Laplacian pyramid inside a seam fixed in UV (stable over time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+
+from gpu.align import ARCFACE_TEMPLATE_112, estimate_similarity, transform_points
+from gpu.device import array_module, is_device_array, to_host
+from gpu.errors import NoFaceError
+from gpu.kernels.ops import crop_faces, paste_faces
+from gpu.models.canonical_mesh import (
+    INNER_LIP_CONTOUR,
+    LEFT_EYE_CONTOUR,
+    RIGHT_EYE_CONTOUR,
+    canonical_mesh,
+    signed_areas,
+)
+from gpu.options import SwapOptions
+from gpu.runners.base import Runner
+from gpu.swappers.base import FaceJob
+from gpu.swappers.mesh3d_geometry import (
+    FACE_OUTLINE,
+    LEFT_BROW,
+    OUTER_LIP_CONTOUR,
+    RIGHT_BROW,
+    Similarity,
+    fit_pose,
+    posed,
+    push_pull_fill,
+    rasterise,
+    texel_facing,
+    texel_visibility,
+    uv_atlas,
+    uv_polygon_mask,
+    vertex_normals,
+)
+from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
+from gpu.swappers.mesh3d_lighting import fit_sh, shade
+from gpu.types import Face
+
+TEXTURE_SIZE = 256  # source albedo in UV space
+LIGHTING_SIZE = 32  # UV grid of the per-frame lighting fit and shading map (lighting is smooth)
+MASK_SIZE = 128  # UV seam masks
+ALBEDO_MAX = 2.0  # albedo is relative to the skin (1); brighter than twice the skin is clipped
+TRUSTED_WEIGHT = (0.08, 0.3)  # a texel seen at cos^2 below the first is filled, above the second kept
+MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
+SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
+COLOUR_GAIN_RANGE = (0.5, 2.0)
+SEAM_INSET = 0.035  # the seam runs this far (in UV) inside the mesh outline
+SHAPE_STRENGTH = 1.0  # how much of the source's shape moves the target's mesh
+OUTLINE_STRENGTH = 0.35  # ... at the face outline (the cheeks/jaw the mesh ends on)
+SHAPE_FADE_CM = 1.2  # distance from the eye lids / outline over which that fades in
+MOUTH_FADE_CM = 2.5  # ... from the inner lips: the mouth's shape is mostly expression, which stays the target's
+NEUTRAL_FRAMES = 60  # the running neutral shape of a track averages about this many frames
+NEUTRAL_RESET_CM = 1.5  # a track whose shape jumps this far (mean) is someone else: restart its mean
+MAX_TRACKS = 64  # per-track neutral shapes kept (least recently used go first)
+
+# The crop template: the ArcFace 5-point layout shrunk so the face outline fits (as in mesh).
+_ZOOM = 0.78
+_CROP_TEMPLATE = (ARCFACE_TEMPLATE_112 / 112.0 - np.array([0.5, 0.56], dtype=np.float32)) * _ZOOM + 0.5
+
+
+@dataclass(frozen=True)
+class Mesh3dSource:
+    """A registered source face: its albedo in UV space, its lighting and its shape."""
+
+    albedo: np.ndarray  # (3, T, T) float32 in [0, ALBEDO_MAX]
+    lighting: np.ndarray  # (9, 3) float32 SH coefficients of the source photo
+    shape: np.ndarray  # (468, 3) float32 canonical-frame shape (pose and size removed)
+    _device: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # derived copies
+
+    def albedo_small(self) -> np.ndarray:
+        """(P, 3) the albedo at the lighting atlas's texels (for the colour match)."""
+        small = self._device.get("small")
+        if small is None:
+            atlas = uv_atlas(LIGHTING_SIZE)
+            image = cv2.resize(self.albedo.transpose(1, 2, 0), (LIGHTING_SIZE, LIGHTING_SIZE), interpolation=cv2.INTER_AREA)
+            small = self._device["small"] = image[atlas.texels]
+        return small
+
+    def albedo_like(self, frame) -> object:
+        """The albedo on the frame's device: uploaded once per source, not once per frame."""
+        if not is_device_array(frame):
+            return self.albedo
+        albedo = self._device.get("albedo")
+        if albedo is None:
+            albedo = self._device["albedo"] = array_module(frame).asarray(self.albedo)
+        return albedo
+
+
+@dataclass(frozen=True)
+class _UvMasks:
+    """Masks painted once in UV space (fixed on the face, so stable over time)."""
+
+    seam: np.ndarray  # (M, M) the swapped region: the outline moved inwards
+    seam_no_mouth: np.ndarray  # the same without the lips (the mouth mask option)
+    skin: np.ndarray  # (L*L,) per lighting texel: 1 on plain skin (no eyes, brows, lips)
+    shape_strength: np.ndarray  # (468,) how much of the source's shape each vertex takes
+
+
+def _uv_masks() -> _UvMasks:
+    mesh = canonical_mesh()
+    outline = uv_polygon_mask(MASK_SIZE, FACE_OUTLINE)
+    inset = max(1, int(round(SEAM_INSET * MASK_SIZE)))
+    seam = cv2.erode(outline, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * inset + 1,) * 2))
+    lips = cv2.dilate(uv_polygon_mask(MASK_SIZE, OUTER_LIP_CONTOUR), np.ones((5, 5), np.uint8))
+    atlas = uv_atlas(LIGHTING_SIZE)
+    features = np.zeros((LIGHTING_SIZE, LIGHTING_SIZE), np.float32)
+    for contour in (RIGHT_EYE_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_BROW, LEFT_BROW, OUTER_LIP_CONTOUR):
+        features = np.maximum(features, uv_polygon_mask(LIGHTING_SIZE, contour))
+    features = cv2.dilate(features, np.ones((3, 3), np.uint8))
+    inner = cv2.erode(uv_polygon_mask(LIGHTING_SIZE, FACE_OUTLINE), np.ones((3, 3), np.uint8))
+    skin = (inner * (1.0 - features))[atlas.texels]
+    return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), skin=skin.astype(np.float32),
+                    shape_strength=_shape_strength(mesh.vertices))
+
+
+def _shape_strength(vertices: np.ndarray) -> np.ndarray:
+    """Per vertex: full strength inside the face, fading to nothing on the eye lid margins
+    and around the inner lips (the target's own eyes and mouth opening stay exactly where
+    they are, and its mouth keeps its expression) and to ``OUTLINE_STRENGTH`` on the outline (no seam where the mesh ends)."""
+
+    def distance_to(ids: tuple[int, ...]) -> np.ndarray:
+        return np.linalg.norm(vertices[:, None] - vertices[list(ids)][None], axis=-1).min(1)
+
+    eyes = np.clip(distance_to(RIGHT_EYE_CONTOUR + LEFT_EYE_CONTOUR) / SHAPE_FADE_CM, 0.0, 1.0)
+    mouth = np.clip(distance_to(INNER_LIP_CONTOUR) / MOUTH_FADE_CM, 0.0, 1.0)
+    outline = distance_to(FACE_OUTLINE)
+    near_opening = np.minimum(eyes, mouth)
+    near_outline = OUTLINE_STRENGTH + (1.0 - OUTLINE_STRENGTH) * np.clip(outline / SHAPE_FADE_CM, 0.0, 1.0)
+    return (SHAPE_STRENGTH * np.minimum(near_opening, near_outline)).astype(np.float32)
+
+
+_MASKS: _UvMasks | None = None
+_MASKS_LOCK = threading.Lock()
+
+
+def uv_masks() -> _UvMasks:
+    global _MASKS
+    with _MASKS_LOCK:
+        if _MASKS is None:
+            _MASKS = _uv_masks()
+        return _MASKS
+
+
+def _require_depth(face: Face, role: str) -> np.ndarray:
+    if face.mesh is None or face.depth is None:
+        raise NoFaceError(f"the {role} face has no 3D landmarks (face mesh found no face)")
+    return posed(face.mesh, face.depth)
+
+
+@dataclass(frozen=True)
+class _SkinLighting:
+    """A face's lighting fitted on its visible skin, with what it was fitted on."""
+
+    coefficients: np.ndarray  # (9, 3) SH coefficients
+    texels: np.ndarray  # (U,) indices into the lighting atlas's texels that were used
+    weights: np.ndarray  # (U,) their fit weights (visibility x skin)
+    colours: np.ndarray  # (U, 3) their observed colours in [0, 1]
+    normals: np.ndarray  # (U, 3) their unit normals
+    typical: np.ndarray  # (3,) median irradiance of the skin that was fitted
+
+    def shading(self, normals: np.ndarray) -> np.ndarray:
+        """(P, 3) irradiance of unit normals, kept within a plausible range of the skin's
+        own (the SH fit extrapolates wildly at normals it never saw, e.g. grazing ones)."""
+        return np.clip(shade(normals, self.coefficients), SHADING_RANGE[0] * self.typical, SHADING_RANGE[1] * self.typical)
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
+
+
+def _skin_lighting(points: np.ndarray, sample, occlusion: bool) -> _SkinLighting:
+    """Fit the lighting of a posed face on its seen skin; ``sample`` maps (P, 2) image
+    positions to (P, 3) colours in [0, 1]. Without ``occlusion`` the z-buffer test is left
+    out (per frame: the robust fit shrugs off the few texels a nose hides)."""
+    mesh = canonical_mesh()
+    atlas = uv_atlas(LIGHTING_SIZE)
+    if occlusion:
+        visibility = texel_visibility(points, atlas, scale=min(1.0, 96.0 / max(float(np.ptp(points[:, 0])), 1.0)))
+    else:
+        visibility = texel_facing(points, atlas)
+    weights = visibility * uv_masks().skin
+    texels = np.nonzero(weights > 0.05)[0]
+    if len(texels) < 32:
+        raise NoFaceError("too little of the face's skin is visible to fit its lighting")
+    normals = _unit(atlas.interpolate(vertex_normals(points, mesh.triangles))[texels])
+    colours = sample(atlas.interpolate(points[:, :2])[texels])
+    coefficients = fit_sh(normals, colours, weights[texels])
+    typical = np.median(shade(normals, coefficients), axis=0)
+    return _SkinLighting(coefficients, texels, weights[texels], colours, normals, typical)
+
+
+class Mesh3dSwapper:
+    """Swapper contract implementation for the 3D-aware built-in swap."""
+
+    name = "mesh3d"
+
+    def __init__(self, runner: Runner | None = None, crop_size: int = 256) -> None:
+        from gpu.runners.onnxruntime import OnnxRuntimeRunner
+
+        if crop_size % (2**LEVELS):
+            raise ValueError(f"mesh3d crop size must be a multiple of {2**LEVELS}, not {crop_size}")
+        self.runner: Runner = runner or OnnxRuntimeRunner(build_mesh3d_swap_graph(), name="mesh3d_swap")
+        self.crop_size = crop_size
+        self._template = _CROP_TEMPLATE * crop_size
+        self._neutral: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
+        self._neutral_lock = threading.Lock()
+
+    def alignment(self, face: Face) -> np.ndarray:
+        """Frame pixels -> aligned crop pixels for this face."""
+        return estimate_similarity(face.kps, self._template)
+
+    # -- source ---------------------------------------------------------------------------
+
+    def register(self, image: np.ndarray, face: Face) -> Mesh3dSource:
+        points = _require_depth(face, "source")
+        image = to_host(image)
+        mesh = canonical_mesh()
+        atlas = uv_atlas(TEXTURE_SIZE)
+        visibility = texel_visibility(points, atlas)
+        if visibility.sum() < 0.05 * len(visibility):
+            raise NoFaceError("the source face is turned too far away to be used; use a more frontal photo")
+        colours = _sample_image(image, atlas.interpolate(points[:, :2]))
+        lighting = _skin_lighting(points, lambda at: _sample_image(image, at), occlusion=True)
+        shading = np.maximum(lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles)))), 1e-3)
+        albedo = np.clip(colours / shading, 0.0, ALBEDO_MAX)
+        albedo_image = atlas.scatter(albedo)
+        weight_image = atlas.scatter(visibility[:, None])[..., 0]
+        # soft symmetry: the mirrored side fills in where this side is not seen
+        mirrored_weight = weight_image[:, ::-1] * (1.0 - weight_image) ** 2 * MIRROR_WEIGHT
+        combined = weight_image + mirrored_weight
+        mixed = (albedo_image * weight_image[..., None] + albedo_image[:, ::-1] * mirrored_weight[..., None]) / np.maximum(
+            combined, 1e-6
+        )[..., None]
+        # what neither side shows well (grazing: stretched, often hair at the temples) takes
+        # the smooth average of what is well seen around it
+        filled = push_pull_fill(mixed, np.clip((combined - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0))
+        shape = fit_pose(points).normalise(points)
+        return Mesh3dSource(
+            albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
+            lighting=lighting.coefficients,
+            shape=shape.astype(np.float32),
+        )
+
+    # -- target ---------------------------------------------------------------------------
+
+    def prepare(self, frame: np.ndarray, face: Face, source: Mesh3dSource, options: SwapOptions) -> FaceJob:
+        if face.mesh is None or face.depth is None:
+            raise ValueError("the mesh3d swapper needs target faces with a mesh and its depth")
+        size = self.crop_size
+        xp = array_module(frame)
+        matrix = self.alignment(face)
+        crop = crop_faces([frame], matrix[None], size)[0]
+        scale = float(np.sqrt(abs(np.linalg.det(matrix[:, :2]))))
+
+        points = posed(face.mesh, face.depth)
+        pose = fit_pose(points)
+        target = self._in_crop(points, matrix, scale)
+        moved = self._in_crop(self._transfer_shape(points, pose, face.track_id, source), matrix, scale)
+
+        lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False)
+        uv, rendered, holes, grid = self._render(moved)
+        shading_map = self._shading(moved, lighting, source, options.colour_match)
+        shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
+                            cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        mask, keep = self._mask(uv, rendered, holes, options)
+        paste = self._paste_mask(mask) * (1.0 - keep)  # the kept openings stay the frame's own pixels, not resampled ones
+        feeds = {
+            "target": xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0,
+            "albedo": source.albedo_like(frame),
+            "shading": xp.asarray(np.ascontiguousarray(shading.transpose(2, 0, 1))),
+            "grid": xp.asarray(grid),
+            "mask": xp.asarray(mask)[None],
+            "keep": xp.asarray(keep)[None],
+            "blend": xp.full((1, 1, 1), options.blend, dtype=np.float32),
+        }
+        return FaceJob(feeds=feeds, matrix=matrix, context={"mask": xp.asarray(paste)})
+
+    def finish(self, frame: np.ndarray, job: FaceJob, row: Sequence[np.ndarray]) -> None:
+        xp = array_module(frame)
+        swapped = xp.clip(xp.asarray(row[0]).transpose(1, 2, 0) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        paste_faces([frame], [0], swapped[None], job.context["mask"][None], job.matrix[None])
+
+    @staticmethod
+    def _in_crop(points: np.ndarray, matrix: np.ndarray, scale: float) -> np.ndarray:
+        return np.concatenate([transform_points(points[:, :2], matrix), points[:, 2:] * scale], axis=1).astype(np.float64)
+
+    def _transfer_shape(self, points: np.ndarray, pose: Similarity, track_id: int | None, source: Mesh3dSource) -> np.ndarray:
+        """The target's mesh moved by the source's identity offsets (source shape minus
+        the target's neutral shape, both pose-normalised), in the target's pose."""
+        shape = pose.normalise(points)
+        neutral = self._neutral_shape(track_id, shape)
+        offsets = (source.shape - neutral) * uv_masks().shape_strength[:, None]
+        return points + pose.apply_offsets(offsets)
+
+    def _neutral_shape(self, track_id: int | None, shape: np.ndarray) -> np.ndarray:
+        """The running mean of a video track's pose-normalised shape (its expression
+        averages out, so what the offsets change is identity, not expression); a still
+        image (no track, or a negative id) is its own neutral."""
+        if track_id is None or track_id < 0:
+            return shape
+        with self._neutral_lock:
+            mean, count = self._neutral.pop(track_id, (shape, 0))
+            if count and float(np.linalg.norm(mean - shape, axis=1).mean()) > NEUTRAL_RESET_CM:
+                mean, count = shape, 0  # ids restart per stream: another stream's face
+            count = min(count + 1, NEUTRAL_FRAMES)
+            mean = mean + (shape - mean) / count
+            self._neutral[track_id] = (mean, count)
+            while len(self._neutral) > MAX_TRACKS:
+                self._neutral.popitem(last=False)
+        return mean
+
+    def _render(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rasterise the posed mesh at half resolution, back faces culled, z-buffered: the
+        UV position of each pixel (half res, (S/2, S/2, 2), -1 where nothing is), whether
+        the face is drawn there, whether an eye or the mouth opening is there, and
+        GridSample's grid at full resolution (the map is affine per triangle, so bilinear
+        upsampling is exact inside triangles)."""
+        mesh = canonical_mesh()
+        half = self.crop_size // 2
+        small = points.copy()
+        small[:, :2] = points[:, :2] * 0.5 - 0.25  # full-res pixel centres -> half-res
+        raster = rasterise(small, mesh.triangles, signed_areas(small, mesh.triangles) < 0, (half, half))
+        drawn = raster.covered
+        holes = drawn & mesh.closure[np.maximum(raster.triangle, 0)]
+        # the openings get UVs too (they are never shown) so no pixel next to them samples (0, 0)
+        corners = mesh.triangles[raster.triangle[raster.rows, raster.cols]]
+        uv = np.full((half, half, 2), -1.0, dtype=np.float32)
+        uv[raster.rows, raster.cols] = np.einsum("pk,pkc->pc", raster.weights, mesh.uv[corners])
+        grid = cv2.resize(uv * 2.0 - 1.0, (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
+        return uv, drawn & ~holes, holes, grid
+
+    def _shading(self, points: np.ndarray, lighting: _SkinLighting, source: Mesh3dSource, colour_match: bool) -> np.ndarray:
+        """(L, L, 3) target irradiance over the UV map of the rendered mesh. With colour
+        match, scaled so the re-lit source skin has the target skin's mean colour where it
+        was seen (SH shading x relative albedo alone drifts by the albedo's mean); without,
+        so the skin keeps the source's colour and only the light is the target's."""
+        mesh = canonical_mesh()
+        atlas = uv_atlas(LIGHTING_SIZE)
+        shading = lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles))))
+        if colour_match:
+            albedo = source.albedo_small()[lighting.texels]
+            predicted = albedo * lighting.shading(lighting.normals)
+            gain = (lighting.weights @ lighting.colours) / np.maximum(lighting.weights @ predicted, 1e-6)
+        else:
+            gain = source.lighting[0] / np.maximum(lighting.coefficients[0], 1e-3)
+        shading = shading * np.clip(gain, *COLOUR_GAIN_RANGE)[None, :]
+        return push_pull_fill(atlas.scatter(shading), atlas.scatter(np.ones((len(shading), 1)))[..., 0], levels=3)
+
+    def _mask(self, uv: np.ndarray, rendered: np.ndarray, holes: np.ndarray, options: SwapOptions) -> tuple[np.ndarray, np.ndarray]:
+        """The feathered blend mask (S, S): the UV seam seen through the render, minus the
+        target's eyes and mouth opening (and with the mouth mask its lips); and where the
+        target must stay untouched (S, S): those openings. The UV seam and the openings
+        are fixed on the face, so the edge does not crawl from frame to frame."""
+        half = self.crop_size // 2
+        masks = uv_masks()
+        seam = masks.seam_no_mouth if options.mouth_mask else masks.seam
+        coords = uv * MASK_SIZE - 0.5
+        region = cv2.remap(seam, coords[..., 0], coords[..., 1], cv2.INTER_LINEAR, borderValue=0.0)
+        region = region * (rendered | holes)
+        radius = max(1, int(round(options.feather * half)))
+        kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (radius + 1, radius + 1))
+        core = cv2.erode(region, kernel)  # erode first so the fade lies inside the rendered face
+        soft = cv2.GaussianBlur(core, (0, 0), sigmaX=radius / 2.0)
+        # the eyes and the mouth opening: a narrow fade (their rims are strong edges already)
+        openings = cv2.GaussianBlur(holes.astype(np.float32), (0, 0), sigmaX=0.75)
+        # zero on the render's rim too: upsampling there would blend in pixels the face does not cover
+        inside = cv2.erode((rendered | holes).astype(np.uint8), np.ones((3, 3), np.uint8))
+        keep = np.clip(openings * 1.5, 0.0, 1.0)
+        small = soft * (1.0 - keep) * rendered * inside
+        size = (self.crop_size, self.crop_size)
+        return cv2.resize(small, size, interpolation=cv2.INTER_LINEAR), cv2.resize(keep, size, interpolation=cv2.INTER_LINEAR)
+
+    def _paste_mask(self, mask: np.ndarray) -> np.ndarray:
+        """Where the pasted crop replaces the frame: the blend mask grown by the reach of the
+        pyramid's coarse levels (outside it the crop is the target, resampled). Grown at
+        half resolution; cut off where it is negligible, since the paste's cost follows the
+        region the mask reaches."""
+        half = self.crop_size // 2
+        small = cv2.resize(mask, (half, half), interpolation=cv2.INTER_AREA)
+        grown = cv2.GaussianBlur(small, (0, 0), sigmaX=2 ** (LEVELS - 2)) * 3.0
+        grown[grown < 0.02] = 0.0
+        paste = cv2.resize(np.clip(np.maximum(small, grown), 0.0, 1.0), (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
+        return np.maximum(paste, mask).astype(np.float32)
+
+
+def _sample_crop(crop, at: np.ndarray) -> np.ndarray:
+    """(P, 3) colours in [0, 1] of the crop (NumPy or CuPy, (S, S, 3) uint8) at (P, 2)
+    positions, nearest pixel: the lighting fit needs a few hundred values, not a warp."""
+    size = crop.shape[0]
+    cols = np.clip(np.round(at[:, 0]).astype(np.int64), 0, size - 1)
+    rows = np.clip(np.round(at[:, 1]).astype(np.int64), 0, size - 1)
+    xp = array_module(crop)
+    return to_host(crop[xp.asarray(rows), xp.asarray(cols)]).astype(np.float32) / 255.0
+
+
+
+def _sample_image(image: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """(P, 3) colours in [0, 1] of a host image at (P, 2) positions, bilinear (remap wants
+    maps under 32767 a side, so the points go in rows of 256)."""
+    count = len(at)
+    rows = -(-count // 256)
+    maps = np.full((rows * 256, 2), -1.0, dtype=np.float32)
+    maps[:count] = at
+    maps = maps.reshape(rows, 256, 2)
+    sampled = cv2.remap(image, maps[..., 0], maps[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return sampled.reshape(-1, 3)[:count].astype(np.float32) / 255.0

@@ -1,0 +1,232 @@
+"""Geometry of the 3D-aware swapper: the UV atlas, pose fits, normals, visibility and
+rasterisation of a posed canonical mesh.
+
+A posed mesh is the face mesh's 468 points with their depth, ``(468, 3)`` pixels (x right,
+y down, z away from the camera), so it is an instance of ``gpu.models.canonical_mesh``.
+Everything here is plain NumPy/OpenCV on the host: it works on 468 points and a few
+thousand texels, never on frame pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import cv2
+import numpy as np
+
+from gpu.models.canonical_mesh import CanonicalMesh, canonical_mesh, signed_areas
+
+# Eyebrows (texture detail, not skin: left out of the lighting fit).
+RIGHT_BROW = (70, 63, 105, 66, 107, 55, 65, 52, 53, 46)
+LEFT_BROW = (300, 293, 334, 296, 336, 285, 295, 282, 283, 276)
+OUTER_LIP_CONTOUR = (61, 185, 40, 39, 37, 0, 267, 269, 270, 409, 291, 375, 321, 405, 314, 17, 84, 181, 91, 146)
+FACE_OUTLINE = (
+    10, 338, 297, 332, 284, 251, 389, 356, 454, 323, 361, 288, 397, 365, 379, 378, 400, 377,
+    152, 148, 176, 149, 150, 136, 172, 58, 132, 93, 234, 127, 162, 21, 54, 103, 67, 109,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class UvAtlas:
+    """The canonical mesh's triangles rasterised once into a ``size`` x ``size`` UV grid:
+    for every covered texel its triangle and barycentric weights, so any per-vertex
+    quantity (image position, normal) becomes a per-texel one by one gather."""
+
+    size: int
+    texels: tuple[np.ndarray, np.ndarray]  # (rows, cols) of the covered texels, (P,) each
+    triangle: np.ndarray  # (P,) int32 triangle of each covered texel
+    corners: np.ndarray  # (P, 3) int32 vertex ids of that triangle
+    weights: np.ndarray  # (P, 3) float32 barycentric weights
+
+    def interpolate(self, values: np.ndarray) -> np.ndarray:
+        """Per-vertex ``(468, C)`` values -> per-texel ``(P, C)``."""
+        return np.einsum("pk,pkc->pc", self.weights, values[self.corners])
+
+    def scatter(self, values: np.ndarray, fill: float = 0.0) -> np.ndarray:
+        """Per-texel ``(P, C)`` values -> a ``(size, size, C)`` image, ``fill`` elsewhere."""
+        image = np.full((self.size, self.size, values.shape[1]), fill, dtype=np.float32)
+        image[self.texels] = values
+        return image
+
+
+@lru_cache(maxsize=4)
+def uv_atlas(size: int) -> UvAtlas:
+    mesh = canonical_mesh()
+    uv_pixels = mesh.uv * size - 0.5  # texel centres at integers
+    raster = rasterise(uv_pixels, mesh.triangles, np.ones(len(mesh.triangles), dtype=bool), (size, size))
+    triangle = raster.triangle[raster.rows, raster.cols]
+    return UvAtlas(size, (raster.rows, raster.cols), triangle, mesh.triangles[triangle], raster.weights)
+
+
+@dataclass(frozen=True)
+class Raster:
+    """Which triangle covers each pixel centre (the nearest where several do) and where in
+    it: ``triangle`` (H, W) int32, -1 where none; for the covered pixels, in row-major
+    order, their ``rows``/``cols`` (P,) and barycentric ``weights`` (P, 3)."""
+
+    triangle: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    weights: np.ndarray
+
+    @property
+    def covered(self) -> np.ndarray:
+        return self.triangle >= 0
+
+
+def rasterise(points: np.ndarray, triangles: np.ndarray, keep: np.ndarray, shape: tuple[int, int]) -> Raster:
+    """Rasterise the ``keep`` triangles of a mesh (points (V, 2) pixels, or (V, 3) with
+    depth: then they are painted far to near, so the nearest surface wins - the painter's
+    algorithm, exact for a face mesh's small, non-intersecting triangles).
+
+    One OpenCV fill per triangle (a C loop, ~1.5 us each whatever its size), then the
+    barycentric weights of every covered pixel in one vectorised pass."""
+    chosen = np.nonzero(keep)[0]
+    if points.shape[1] > 2:
+        chosen = chosen[np.argsort(-points[triangles[chosen], 2].sum(1), kind="stable")]
+    ids = np.full(shape, -1, dtype=np.int32)
+    fixed = np.round(points[triangles[chosen], :2] * 16).astype(np.int32)
+    for polygon, label in zip(fixed, chosen.tolist(), strict=True):
+        cv2.fillConvexPoly(ids, polygon, label, lineType=cv2.LINE_8, shift=4)
+    ys, xs = np.nonzero(ids >= 0)
+    corners = points[triangles[ids[ys, xs]], :2].astype(np.float64)
+    a = corners[:, 0]
+    v0, v1 = corners[:, 1] - a, corners[:, 2] - a
+    det = v0[:, 0] * v1[:, 1] - v0[:, 1] * v1[:, 0]
+    det = np.where(np.abs(det) < 1e-12, 1e-12, det)
+    dx, dy = xs - a[:, 0], ys - a[:, 1]
+    wb = (dx * v1[:, 1] - dy * v1[:, 0]) / det
+    wc = (v0[:, 0] * dy - v0[:, 1] * dx) / det
+    # pixels the fill rounds onto a triangle's edge may lie a hair outside it: clamp
+    weights = np.clip(np.stack([1.0 - wb - wc, wb, wc], 1), 0.0, 1.0)
+    weights /= np.maximum(weights.sum(1, keepdims=True), 1e-12)
+    return Raster(ids, ys, xs, weights.astype(np.float32))
+
+
+def posed(mesh_xy: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """(468, 3) posed mesh from a face's mesh points and their depth."""
+    return np.concatenate([mesh_xy, depth[:, None]], axis=1).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Similarity:
+    """``points ~ scale * canonical @ rotation.T + shift`` (3D)."""
+
+    scale: float
+    rotation: np.ndarray  # (3, 3)
+    shift: np.ndarray  # (3,)
+
+    def normalise(self, points: np.ndarray) -> np.ndarray:
+        """Posed points -> canonical frame (pose and size removed)."""
+        return (points - self.shift) @ self.rotation / self.scale
+
+    def apply_offsets(self, offsets: np.ndarray) -> np.ndarray:
+        """Canonical-frame displacements -> posed-frame displacements."""
+        return self.scale * offsets @ self.rotation.T
+
+
+def fit_pose(points: np.ndarray, mesh: CanonicalMesh | None = None) -> Similarity:
+    """Weighted 3D similarity (Umeyama) of the canonical mesh onto a posed mesh, on the
+    33 Procrustes landmarks with MediaPipe's weights (stable points: no lips, no lids)."""
+    mesh = mesh or canonical_mesh()
+    weights = mesh.procrustes_weights.astype(np.float64)
+    weights = weights / weights.sum()
+    src = mesh.vertices[mesh.procrustes_ids].astype(np.float64)
+    dst = points[mesh.procrustes_ids].astype(np.float64)
+    src_mean, dst_mean = weights @ src, weights @ dst
+    src_c, dst_c = src - src_mean, dst - dst_mean
+    cov = (dst_c * weights[:, None]).T @ src_c
+    u, s, vt = np.linalg.svd(cov)
+    sign = np.ones(3)
+    if np.linalg.det(u) * np.linalg.det(vt) < 0:
+        sign[-1] = -1
+    rotation = u @ np.diag(sign) @ vt
+    variance = (weights * (src_c**2).sum(1)).sum()
+    scale = float((s * sign).sum() / variance)
+    return Similarity(scale, rotation, dst_mean - scale * rotation @ src_mean)
+
+
+def face_normals(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+    """(K, 3) unnormalised triangle normals (length = twice the area), pointing out of the
+    face: a triangle facing the camera has a negative z."""
+    a, b, c = (points[triangles[:, i]] for i in range(3))
+    return np.cross(b - a, c - a)
+
+
+def vertex_normals(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+    """(468, 3) unit vertex normals: area-weighted sums of the incident triangle normals."""
+    normals = face_normals(points, triangles)
+    flat = triangles.reshape(-1)
+    summed = np.stack(
+        [np.bincount(flat, weights=np.repeat(normals[:, axis], 3), minlength=len(points)) for axis in range(3)], 1
+    )
+    return summed / np.maximum(np.linalg.norm(summed, axis=1, keepdims=True), 1e-9)
+
+
+def facing(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+    """(K,) cosine between each triangle's normal and the direction to the camera: 1 for a
+    triangle seen head-on, <= 0 for one turned away (back-facing)."""
+    normals = face_normals(points, triangles)
+    return -normals[:, 2] / np.maximum(np.linalg.norm(normals, axis=1), 1e-9)
+
+
+def texel_facing(points: np.ndarray, atlas: UvAtlas) -> np.ndarray:
+    """(P,) cos(view angle)^2 of each texel (the mesh's smooth normal there), 0 where its
+    triangle faces away: grazing, stretched surface counts for little (eos's view-angle
+    weight). No occlusion test."""
+    triangles = canonical_mesh().triangles
+    normals = atlas.interpolate(vertex_normals(points, triangles))
+    cosines = -normals[:, 2] / np.maximum(np.linalg.norm(normals, axis=1), 1e-9)
+    front = facing(points, triangles)[atlas.triangle] > 0
+    return np.where(front, np.maximum(cosines, 0.0) ** 2, 0.0).astype(np.float32)
+
+
+def texel_visibility(points: np.ndarray, atlas: UvAtlas, scale: float = 1.0) -> np.ndarray:
+    """(P,) ``texel_facing`` weights, 0 also where something nearer covers the texel (a
+    turned face's nose over its far cheek): a texel is seen when the z-buffer shows its own
+    triangle or one sharing a corner with it at its position. The z-buffer is painted at
+    ``scale`` x the image's pixels (a coarse one tells which surface is in front)."""
+    triangles = canonical_mesh().triangles
+    weight = texel_facing(points, atlas)
+    scaled = points * scale
+    origin = np.floor(scaled[:, :2].min(0)) - 2
+    extent = np.ceil(scaled[:, :2].max(0) - origin).astype(int) + 3
+    scaled[:, :2] -= origin
+    ids = rasterise(scaled, triangles, facing(points, triangles) > 0, (int(extent[1]), int(extent[0]))).triangle
+    position = atlas.interpolate(scaled[:, :2])
+    cols = np.clip(np.round(position[:, 0]).astype(int), 0, extent[0] - 1)
+    rows = np.clip(np.round(position[:, 1]).astype(int), 0, extent[1] - 1)
+    seen = ids[rows, cols]
+    shares = (seen >= 0) & (triangles[np.maximum(seen, 0)][:, :, None] == atlas.corners[:, None, :]).any((1, 2))
+    return np.where(shares, weight, 0.0).astype(np.float32)
+
+
+def push_pull_fill(image: np.ndarray, weight: np.ndarray, levels: int = 8) -> np.ndarray:
+    """Fill where ``weight`` is 0 from a weighted image pyramid (push-pull): holes take the
+    smooth average of what surrounds them, known pixels stay."""
+    image = image.astype(np.float32)
+    weight = weight.astype(np.float32)
+    pyramid = [(image * weight[..., None], weight)]
+    for _ in range(levels):
+        values, weights = pyramid[-1]
+        if min(weights.shape) <= 2:
+            break
+        pyramid.append((cv2.pyrDown(values), cv2.pyrDown(weights)))
+    values, weights = pyramid[-1]
+    filled = values / np.maximum(weights, 1e-6)[..., None]
+    for values, weights in reversed(pyramid[:-1]):
+        size = (weights.shape[1], weights.shape[0])
+        coarse = cv2.resize(filled, size, interpolation=cv2.INTER_LINEAR).reshape(values.shape)
+        known = np.clip(weights, 0.0, 1.0)[..., None]
+        filled = known * values / np.maximum(weights, 1e-6)[..., None] + (1.0 - known) * coarse
+    return filled.astype(np.float32)
+
+
+def uv_polygon_mask(size: int, contour: tuple[int, ...]) -> np.ndarray:
+    """(size, size) float32 mask of a landmark contour drawn in UV space."""
+    mesh = canonical_mesh()
+    mask = np.zeros((size, size), dtype=np.uint8)
+    polygon = np.round((mesh.uv[list(contour)] * size - 0.5) * 16).astype(np.int32)
+    cv2.fillPoly(mask, [polygon], 255, lineType=cv2.LINE_AA, shift=4)
+    return mask.astype(np.float32) / 255.0

@@ -1,0 +1,341 @@
+"""The 3D-aware built-in swapper: geometry (visibility, culling), lighting, its graph, and
+identity on the real sample faces."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpu.analysis.identity import identity_distance
+from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, canonical_mesh, signed_areas
+from gpu.options import SwapOptions
+from gpu.runners.onnxruntime import OnnxRuntimeRunner
+from gpu.swappers import mesh3d
+from gpu.swappers.base import run_jobs, stack_feeds
+from gpu.swappers.mesh3d import Mesh3dSource, Mesh3dSwapper
+from gpu.swappers.mesh3d_geometry import fit_pose, texel_facing, texel_visibility, uv_atlas
+from gpu.swappers.mesh3d_graph import build_mesh3d_swap_graph
+from gpu.swappers.mesh3d_lighting import fit_sh, shade
+from gpu.types import Face
+
+
+def _turned(yaw_deg: float, scale: float = 9.0, centre=(128.0, 120.0)) -> np.ndarray:
+    """The canonical mesh turned about its vertical axis, as a posed (468, 3) pixel mesh
+    (positive yaw turns the nose towards +x)."""
+    yaw = np.radians(yaw_deg)
+    rotation = np.array([[np.cos(yaw), 0, -np.sin(yaw)], [0, 1, 0], [np.sin(yaw), 0, np.cos(yaw)]])
+    points = canonical_mesh().vertices.astype(np.float64) @ rotation.T * scale
+    points[:, :2] += centre
+    return points
+
+
+def _face(points: np.ndarray, track_id: int | None = None) -> Face:
+    from gpu.analysis.landmarks import five_points
+
+    mesh = points[:, :2].astype(np.float32)
+    box = np.concatenate([mesh.min(0), mesh.max(0)])
+    return Face(box=box, kps=five_points(mesh), mesh=mesh, depth=points[:, 2].astype(np.float32), track_id=track_id)
+
+
+# -- geometry --------------------------------------------------------------------------------------
+
+
+def test_a_turned_face_hides_its_far_side_and_what_the_nose_covers():
+    atlas = uv_atlas(64)
+    frontal = texel_visibility(_turned(0), atlas)
+    assert (frontal > 0).mean() > 0.9
+    turned_points = _turned(50)
+    turned = texel_visibility(turned_points, atlas)
+    assert (turned > 0).mean() < (frontal > 0).mean() - 0.1
+    far = turned_points[atlas.corners, 2].mean(1) > np.median(turned_points[:, 2])  # texels that moved away
+    assert turned[far].mean() < 0.5 * turned[~far].mean()
+    # the nose hides cheek that still faces the camera: occlusion, not only back faces
+    assert ((texel_facing(turned_points, atlas) > 0.05) & (turned == 0)).sum() > 0
+
+
+def test_a_turned_face_renders_without_folded_triangles():
+    swapper = Mesh3dSwapper(runner=object())
+    mesh = canonical_mesh()
+    for yaw in (0, 45, 70):
+        points = _turned(yaw)
+        uv, rendered, holes, grid = swapper._render(points)
+        small = points.copy()
+        small[:, :2] = points[:, :2] * 0.5 - 0.25
+        back = signed_areas(small, mesh.triangles) >= 0
+        if yaw >= 45:
+            assert back.sum() > 20  # the far side turned away ...
+        drawn_ids = _drawn_triangles(swapper, points)
+        assert not back[drawn_ids].any()  # ... and none of it is drawn
+        # every drawn triangle keeps the canonical orientation from image to UV: no fold
+        image_area = signed_areas(small, mesh.triangles)[drawn_ids]
+        uv_area = signed_areas(mesh.uv, mesh.triangles)[drawn_ids]
+        assert (np.sign(image_area) == np.sign(uv_area)).all()
+        assert rendered.sum() > 1000 and holes.sum() > 0 and not (rendered & holes).any()
+        # wherever the face shows, it samples inside the texture (no rim pulled towards nothing)
+        mask, _ = swapper._mask(uv, rendered, holes, SwapOptions(feather=0.01))
+        assert np.abs(grid[mask > 0]).max() <= 1.0
+
+
+def _drawn_triangles(swapper: Mesh3dSwapper, points: np.ndarray) -> np.ndarray:
+    from gpu.swappers.mesh3d_geometry import rasterise
+
+    mesh = canonical_mesh()
+    small = points.copy()
+    small[:, :2] = points[:, :2] * 0.5 - 0.25
+    half = swapper.crop_size // 2
+    raster = rasterise(small, mesh.triangles, signed_areas(small, mesh.triangles) < 0, (half, half))
+    return np.unique(raster.triangle[raster.covered])
+
+
+def test_pose_fit_removes_pose_and_size():
+    mesh = canonical_mesh()
+    turned = _turned(35, scale=6.0, centre=(300.0, 200.0))
+    pose = fit_pose(turned)
+    assert pose.scale == pytest.approx(6.0, rel=1e-6)
+    np.testing.assert_allclose(pose.normalise(turned), mesh.vertices, atol=1e-4)
+
+
+# -- lighting --------------------------------------------------------------------------------------
+
+
+def test_sh_fit_recovers_known_lighting_despite_highlights():
+    rng = np.random.default_rng(3)
+    normals = rng.normal(size=(3000, 3))
+    normals[:, 2] = -np.abs(normals[:, 2])  # one view: the half of the sphere facing the camera
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    truth = np.zeros((9, 3), np.float32)
+    truth[0] = (0.8, 0.55, 0.4)
+    truth[1:4] = rng.normal(0, 0.1, (3, 3))
+    truth[4:] = rng.normal(0, 0.03, (5, 3))
+    colours = shade(normals, truth) + rng.normal(0, 0.005, (3000, 3))
+    highlights = rng.random(3000) < 0.08
+    colours[highlights] += 0.5  # specular spots, glasses: what the robust fit must ignore
+    plain = fit_sh(normals, colours, np.ones(3000), ridge=0.0)
+    np.testing.assert_allclose(plain, truth, atol=0.02)
+    # the default ridge shrinks bands 1-2 a little: the light on the seen half stays right
+    ridged = fit_sh(normals, colours, np.ones(3000))
+    assert np.abs(shade(normals, ridged) - shade(normals, truth)).mean() < 0.02
+
+
+# -- graph -----------------------------------------------------------------------------------------
+
+
+def _random_rows(count: int, size: int = 64, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "target": rng.random((count, 3, size, size), dtype=np.float32),
+        "albedo": rng.random((count, 3, 32, 32), dtype=np.float32) * 2,
+        "shading": rng.random((count, 3, size // 2, size // 2), dtype=np.float32),
+        "grid": rng.uniform(-1, 1, (count, size, size, 2)).astype(np.float32),
+        "mask": rng.random((count, 1, size, size), dtype=np.float32),
+        "keep": (rng.random((count, 1, size, size)) > 0.9).astype(np.float32),
+        "blend": rng.random((count, 1, 1, 1), dtype=np.float32),
+    }
+
+
+def test_graph_has_dynamic_batch_and_declared_io():
+    runner = OnnxRuntimeRunner(build_mesh3d_swap_graph())
+    assert [spec.name for spec in runner.inputs] == ["target", "albedo", "shading", "grid", "mask", "keep", "blend"]
+    assert [spec.name for spec in runner.outputs] == ["swapped"]
+    assert all(spec.shape[0] in ("N", None) for spec in (*runner.inputs, *runner.outputs))
+
+
+def test_graph_rows_are_independent_batch_equals_single_rows():
+    runner = OnnxRuntimeRunner(build_mesh3d_swap_graph())
+    feeds = _random_rows(4)
+    batched = runner.run(feeds)[0]
+    assert batched.shape == (4, 3, 64, 64)
+    for i in range(4):
+        single = runner.run({name: value[i : i + 1] for name, value in feeds.items()})[0]
+        np.testing.assert_allclose(batched[i], single[0], atol=1e-5)
+
+
+def test_graph_relights_the_albedo_inside_the_face_and_passes_the_target_elsewhere():
+    runner = OnnxRuntimeRunner(build_mesh3d_swap_graph())
+    feeds = _random_rows(1, size=32)
+    feeds["blend"][:] = 0.0
+    np.testing.assert_allclose(runner.run(feeds)[0], feeds["target"], atol=1e-6)
+    feeds["blend"][:] = 1.0
+    feeds["mask"][:] = 0.0
+    np.testing.assert_allclose(runner.run(feeds)[0], feeds["target"], atol=1e-6)
+    # the whole crop is face: the output is albedo x shading exactly (the pyramid adds up)
+    ys, xs = np.meshgrid(np.arange(32), np.arange(32), indexing="ij")
+    feeds["grid"][:] = np.stack([(2 * xs + 1) / 32 - 1, (2 * ys + 1) / 32 - 1], axis=-1)
+    feeds["albedo"] = np.random.default_rng(1).random((1, 3, 32, 32), dtype=np.float32)
+    feeds["shading"][:] = 0.5
+    feeds["mask"][:] = 1.0
+    expected = feeds["albedo"] * 0.5 * (1 - feeds["keep"]) + feeds["target"] * feeds["keep"]
+    np.testing.assert_allclose(runner.run(feeds)[0], expected, atol=1e-5)  # ... but what must be kept is kept
+
+
+# -- the swap on real faces --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def swapper():
+    return Mesh3dSwapper()
+
+
+@pytest.fixture(scope="module")
+def sources(engine, swapper, astronaut_image, grace_image):
+    return {name: swapper.register(image, engine.analyse_image(image)[0])
+            for name, image in (("astronaut", astronaut_image), ("grace", grace_image))}
+
+
+def _swap(engine, swapper, source, target_image, options=SwapOptions()):
+    face = engine.analyse_image(target_image)[0]
+    frame = target_image.copy()
+    job = swapper.prepare(frame, face, source, options)
+    swapper.finish(frame, job, run_jobs(swapper.runner, [job])[0])
+    return frame, job
+
+
+def test_register_unwraps_the_source_into_a_filled_albedo(sources):
+    for source in sources.values():
+        assert source.albedo.shape == (3, mesh3d.TEXTURE_SIZE, mesh3d.TEXTURE_SIZE)
+        assert 0.0 <= source.albedo.min() and source.albedo.max() <= mesh3d.ALBEDO_MAX
+        atlas = uv_atlas(mesh3d.TEXTURE_SIZE)
+        skin = source.albedo[:, atlas.texels[0], atlas.texels[1]]
+        assert 0.7 < float(np.median(skin)) < 1.3  # albedo is relative to the skin's own light
+        assert source.lighting.shape == (9, 3) and source.shape.shape == (468, 3)
+
+
+@pytest.mark.parametrize("direction", ["astronaut_onto_grace", "grace_onto_astronaut"])
+def test_swap_reads_as_the_source_person(engine, swapper, sources, astronaut_image, grace_image, identity_of, direction):
+    source_name, source_image, target = (("astronaut", astronaut_image, grace_image) if direction.startswith("astronaut")
+                                         else ("grace", grace_image, astronaut_image))
+    output, _ = _swap(engine, swapper, sources[source_name], target)
+    identity = identity_of(output)
+    to_source, to_target = identity_distance(identity, identity_of(source_image)), identity_distance(identity, identity_of(target))
+    assert to_source < 0.6, f"d(output, source) = {to_source:.3f}"
+    assert to_source < to_target, f"d(output, source) = {to_source:.3f} vs d(output, target) = {to_target:.3f}"
+
+
+def test_the_targets_own_eyes_stay(engine, swapper, sources, grace_image, astronaut_image):
+    output, job = _swap(engine, swapper, sources["grace"], astronaut_image)
+    mesh = engine.analyse_image(astronaut_image)[0].mesh
+    import cv2
+
+    eyes = np.zeros(astronaut_image.shape[:2], np.uint8)
+    for contour in (RIGHT_EYE_CONTOUR, LEFT_EYE_CONTOUR):
+        cv2.fillPoly(eyes, [np.round(mesh[list(contour)]).astype(np.int32)], 1)
+    eyes = cv2.erode(eyes, np.ones((3, 3), np.uint8)).astype(bool)
+    face = np.zeros_like(eyes)
+    x0, y0, x1, y1 = engine.analyse_image(astronaut_image)[0].box.astype(int)
+    face[y0:y1, x0:x1] = True
+    change = np.abs(output.astype(int) - astronaut_image).mean(-1)
+    assert eyes.sum() > 30
+    assert change[eyes].mean() < 0.25 * change[face & ~eyes].mean()
+
+
+def test_shape_moves_towards_the_source_but_not_the_eye_openings(swapper, sources):
+    target = _turned(20)
+    pose = fit_pose(target)
+    moved = swapper._transfer_shape(target, pose, None, sources["astronaut"])
+    before = np.linalg.norm(pose.normalise(target) - sources["astronaut"].shape, axis=1).mean()
+    after = np.linalg.norm(pose.normalise(moved) - sources["astronaut"].shape, axis=1).mean()
+    assert after < 0.7 * before
+    lids = list(RIGHT_EYE_CONTOUR + LEFT_EYE_CONTOUR)
+    np.testing.assert_allclose(moved[lids], target[lids], atol=1e-6)
+
+
+def test_a_tracks_neutral_shape_is_a_bounded_running_mean(swapper, sources):
+    fresh = Mesh3dSwapper(runner=swapper.runner)
+    shape = fit_pose(_turned(0)).normalise(_turned(0))
+    smiling = shape.copy()
+    smiling[list(range(0, 468, 7))] += 0.4  # an expression: some points move a little
+    first = fresh._neutral_shape(5, shape)
+    later = fresh._neutral_shape(5, smiling)
+    np.testing.assert_allclose(first, shape)
+    assert 0 < np.abs(later - shape).max() < 0.4  # averaged, not replaced
+    stranger = shape + 3.0  # a jump no expression makes: another stream's face
+    np.testing.assert_allclose(fresh._neutral_shape(5, stranger), stranger)
+    for track in range(mesh3d.MAX_TRACKS + 10):
+        fresh._neutral_shape(100 + track, shape)
+    assert len(fresh._neutral) == mesh3d.MAX_TRACKS
+    np.testing.assert_allclose(fresh._neutral_shape(-1, smiling), smiling)  # a still is its own neutral
+
+
+def test_mouth_mask_keeps_the_targets_mouth_and_blend_scales_the_change(engine, swapper, sources, astronaut_image):
+    with_mask, _ = _swap(engine, swapper, sources["grace"], astronaut_image, SwapOptions(mouth_mask=True))
+    without, _ = _swap(engine, swapper, sources["grace"], astronaut_image)
+    half, _ = _swap(engine, swapper, sources["grace"], astronaut_image, SwapOptions(blend=0.5))
+    mesh = engine.analyse_image(astronaut_image)[0].mesh
+    lips = mesh[[0, 17, 61, 291]]  # outer lip middle and corners
+    x0, y0 = lips.min(0).astype(int)
+    x1, y1 = lips.max(0).astype(int) + 1
+
+    def error(image):
+        return np.abs(image[y0:y1, x0:x1].astype(int) - astronaut_image[y0:y1, x0:x1]).mean()
+
+    assert error(with_mask) < error(without) / 2
+    full_change = np.abs(without.astype(int) - astronaut_image).sum()
+    half_change = np.abs(half.astype(int) - astronaut_image).sum()
+    assert 0.3 * full_change < half_change < 0.7 * full_change
+
+
+def test_colour_match_off_keeps_the_sources_skin_tone(engine, swapper, sources, astronaut_image):
+    matched, job = _swap(engine, swapper, sources["grace"], astronaut_image)
+    kept, _ = _swap(engine, swapper, sources["grace"], astronaut_image, SwapOptions(colour_match=False))
+    face = job.context["mask"] > 0.9
+    assert face.sum() > 1000
+    # Grace's photo is warmer (more red over blue) than the astronaut's
+    def warmth(image):
+        import cv2
+
+        crop = cv2.warpAffine(image, job.matrix, face.shape[::-1]).astype(float)
+        return (crop[..., 0] - crop[..., 2])[face].mean()
+
+    assert warmth(kept) > warmth(matched) + 3
+
+
+def test_prepared_rows_batch_like_single_rows_on_the_cpu(engine, swapper, sources, grace_image, two_faces):
+    """Rows from different sources and frames stacked into one runner call give the same
+    pixels as one call each (what the cross-session batcher relies on); a NumPy frame
+    keeps every feed and the paste on the host."""
+    targets = [(grace_image, engine.analyse_image(grace_image)[0]), *[(two_faces, f) for f in engine.analyse_image(two_faces)]]
+    jobs = [
+        swapper.prepare(frame, face, list(sources.values())[i % 2], replace(SwapOptions(), blend=0.6 + 0.2 * (i % 2)))
+        for i, (frame, face) in enumerate(targets)
+    ]
+    assert all(type(value) is np.ndarray for job in jobs for value in (*job.feeds.values(), job.context["mask"]))
+    batched = run_jobs(swapper.runner, jobs)
+    assert stack_feeds(jobs)["target"].shape[0] == 3
+    for job, row in zip(jobs, batched):
+        np.testing.assert_allclose(row[0], run_jobs(swapper.runner, [job])[0][0], atol=1e-5)
+    frame = grace_image.copy()
+    swapper.finish(frame, jobs[0], batched[0])
+    assert (frame != grace_image).any()
+
+
+def test_a_face_without_depth_is_a_clear_error(engine, swapper, sources, grace_image):
+    from gpu.errors import NoFaceError
+
+    face = engine.analyse_image(grace_image)[0]
+    flat = replace(face, depth=None)
+    with pytest.raises(NoFaceError, match="3D landmarks"):
+        swapper.register(grace_image, flat)
+    with pytest.raises(ValueError, match="mesh and its depth"):
+        swapper.prepare(grace_image, flat, sources["astronaut"], SwapOptions())
+
+
+def test_the_engine_selects_mesh3d_and_its_sources_survive_bytes(astronaut_image, grace_image):
+    from gpu.engine import EngineSettings, FaceEngine
+    from streamer.pipeline.frame_swapper import FrameSwapper
+
+    engine = FaceEngine(EngineSettings(swapper="mesh3d"))
+    assert engine.swapper.name == "mesh3d"
+    source = engine.register_source(astronaut_image)
+    data = engine.source_to_bytes(source)
+    assert len(data) < 400_000
+    restored = engine.source_from_bytes(data)
+    assert isinstance(restored.payload, Mesh3dSource)
+    np.testing.assert_allclose(restored.payload.albedo, source.payload.albedo, atol=mesh3d.ALBEDO_MAX / 510 + 1e-6)
+    np.testing.assert_array_equal(restored.payload.shape, source.payload.shape)
+    np.testing.assert_array_equal(restored.face.depth, source.face.depth)
+    swapped = []
+    for which in (source, restored):
+        frame = grace_image.copy()
+        assert FrameSwapper(engine, which).process_still(frame).faces_swapped == 1
+        swapped.append(frame.astype(int))
+    assert np.abs(swapped[0] - swapped[1]).max() <= 3
