@@ -138,6 +138,25 @@ def test_unreadable_bodies_and_source_photos_are_refused_at_submission(client, c
     assert set(storage.iterdir()) == before
 
 
+def test_fuzzed_json_submissions_never_reach_a_5xx(client, clips, storage) -> None:
+    """A seeded generator gives every field of a JSON submission every kind of value (wrong
+    types, lone surrogates, NUL, paths out of the storage, huge strings): 4xx or success."""
+    import random
+
+    rng = random.Random(15)
+    (storage / "fuzz.mp4").write_bytes(clips.short.read_bytes())
+    values = [None, 1, 2**70, 0.5, True, [], {}, "", "x" * 5000, "\ud800", "\x00", "fuzz.mp4", "../fuzz.mp4",
+              "/etc/passwd", ".scratch/x", "astronaut", "u-000000000000", "high", "http://[::1", "http://127.0.0.1:1/x"]
+    answers = []
+    for _ in range(100):
+        body = {name: rng.choice(values) for name in rng.sample(["face_id", "path", "priority", "webhook_url", "source"],
+                                                                 rng.randint(0, 4))}
+        answers.append(client.request("POST", "/api/v1/jobs", json.dumps(body).encode(),
+                                      {"Content-Type": "application/json"})[0])
+    assert [status for status in answers if status >= 500] == []
+    assert any(status == 400 for status in answers)
+
+
 def test_unknown_jobs_are_404_and_output_waits_for_completion(client, clips) -> None:
     for method, path in (("GET", "/api/v1/jobs/job_nope"), ("DELETE", "/api/v1/jobs/job_nope"),
                          ("GET", "/api/v1/jobs/job_nope/output")):

@@ -187,3 +187,48 @@ def test_an_rtmp_stream_name_that_is_not_utf8_is_a_bad_name(engine, tmp_path):
     codes, healthy = run(scenario(), timeout=60)
     assert codes[0] == "NetStream.Publish.BadName" and codes[1] and codes[1].startswith("NetStream.Play.")
     assert healthy == 200
+
+
+FUZZED_VALUES = [None, True, 0, -1, 2**70, 1e308, float("nan"), 0.5, "", "x" * 5000, "\ud800", "u-" + "0" * 12,
+                 "astronaut", "../../etc/passwd", "rtmp://127.0.0.1:6379/live/x", [], [1, [2]], {}, {"a": {"b": None}},
+                 "\x00", "é" * 100]  # every JSON type, with the values handlers least expect
+
+
+def test_fuzzed_json_fields_never_reach_a_5xx(engine, tmp_path):
+    """Every JSON route, every field given every kind of value (lone surrogates, huge
+    numbers, wrong types, paths, internal URLs) by a seeded generator: 4xx or success, never 5xx."""
+    import json
+    import random
+
+    rng = random.Random(15)
+    fields = {"name", "face_id", "options", "push", "record", "sdp", "type", "enabled", "candidate", "sdpMid",
+              "sdpMLineIndex", "blend", "mouth_mask"}
+
+    async def scenario():
+        client = await started(build_app(node_config(tmp_path), engine=engine))
+        admin = {"Authorization": f"Bearer {mint_token(TEST_SECRET, 'ops', role='admin')}"}
+        try:
+            sid = (await (await client.post("/api/v1/sessions", json={"face_id": "astronaut"}, headers=ALICE)).json())["session_id"]
+            routes = [("POST", "/api/v1/sessions"), ("PATCH", f"/api/v1/sessions/{sid}"),
+                      ("POST", f"/api/v1/sessions/{sid}/offer"), ("POST", f"/api/v1/sessions/{sid}/candidates"),
+                      ("POST", "/api/v1/keys")]
+            statuses: dict[int, int] = {}
+            worst = []
+            for _ in range(120):
+                body = {name: rng.choice(FUZZED_VALUES) for name in rng.sample(sorted(fields), rng.randint(0, 5))}
+                if rng.random() < 0.3:
+                    body["options"] = {"blend": rng.choice(FUZZED_VALUES), "face_selection": rng.choice(FUZZED_VALUES)}
+                method, path = rng.choice(routes)
+                data = json.dumps(body, allow_nan=True).encode()
+                response = await client.request(method, path, data=data, headers={
+                    **(admin if rng.random() < 0.2 else ALICE), "Content-Type": "application/json"})
+                statuses[response.status] = statuses.get(response.status, 0) + 1
+                if response.status >= 500:
+                    worst.append((method, path, data[:300], await response.text()))
+            return statuses, worst
+        finally:
+            await client.close()
+
+    statuses, worst = run(scenario(), timeout=120)
+    assert worst == [], worst
+    assert sum(statuses.values()) == 120 and any(400 <= status < 500 for status in statuses)
