@@ -15,7 +15,7 @@ from gpu.analysis.detection import (
     tile_windows,
     weighted_nms,
 )
-from gpu.analysis.face_mesh import FaceTracker, mesh_roll
+from gpu.analysis.face_mesh import FaceTracker, mesh_roll, plausible_mesh
 from gpu.types import Face
 from swapcast.benchmarks.detection import FACE_BOXES, group_photo, matched, placement, rolled_face
 
@@ -126,6 +126,18 @@ def test_the_tracker_follows_a_tilted_face_with_a_correct_mesh(engine, grace_ima
     assert box_iou(faces[0].box, scene.boxes[0]) > 0.4
     assert faces[0].depth.shape == (468,)
     assert np.linalg.norm(faces[0].mesh[EYE_CORNERS] - truth[EYE_CORNERS], axis=1).max() < 3.0
+
+
+def test_a_mesh_away_from_its_candidate_or_collapsed_is_no_face(engine, grace_image):
+    face = engine.analyse_image(grace_image)[0]
+    points = np.column_stack([face.mesh, face.depth])
+    assert plausible_mesh(points, face.box)
+    width = face.box[2] - face.box[0]
+    assert not plausible_mesh(points + [2 * width, 0, 0], face.box)  # landed on a neighbour
+    centre = points.mean(0)
+    assert not plausible_mesh(centre + (points - centre) * [0.1, 0.1, 1], face.box)  # far too small
+    assert not plausible_mesh(centre + (points - centre) * [1, 0.02, 1], face.box)  # flattened to a line
+    assert not plausible_mesh(np.full_like(points, np.nan), face.box)
 
 
 def test_no_faces_in_blank_or_noise(engine):
