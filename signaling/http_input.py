@@ -34,18 +34,26 @@ class BadInput(SwapcastError):
 
 
 async def read_json(request: web.Request) -> object:
-    """The request's JSON body; ``BadInput`` when it is not UTF-8, not JSON, or nested too
-    deeply to parse (the parser's recursion limit: no real request comes near it)."""
+    """The request's JSON body; ``BadInput`` when it is not UTF-8, not JSON, nested too
+    deeply to parse (the parser's recursion limit: no real request comes near it), or holds
+    a string that is not text (a lone surrogate escape)."""
     try:
         text = (await request.read()).decode("utf-8")  # whatever charset the header claims
     except UnicodeDecodeError:
         raise BadInput("the body must be JSON (UTF-8)") from None
     try:
-        return json.loads(text)
+        body = json.loads(text)
     except RecursionError:
         raise BadInput("the JSON body is nested too deeply") from None
     except ValueError:
         raise BadInput("the body must be JSON") from None
+    try:  # "\ud800" is valid JSON but no text: it would fail later, wherever a string is encoded
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        raise BadInput("the JSON body is nested too deeply") from None
+    except UnicodeEncodeError:
+        raise BadInput("the JSON body holds a lone surrogate escape (\\ud800-\\udfff), which is not text") from None
+    return body
 
 
 async def read_json_object(request: web.Request, fields: str) -> dict:

@@ -32,7 +32,6 @@ middleware (a bare jobs API, as the tests and the benchmark run it) there are no
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import mimetypes
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -287,7 +286,7 @@ class _JobsApi:
         job_id = request.match_info["job_id"]
         job = await self.jobs.queue.get(job_id)
         if job is None or not visible(request.get(PRINCIPAL_KEY), job.owner):
-            raise web.HTTPNotFound(text=json.dumps({"error": f"no job {job_id!r}"}), content_type="application/json")
+            raise JobRequestError(f"no job {job_id!r}", status=404)
         return job
 
 

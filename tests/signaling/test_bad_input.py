@@ -67,10 +67,11 @@ def test_json_routes_answer_unreadable_bodies_400_with_a_reason(engine, tmp_path
                       ("POST", "/api/v1/keys")]
             answers = {}
             for method, path in routes:
-                for body in (DEEP, b'{"face_id": "\xff\xfe"}', b"{not json"):
+                for kind, body in (("deep", DEEP), ("not utf-8", b'{"face_id": "\xff\xfe"}'), ("not json", b"{not json"),
+                                   ("surrogate", b'{"face_id": "u-\\ud800"}')):
                     response = await client.request(method, path, data=body,
                                                     headers={**ALICE, "Content-Type": "application/json"})
-                    answers[method, path, body[:8]] = response.status, (await response.json())["error"]
+                    answers[method, path, kind] = response.status, (await response.json())["error"]
             return answers
         finally:
             await client.close()
@@ -78,8 +79,9 @@ def test_json_routes_answer_unreadable_bodies_400_with_a_reason(engine, tmp_path
     answers = run(scenario(), timeout=60)
     for request, (status, reason) in answers.items():
         assert status == 400 and reason, request
-    deep = {reason for (_, _, body), (_, reason) in answers.items() if body == DEEP[:8]}
-    assert deep == {"the JSON body is nested too deeply"}
+    reasons = {kind: {reason for (_, _, of), (_, reason) in answers.items() if of == kind} for kind in ("deep", "surrogate")}
+    assert reasons == {"deep": {"the JSON body is nested too deeply"},
+                       "surrogate": {"the JSON body holds a lone surrogate escape (\\ud800-\\udfff), which is not text"}}
 
 
 def test_unauthenticated_garbage_credentials_are_401_not_500(engine, tmp_path):
