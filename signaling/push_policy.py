@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[str]]  # (host, port) -> the address to connect to
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+log = logging.getLogger(__name__)
 
 
 class DestinationRefused(StreamKeyError, PermissionError):
@@ -125,9 +127,19 @@ class PushPolicy:
                 records = []
             if records and all(self.exempt(record) for record in records):
                 return host
-            return await self.resolve(host, port)
+            try:
+                return await self.resolve(host, port)
+            except DestinationRefused as exc:
+                log.warning("push %s refused by the push policy: %s", redacted(url), exc)
+                raise
 
         return resolve
+
+
+def redacted(url: str) -> str:
+    """``url`` without its stream name (the destination's secret key) for the log."""
+    head, _, _ = url.rpartition("/")
+    return f"{head}/***" if "://" in head else url
 
 
 def _host_port(url: str) -> tuple[str, int]:

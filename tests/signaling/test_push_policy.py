@@ -112,7 +112,7 @@ class Listener:
         await self.server.wait_closed()
 
 
-def test_a_users_key_cannot_make_the_node_connect_to_loopback_but_the_operators_can(tmp_path):
+def test_a_users_key_cannot_make_the_node_connect_to_loopback_but_the_operators_can(tmp_path, caplog):
     async def scenario():
         store = StreamKeyStore(tmp_path)
         async with Listener() as redis:
@@ -132,6 +132,8 @@ def test_a_users_key_cannot_make_the_node_connect_to_loopback_but_the_operators_
     reason, after_refusal, accepted = run(scenario(), timeout=30)
     assert "cannot connect" in reason and "not a public address" in reason
     assert after_refusal == 0 and accepted == 1
+    logged = [r.getMessage() for r in caplog.records if "refused by the push policy" in r.getMessage()]
+    assert len(logged) == 1 and "/live/***" in logged[0] and "/live/x" not in logged[0]  # the log says why, not the key
 
 
 def test_the_keys_api_refuses_a_users_internal_destination_with_a_reason(engine, tmp_path):
