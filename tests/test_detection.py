@@ -74,6 +74,8 @@ def test_sweep_runs_the_whole_frame_first_then_finer_tiles_down_to_the_smallest_
     assert sides == [640, 320]  # a 40 px face is 1/8 of a 320 px tile
     assert all(v.model == "short" for v in views[1:])
     assert sweep_views(1280, 886, "short", min_face=100)[1:] == [v for v in views if v.window[2] - v.window[0] == 640]
+    live = sweep_views(1280, 886, "full", min_face=40, finest="full")
+    assert [v.model for v in live] == ["full"] + ["short" if v.window[2] - v.window[0] == 640 else "full" for v in live[1:]]
 
 
 def test_schedule_spreads_the_sweep_over_frames():

@@ -186,7 +186,7 @@ class FaceTracker:
         self.max_faces = max_faces
         self.smoothing = smoothing
         self.detect_every = detect_every
-        self._finder = FaceFinder(detector_range)
+        self._finder = FaceFinder(detector_range, finest="full")  # see FaceFinder: live has no HOG
         self._schedule = SweepSchedule(self._finder, detect_every, sweep)
         self._tracks: list[_Track] = []
         self._spare_graphs: list[QuietGraph] = []
