@@ -437,7 +437,8 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
             "face_id": string, "path": {"type": "string", "description": "a video inside the job storage "
                                                                     "(users: under users/<subject>/ or their own jobs')"},
             "priority": {"type": "string", "enum": ["high", "normal", "low"]},
-            "webhook_url": {"type": "string", "description": "POSTed (HMAC-signed) when the job ends"}}},
+            "webhook_url": {"type": "string", "description": "POSTed (HMAC-signed) when the job ends (users: "
+                                                              "a public address, as for push destinations)"}}},
         "Job": {"type": "object", "required": ["id", "state", "progress"], "properties": {
             "id": string, "state": {"type": "string", "enum": ["pending", "processing", "completed", "failed", "cancelled"]},
             "progress": number, "error": _nullable(string),

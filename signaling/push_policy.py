@@ -27,6 +27,7 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[str]]  # (host, port) -> the address to connect to
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_DEFAULT_PORTS = {"rtmp": 1935, "rtmps": 443, "http": 80, "https": 443}
 log = logging.getLogger(__name__)
 
 
@@ -74,32 +75,32 @@ class PushPolicy:
         """Keys the policy does not restrict: made by an admin, or on the command line."""
         return not record.owner or record.stream.push_unrestricted
 
-    def check_host(self, host: str) -> None:
+    def check_host(self, host: str, what: str = "push destination") -> None:
         name = host.lower().rstrip(".")
         if self.allowed_hosts and not any(
             name == allowed or (allowed.startswith(".") and name.endswith(allowed)) for allowed in self.allowed_hosts
         ):
-            raise DestinationRefused(f"push destination host {host!r} is not in push.allowed_hosts")
+            raise DestinationRefused(f"{what} host {host!r} is not in push.allowed_hosts")
 
-    def check_address(self, host: str, address: IpAddress) -> None:
+    def check_address(self, host: str, address: IpAddress, what: str = "push destination") -> None:
         if is_public(address) or any(address in net or (embedded_ipv4(address) or address) in net
                                      for net in self.allowed_networks):
             return
         shown = host if host == str(address) else f"{host} ({address})"
-        raise DestinationRefused(f"push destination {shown} is not a public address; "
+        raise DestinationRefused(f"{what} {shown} is not a public address; "
                                  "the operator can allow it in push.allowed_networks")
 
-    async def check_new(self, url: str) -> None:
+    async def check_new(self, url: str, what: str = "push destination") -> None:
         """At key creation: the host, and every address it resolves to now. A name that does
         not resolve here is let through: the connect-time check decides then."""
-        host, port = _host_port(url)
-        self.check_host(host)
+        host, port = _host_port(url, what)
+        self.check_host(host, what)
         try:
             addresses = await _addresses(host, port)
         except OSError:
             return
         for address in addresses:
-            self.check_address(host, address)
+            self.check_address(host, address, what)
 
     async def resolve(self, host: str, port: int) -> str:
         """At connect: the first address of ``host`` the policy allows (the client connects
@@ -142,14 +143,14 @@ def redacted(url: str) -> str:
     return f"{head}/***" if "://" in head else url
 
 
-def _host_port(url: str) -> tuple[str, int]:
+def _host_port(url: str, what: str) -> tuple[str, int]:
     try:
         parts = urlsplit(url)
-        host, port = parts.hostname, parts.port or 1935
+        host, port = parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme, 1935)
     except ValueError:
         host = None
     if not host:
-        raise StreamKeyError(f"push destination {url!r}: expected rtmp://host[:port]/app/key")
+        raise StreamKeyError(f"{what} {url!r} names no host")
     return host, port
 
 

@@ -282,7 +282,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
     jobs = None  # offline jobs need Redis; without it their routes answer 503 saying so
     if config.cluster.redis_url:
         jobs = JobService.connect(config.cluster.redis_url, JobSettings.from_config(config.jobs, config.server.data_dir),
-                                  face_checker(SAMPLE_FACES, node.registry))
+                                  face_checker(SAMPLE_FACES, node.registry), node_push_policy(config))
     add_job_routes(app, jobs)
     add_metrics_routes(app, node.metrics)
     add_openapi_route(app, gateway=False)

@@ -116,7 +116,8 @@ class PushConfig(_Section):
     loopback, private, link-local, shared, multicast, unspecified and other non-public
     addresses (IPv6 ULA, IPv4-mapped/NAT64/6to4 forms of those too) are refused for users'
     keys unless listed in ``allowed_networks``, when the key is made and again at every
-    connect (DNS answers change). Admins' and command-line keys are not restricted."""
+    connect (DNS answers change). Admins' and command-line keys are not restricted. Users'
+    job ``webhook_url``s are held to the same rule when the job is submitted."""
 
     allowed_hosts: list[str] = Field([], description="when set, users' keys push only to these hosts: a name, or "
                                                      "'.example.com' for its subdomains")

@@ -17,7 +17,9 @@ from signaling.jobs.queue import JobQueue, JobQueueUnavailable, now
 from signaling.jobs.settings import JobSettings
 from signaling.jobs.storage import CANNOT_BE_A_FILE
 from signaling.jobs.uploads import HEAD_BYTES, video_container
+from signaling.push_policy import PushPolicy
 from signaling.registry import Registry, RegistryUnavailable
+from signaling.stream_keys import StreamKeyError
 
 FaceCheck = Callable[[str, Principal | None], Awaitable[bool]]  # (face_id, caller): may they wear it?
 MAX_KEY_LENGTH = 200
@@ -52,16 +54,20 @@ class Submission:
 
 
 class JobService:
-    def __init__(self, queue: JobQueue, settings: JobSettings, face_exists: FaceCheck | None = None) -> None:
+    def __init__(self, queue: JobQueue, settings: JobSettings, face_exists: FaceCheck | None = None,
+                 destinations: PushPolicy | None = None) -> None:
         self.queue = queue
         self.settings = settings
         self.storage = settings.open_storage()
         self.face_exists = face_exists  # None: face ids are checked by the worker only
+        self.destinations = destinations or PushPolicy()  # where users' webhooks may point
         self._storage_answered = False
 
     @classmethod
-    def connect(cls, redis_url: str, settings: JobSettings, face_exists: FaceCheck | None = None) -> JobService:
-        return cls(JobQueue.from_url(redis_url, claim_timeout_s=settings.claim_timeout_s), settings, face_exists)
+    def connect(cls, redis_url: str, settings: JobSettings, face_exists: FaceCheck | None = None,
+                destinations: PushPolicy | None = None) -> JobService:
+        return cls(JobQueue.from_url(redis_url, claim_timeout_s=settings.claim_timeout_s), settings, face_exists,
+                   destinations)
 
     async def close(self) -> None:
         await self.queue.close()
@@ -133,6 +139,12 @@ class JobService:
             raise JobRequestError(f"priority must be one of {', '.join(PRIORITIES)}, not {submission.priority!r}")
         if submission.webhook_url is not None and not _http_url(submission.webhook_url):
             raise JobRequestError(f"webhook_url must be an absolute http(s) URL, not {submission.webhook_url!r}")
+        caller = submission.caller
+        if submission.webhook_url is not None and caller is not None and not caller.is_admin:
+            try:  # a worker will POST there: not into the operator's network for a user
+                await self.destinations.check_new(submission.webhook_url, "webhook_url")
+            except StreamKeyError as exc:
+                raise JobRequestError(str(exc)) from None
         if (
             submission.face_id is not None
             and self.face_exists is not None

@@ -74,3 +74,15 @@ def test_a_face_id_reaches_only_the_callers_own_faces_and_the_samples(users, cli
     assert client["alice"].submit(clips.short, face_id=ALICE_FACE)[0] == 201
     assert client["root"].submit(clips.short, face_id=ALICE_FACE)[0] == 201
     assert client["bob"].submit(clips.short, face_id="grace_hopper")[0] == 201
+
+
+def test_a_users_webhook_may_not_point_into_the_operators_network(users, clips, redis_url) -> None:
+    """A webhook is a request a worker makes where the user points it: a user's must be a
+    public address (the push policy's rule), an admin's may be anything."""
+    _, client = users
+    for url in ("http://127.0.0.1:6379/", "http://169.254.169.254/latest/meta-data/", "http://[::ffff:10.0.0.1]/hook",
+                "https://localhost/hook"):
+        status, answer = client["bob"].submit(clips.short, face_id="astronaut", webhook_url=url)
+        assert status == 400 and answer["error"].startswith("webhook_url ") and "not a public address" in answer["error"]
+    assert client["bob"].submit(clips.short, face_id="astronaut", webhook_url="http://8.8.8.8/hook")[0] == 201
+    assert client["root"].submit(clips.short, face_id="astronaut", webhook_url="http://127.0.0.1:6379/")[0] == 201
