@@ -1,0 +1,65 @@
+"""What a fuzz run sets up on the node first, through the API like a user: tokens of two
+users and an admin, a face and stream keys of alice's, a placed session; and the pools of ids
+the node hands out during the run (path parameters worth aiming at)."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+import cv2
+
+from streamer.samples import grace_hopper
+from swapcast.benchmarks.fuzz.node import FuzzNode, token
+
+
+@dataclass
+class Fixtures:
+    alice: str
+    bob: str
+    admin: str
+    face_id: str
+    stream_key: str  # alice's: the RTMP and WHIP layers publish with it
+    spare_key: str  # bob's: the HTTP layer may revoke this one (never alice's)
+    spare_key_id: str
+    face_jpeg: bytes
+    pools: dict[str, list[str]] = field(default_factory=dict)  # ids by kind: session, face, key, job, viewer
+
+    def bearer_tokens(self) -> list[bytes]:
+        return [self.alice.encode(), self.bob.encode(), self.admin.encode()]
+
+    def pick(self, rng: random.Random, kind: str) -> str:
+        pool = self.pools.get(kind) or ["none"]
+        return rng.choice(pool)
+
+    def remember(self, kind: str, value: object) -> None:
+        if isinstance(value, str) and value and value not in self.pools.setdefault(kind, []):
+            self.pools[kind].append(value)
+            del self.pools[kind][:-64]  # the newest few: old ones are mostly gone
+
+
+async def _api(node: FuzzNode, method: str, path: str, bearer: str, body: object | None = None,
+               raw: bytes | None = None, content_type: bytes = b"application/json") -> dict:
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
+    headers = [(b"Authorization", b"Bearer " + bearer.encode())]
+    if data:
+        headers.append((b"Content-Type", content_type))
+    answer = await node.request(method.encode(), path.encode(), headers, data)
+    if answer.status not in (200, 201):
+        raise RuntimeError(f"fuzz set-up: {method} {path} answered {answer.status}: {answer.body[:300]!r}")
+    return json.loads(answer.body)
+
+
+async def set_up(node: FuzzNode) -> Fixtures:
+    alice, bob, admin = token("alice"), token("bob"), token("ops", role="admin")
+    ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(grace_hopper(), cv2.COLOR_RGB2BGR))
+    face = await _api(node, "POST", "/api/v1/faces?name=fuzz", alice, raw=jpeg.tobytes(), content_type=b"image/jpeg")
+    key = await _api(node, "POST", "/api/v1/keys", alice, {"name": "fuzz", "face_id": face["id"]})
+    spare = await _api(node, "POST", "/api/v1/keys", bob, {"name": "spare", "face_id": "astronaut"})
+    placed = await _api(node, "POST", "/api/v1/sessions", alice, {"face_id": face["id"]})
+    fixtures = Fixtures(alice, bob, admin, face["id"], key["key"], spare["key"], spare["key_id"], jpeg.tobytes())
+    for kind, value in (("face", face["id"]), ("face", "astronaut"), ("key", spare["key_id"]),
+                        ("session", placed["session_id"]), ("node", "self"), ("node", "fuzz-node")):
+        fixtures.remember(kind, value)
+    return fixtures

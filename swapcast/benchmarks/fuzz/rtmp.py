@@ -1,0 +1,306 @@
+"""The RTMP layers: handshake, chunk stream, AMF commands, FLV tags and play requests, all
+derived from a real ffmpeg publish recorded once per run (through a recording proxy in front
+of an in-process RTMP server), then mutated: bytes, lengths, chunk sizes, timestamps, stream
+names (non-UTF-8 too), commands out of order, media tags damaged, dropped or reordered."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from streamer.rtmp import RtmpServer, amf0
+from streamer.rtmp import messages as msg
+from streamer.rtmp.chunk import ChunkReader, ChunkWriter, basic_header
+from streamer.rtmp.errors import RtmpHandshakeError, RtmpProtocolError
+from streamer.rtmp.handshake import HANDSHAKE_SIZE, client_handshake
+from swapcast.benchmarks.fuzz.fixtures import Fixtures
+from swapcast.benchmarks.fuzz.mutate import NON_UTF8, hostile_value, mutate_bytes
+from swapcast.benchmarks.fuzz.node import FuzzNode
+from swapcast.benchmarks.fuzz.outcome import Outcome
+from swapcast.local_cluster import free_port
+
+PLACEHOLDER_KEY = "sk_" + "P" * 32  # as long as a real key: the recording is made with it
+RECORDINGS = {  # name -> ffmpeg video input options: an ordinary camera and a 1-pixel-wide one
+    "camera": ("testsrc=size=320x240:rate=30", "yuv420p"),
+    "one-pixel-wide": ("testsrc=size=1x64:rate=30", "yuv444p"),
+}
+COMMANDS = ("connect", "createStream", "publish", "play", "releaseStream", "FCPublish", "FCUnpublish", "deleteStream",
+            "closeStream", "getStreamLength", "_checkbw", "receiveVideo", "pause", "seek", "", "\u00e9")
+
+
+@dataclass
+class Recording:
+    """A publish as ffmpeg sent it: the messages after the handshake, in order."""
+
+    name: str
+    messages: list[msg.RtmpMessage]
+
+    @property
+    def media(self) -> list[msg.RtmpMessage]:
+        return [m for m in self.messages if m.type_id in (8, 9, 18)]
+
+
+class _Accept:
+    """The recording server's handler: accepts any publish and drains it."""
+
+    async def authorize_publish(self, app: str, name: str) -> None: ...
+
+    async def on_publish(self, publisher: Any) -> None:
+        async for _ in publisher.media():
+            pass
+
+    async def authorize_play(self, app: str, name: str) -> None: ...
+
+    async def on_play(self, player: Any) -> None:
+        await player.wait_closed()
+
+
+async def record(name: str, timeout: float = 60.0) -> Recording | None:
+    """ffmpeg publishes 2 s of test video and audio through a proxy that keeps the bytes it
+    sends; None when ffmpeg is missing or refuses the input."""
+    if shutil.which("ffmpeg") is None:
+        return None
+    source, pix_fmt = RECORDINGS[name]
+    logging.getLogger("streamer.rtmp").setLevel(logging.WARNING)  # the recording server's chatter is not the node's
+    server = RtmpServer(_Accept(), host="127.0.0.1", port=0, stall_timeout=5)
+    await server.start()
+    sent = bytearray()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, keep: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                if keep:
+                    sent.extend(data)
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def proxy(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", server.port)
+        await asyncio.gather(relay(client_reader, server_writer, True), relay(server_reader, client_writer, False))
+
+    port = free_port()
+    front = await asyncio.start_server(proxy, "127.0.0.1", port)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "ffmpeg", "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i", source, "-f", "lavfi",
+            "-i", "sine=frequency=440:sample_rate=44100", "-t", "2", "-c:v", "libx264", "-preset", "ultrafast",
+            "-tune", "zerolatency", "-g", "30", "-pix_fmt", pix_fmt, "-c:a", "aac", "-b:a", "64k", "-f", "flv",
+            f"rtmp://127.0.0.1:{port}/live/{PLACEHOLDER_KEY}",
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        async with asyncio.timeout(timeout):
+            await process.wait()
+    finally:
+        front.close()
+        await server.close()
+    chunks = bytes(sent[1 + 2 * HANDSHAKE_SIZE:])
+    messages = ChunkReader(max_message_size=16 * 1024 * 1024).feed(chunks) if chunks else []
+    return Recording(name, messages) if any(m.type_id == 9 for m in messages) else None
+
+
+def amf_string(text: bytes) -> bytes:
+    """An AMF0 string of raw bytes (non-UTF-8 allowed, which ``amf0.encode`` cannot make)."""
+    return b"\x02" + struct.pack(">H", len(text) & 0xFFFF) + text
+
+
+def hostile_name(rng: random.Random, fixtures: Fixtures) -> bytes:
+    key = fixtures.stream_key.encode()
+    return rng.choice((
+        key, key + b"?x=1", key[:-1], key + b"\xff", b"sk_\xff\xfe" + key[5:], rng.choice(NON_UTF8) * 5, b"", b"a" * 5000,
+        b"../../" + key, key.upper(), fixtures.spare_key_id.encode(), b"\x00" + key, mutate_bytes(rng, key, 1),
+    ))
+
+
+def hostile_command(rng: random.Random, fixtures: Fixtures) -> msg.RtmpMessage:
+    name = rng.choice(COMMANDS)
+    transaction = rng.choice((0.0, 1.0, 2.0, -1.0, 1e308, float("nan")))
+    if name in ("publish", "play", "releaseStream", "FCPublish", "deleteStream") and rng.random() < 0.7:
+        body = amf0.encode(name, transaction, None) + amf_string(hostile_name(rng, fixtures))
+        body += amf0.encode(rng.choice(("live", "record", "append", "", "\u00e9")))
+    elif name == "connect":
+        command_object = {"app": rng.choice(("live", "", "x" * 3000, "live/../x", "\u00e9")),
+                          "tcUrl": rng.choice(("rtmp://127.0.0.1/live", "", "\u00e9", "rtmp://[::1")),
+                          rng.choice(("flashVer", "objectEncoding", "a")): hostile_value(rng)}
+        body = amf0.encode(name, transaction, command_object)
+    else:
+        try:
+            body = amf0.encode(name, transaction, hostile_value(rng), hostile_value(rng))
+        except (ValueError, TypeError, OverflowError, RecursionError):  # a value AMF0 cannot carry
+            body = amf0.encode(name, transaction, None)
+    if rng.random() < 0.2:
+        body = mutate_bytes(rng, body)
+    type_id = rng.choice((20, 20, 20, 17, 18, 15))
+    if type_id == 17:
+        body = b"\x00" + body
+    return msg.RtmpMessage(type_id, rng.choice((0, 0, 1, 2, 2**32 - 1)), 0, body)
+
+
+def control_message(rng: random.Random) -> msg.RtmpMessage:
+    value = rng.choice((0, 1, 128, 2**31 - 1, 2**31, 2**32 - 1))
+    return rng.choice((
+        lambda: msg.set_chunk_size(value & 0x7FFFFFFF or 1), lambda: msg.RtmpMessage(1, 0, 0, struct.pack(">I", value)),
+        lambda: msg.abort(value), lambda: msg.window_ack_size(value), lambda: msg.acknowledgement(value),
+        lambda: msg.set_peer_bandwidth(value), lambda: msg.RtmpMessage(4, 0, 0, rng.randbytes(rng.choice((0, 2, 6, 10)))),
+        lambda: msg.RtmpMessage(rng.choice((0, 7, 10, 11, 12, 13, 14, 16, 19, 21, 22, 255)), 0, 0, rng.randbytes(20)),
+    ))()
+
+
+class RtmpLayers:
+    """Five kinds of RTMP case; FLV publishes (which start the real decode-swap-encode chain)
+    run one at a time, since they share alice's stream key."""
+
+    kinds = ("handshake", "chunk", "amf", "flv", "play")
+
+    def __init__(self, node: FuzzNode, fixtures: Fixtures, recordings: list[Recording]) -> None:
+        self.node, self.fixtures, self.recordings = node, fixtures, recordings
+        self._publishing = asyncio.Lock()
+
+    async def once(self, rng: random.Random, kind: str) -> Outcome:
+        case = getattr(self, "_" + kind)
+        inputs = 1
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", self.node.rtmp_port)
+        except OSError as exc:
+            return Outcome("rtmp-" + kind, kind, "refused", f"RTMP port refused a connection: {exc}")
+        sent = bytearray()
+        status = "closed"
+        try:
+            async with asyncio.timeout(20):
+                label, inputs = await case(rng, reader, writer, sent)
+                status = "answered" if await _drain(reader, 0.05) else "closed"
+        except RtmpHandshakeError:  # the server gave up on our handshake (or on the connection before it)
+            label, status = kind, "handshake-cut"
+        except (OSError, asyncio.IncompleteReadError):  # the server cut us: what it should do with garbage
+            label, status = kind, "cut"
+        except TimeoutError:
+            return Outcome("rtmp-" + kind, kind, "hung", "an RTMP case did not finish within 20 s", bytes(sent))
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        return Outcome("rtmp-" + kind, label, status, None, b"", inputs)
+
+    # -- the cases: each writes its bytes through _send (kept in ``sent`` for reproducers) ---------
+
+    async def _handshake(self, rng, reader, writer, sent) -> tuple[str, int]:
+        c0 = bytes([rng.choice((3, 3, 6, 0, 255))])
+        c1 = rng.randbytes(HANDSHAKE_SIZE) if rng.random() < 0.5 else b"\x00" * 8 + rng.randbytes(HANDSHAKE_SIZE - 8)
+        data = mutate_bytes(rng, c0 + c1 + c1, rng.randint(1, 6)) if rng.random() < 0.7 else (c0 + c1)[:rng.randrange(1 + HANDSHAKE_SIZE)]
+        await _send(writer, sent, data)
+        await _drain(reader, 0.2)
+        return "handshake", 1
+
+    async def _chunk(self, rng, reader, writer, sent) -> tuple[str, int]:
+        await client_handshake(reader, writer, timeout=5)
+        recording = rng.choice(self.recordings)
+        messages = [self._with_key(m) for m in recording.messages[:rng.randint(4, 40)]]
+        data = _chunked(rng, messages)
+        await _send(writer, sent, mutate_bytes(rng, data, rng.randint(1, 8)))
+        await _drain(reader, 0.3)
+        return f"chunk/{recording.name}", 1
+
+    async def _amf(self, rng, reader, writer, sent) -> tuple[str, int]:
+        await client_handshake(reader, writer, timeout=5)
+        messages = [msg.command("connect", 1.0, {"app": "live", "tcUrl": "rtmp://127.0.0.1/live"})]
+        for _ in range(rng.randint(1, 6)):
+            messages.append(hostile_command(rng, self.fixtures) if rng.random() < 0.8 else control_message(rng))
+        if rng.random() < 0.3:
+            messages.insert(0, control_message(rng))
+        await _send(writer, sent, _chunked(rng, messages))
+        await _drain(reader, 0.3)
+        return "amf", 1
+
+    async def _play(self, rng, reader, writer, sent) -> tuple[str, int]:
+        await client_handshake(reader, writer, timeout=5)
+        name = hostile_name(rng, self.fixtures)
+        messages = [msg.command("connect", 1.0, {"app": rng.choice(("live", "", "x"))}), msg.command("createStream", 2.0, None),
+                    msg.RtmpMessage(20, 1, 0, amf0.encode("play", 3.0, None) + amf_string(name))]
+        await _send(writer, sent, _chunked(rng, messages))
+        await _drain(reader, 0.3)
+        return "play", 1
+
+    async def _flv(self, rng, reader, writer, sent) -> tuple[str, int]:
+        async with self._publishing:
+            await client_handshake(reader, writer, timeout=5)
+            recording = rng.choice(self.recordings)
+            preamble = [self._with_key(m) for m in recording.messages if m.type_id not in (8, 9, 18)]
+            media = self._mutated_media(rng, recording.media)
+            writer_ = ChunkWriter()
+            await _send(writer, sent, b"".join(writer_.write(m) for m in preamble))
+            await _drain(reader, 0.2)  # the server authorises the key
+            for start in range(0, len(media), 8):
+                await _send(writer, sent, b"".join(writer_.write(m) for m in media[start:start + 8]))
+                await asyncio.sleep(0.01)
+            if rng.random() < 0.5:  # a clean end, as OBS does it
+                await _send(writer, sent, writer_.write(msg.command("deleteStream", 9.0, None, 1.0)))
+            await _drain(reader, 0.5)
+            return f"flv/{recording.name}", len(media)
+
+    def _with_key(self, message: msg.RtmpMessage) -> msg.RtmpMessage:
+        placeholder = PLACEHOLDER_KEY.encode()
+        if message.type_id == 20 and placeholder in message.payload:
+            payload = message.payload.replace(placeholder, self.fixtures.stream_key.encode())
+            return msg.RtmpMessage(message.type_id, message.stream_id, message.timestamp, payload)
+        return message
+
+    @staticmethod
+    def _mutated_media(rng: random.Random, media: list[msg.RtmpMessage]) -> list[msg.RtmpMessage]:
+        """The recorded tags with some damaged (bytes, lengths), timestamps bent (backwards,
+        huge jumps, the 32-bit wrap), tags dropped, duplicated or swapped."""
+        out = list(media[:rng.randint(2, len(media))])
+        rate = rng.choice((0.02, 0.1, 0.3))
+        for i, message in enumerate(out):
+            payload, timestamp = message.payload, message.timestamp
+            if rng.random() < rate:
+                payload = mutate_bytes(rng, payload, rng.randint(1, 6))
+            if rng.random() < rate / 2:
+                timestamp = rng.choice((0, timestamp // 2, timestamp + 10**6, 2**32 - 1, 2**24 - 1, 2**24))
+            out[i] = msg.RtmpMessage(message.type_id, message.stream_id, timestamp & 0xFFFFFFFF, payload)
+        for _ in range(rng.randint(0, 3)):
+            i, j = rng.randrange(len(out)), rng.randrange(len(out))
+            op = rng.choice(("drop", "dup", "swap"))
+            if op == "drop" and len(out) > 1:
+                del out[i]
+            elif op == "dup":
+                out.insert(i, out[min(j, len(out) - 1)])
+            elif i < len(out) and j < len(out):
+                out[i], out[j] = out[j], out[i]
+        return out
+
+
+def _chunked(rng: random.Random, messages: list[msg.RtmpMessage]) -> bytes:
+    """``messages`` chunked at a random chunk size (announced first), on random chunk streams."""
+    writer = ChunkWriter()
+    size = rng.choice((1, 2, 64, 128, 4096, 65536, 0x7FFFFFFF))
+    data = writer.write(msg.set_chunk_size(size)) if rng.random() < 0.8 else b""
+    for message in messages:
+        csid = rng.choice((None, None, 2, 3, 63, 64, 319, 320, 65599))
+        try:
+            data += writer.write(message, csid=csid)
+        except RtmpProtocolError:  # a Set Chunk Size our writer refuses to follow: sent in one chunk as it is
+            data += basic_header(0, 2) + b"\x00\x00\x00" + len(message.payload).to_bytes(3, "big") + bytes(
+                [message.type_id]) + struct.pack("<I", message.stream_id) + message.payload
+    return data
+
+
+async def _send(writer: asyncio.StreamWriter, sent: bytearray, data: bytes) -> None:
+    sent += data
+    writer.write(data)
+    await writer.drain()
+
+
+async def _drain(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Read what the server says for up to ``seconds``; whether it said anything."""
+    got = False
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            while await reader.read(65536):
+                got = True
+    return got

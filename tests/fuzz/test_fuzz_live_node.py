@@ -1,0 +1,18 @@
+"""The quick mode of ``swapcast bench fuzz``: 2,000 mutated inputs over every layer (HTTP API,
+SDP, uploads, RTMP handshake/chunks/AMF/FLV/play) against a real ``swapcast serve``; none may
+reach a 5xx, hang, or leave a traceback, and the node must stay up with its threads and RSS
+within bounds. The full run (``swapcast bench fuzz``: 100,000 inputs) uses the same code."""
+
+from __future__ import annotations
+
+from swapcast.benchmarks.fuzz import run_fuzz
+
+LAYERS = {"http", "sdp", "upload", "rtmp-handshake", "rtmp-chunk", "rtmp-amf", "rtmp-flv", "rtmp-play"}
+
+
+def test_two_thousand_inputs_leave_the_node_well(tmp_path):
+    figures = run_fuzz(inputs=2000, seconds=300, seed=20261201, report_dir=tmp_path)
+    assert figures.inputs >= 2000, figures.line()
+    assert set(figures.by_layer) == LAYERS, figures.by_layer
+    assert figures.node_alive
+    assert figures.failures == [], (figures.line(), figures.findings[:5])
