@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_log import AccessLogger
 
 LogFormat = Literal["text", "json"]
@@ -65,6 +67,34 @@ def configure_logging(level: int | str = logging.INFO, fmt: LogFormat = "text", 
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=force)
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, ClientFaultFilter) for f in server_log.filters):
+        server_log.addFilter(ClientFaultFilter())
+
+
+class ClientFaultFilter(logging.Filter):
+    """aiohttp logs at ERROR, with a traceback, every request it cannot parse (quoting the
+    raw request line or header, credentials in it included) and every client that hangs up
+    while its body is being read. Neither is the server's fault, and the first already got
+    its 400: one INFO line without the request's bytes is all they should be, or any
+    stranger can flood the log with tracebacks and write tokens into it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        if isinstance(exc, HttpProcessingError) and (exc.code or 400) < 500:
+            first_line = (exc.message or "").strip().split("\n", 1)[0]
+            reason = re.split(r"""[:\s]*b?['"]""", first_line, maxsplit=1)[0][:60]  # never the request's own bytes
+            self._quiet(record, "unparsable HTTP request from %s: %s %s", (remote, type(exc).__name__, reason))
+        elif isinstance(exc, ConnectionResetError):
+            self._quiet(record, "client %s went away during its request", (remote,))
+        return True
+
+    @staticmethod
+    def _quiet(record: logging.LogRecord, message: str, args: tuple) -> None:
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg, record.args = message, args
+        record.exc_info, record.exc_text = None, None
 
 
 SECRET_QUERY_PARAMETERS = frozenset({"token", "access_token"})

@@ -303,7 +303,11 @@ class SessionManager:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer.sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError, OperationError, ... for bad offers
             raise BadRequestError(f"the offer cannot be used: {exc or type(exc).__name__}") from None
-        await pc.setLocalDescription(await pc.createAnswer())
+        try:
+            await pc.setLocalDescription(await pc.createAnswer())
+        except Exception as exc:  # an offer aiortc took but cannot answer (it trips on what it accepted)
+            log.info("an offer could not be answered: %r", exc)
+            raise BadRequestError(f"the offer cannot be answered: {exc or type(exc).__name__}") from None
         return pc.localDescription.sdp
 
     def _watch(self, pc: RTCPeerConnection, on_end) -> None:

@@ -11,6 +11,7 @@ from aiortc import sdp
 from streamer.webrtc.errors import BadRequestError
 
 MAX_SDP_BYTES = 64 * 1024
+MAX_MEDIA_SECTIONS = 4  # a browser offers video, audio and maybe a data channel; more only costs us transceivers
 
 Need = Literal["send", "receive"]  # the peer must send video to us / receive video from us
 
@@ -49,6 +50,15 @@ def parse_offer(text: object, need: Need) -> Offer:
         description = sdp.SessionDescription.parse(text)
     except Exception as exc:  # aiortc's parser raises whatever the bad line triggers
         raise BadRequestError(f"malformed SDP: {exc or type(exc).__name__}") from None
+    if len(description.media) > MAX_MEDIA_SECTIONS:
+        raise BadRequestError(f"the offer has {len(description.media)} media sections; at most {MAX_MEDIA_SECTIONS} are taken")
+    mids = [m.rtp.muxId for m in description.media if m.rtp.muxId]
+    if len(mids) != len(set(mids)):
+        raise BadRequestError("malformed SDP: two media sections have the same a=mid")
+    bundle = next((group.items for group in description.group if group.semantic == "BUNDLE"), None)
+    if bundle is not None and (len(mids) != len(description.media) or set(bundle) != set(mids)):
+        # aiortc answers such an offer with a section that has no transport, then fails
+        raise BadRequestError("malformed SDP: a=group:BUNDLE must name exactly the media sections' a=mid values")
     video = [m for m in description.media if m.kind == "video" and m.port != 0]
     audio = [m for m in description.media if m.kind == "audio" and m.port != 0]
     if not video:

@@ -102,6 +102,8 @@ async def json_errors(request: web.Request, handler):
         if exc.status < 400:
             raise
         return error(exc.status, exc.reason or "error", {k: v for k, v in exc.headers.items() if k == "Allow"})
+    except ConnectionResetError:
+        raise  # the client hung up mid-request: nobody to answer, and no fault of ours (aiohttp notes it)
     except Exception:
         log.exception("%s %s failed", request.method, request.path)
         return error(500, "internal error (see the server log)")
@@ -199,12 +201,23 @@ async def _read_upload(request: web.Request) -> tuple[bytes, str | None]:
                 if getattr(part, "name", None) == "image":
                     data = await _read_limited(part.read_chunk)
                     filename = getattr(part, "filename", None)
-                    return data, name or (filename.rsplit(".", 1)[0] if filename else None)
+                    return data, name or _text(filename.rsplit(".", 1)[0] if filename else None, "file name")
                 await part.release()
         except (ValueError, AssertionError, HttpProcessingError) as exc:  # aiohttp's multipart parser on bad input
             raise BadRequestError(f"malformed multipart body: {exc}") from None
         raise BadRequestError('the multipart upload needs a field named "image"')
     return await _read_limited(request.content.read), name
+
+
+def _text(value: str | None, what: str) -> str | None:
+    """``value`` if it is text that can be stored (aiohttp keeps undecodable bytes of a
+    header, such as a multipart file name, as lone surrogates)."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequestError(f"the {what} is not UTF-8 text") from None
+    return value
 
 
 async def _read_limited(read_chunk) -> bytes:
