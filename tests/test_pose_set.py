@@ -133,7 +133,8 @@ def test_quick_clip_is_a_yaw_sweep_with_a_mesh_per_frame():
 
 def test_sources_are_one_person_in_other_pixels():
     sources = source_images("grace_hopper")
-    assert list(sources) == ["grace_hopper", "grace_hopper/mirrored", "grace_hopper/yaw+20"]
+    assert list(sources) == ["grace_hopper", "grace_hopper/mirrored", "grace_hopper/yaw+20", "grace_hopper/blurry_dim"]
+    assert sources["grace_hopper/blurry_dim"].mean() < 0.6 * sources["grace_hopper"].mean()
     assert np.array_equal(sources["grace_hopper/mirrored"], sources["grace_hopper"][:, ::-1])
     assert list(source_images("grace_hopper", quick=True)) == ["grace_hopper"]
 

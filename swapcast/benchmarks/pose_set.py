@@ -5,12 +5,12 @@ both frontal, so the poses the swap must survive are rendered from them:
 
 - **yaw** (-60..60 degrees): the photo is lifted to a 3D head -- the face mesh's own depth
   (mediapipe's 468 points, interpolated over the face), a head-shaped surface around it for
-  the forehead, hair and the sides, and a back of the head textured by reflecting the band
-  of hair/skin just inside the silhouette -- then the head turns about its vertical axis
-  and is drawn again with culling and a z-buffer over the photo with the head inpainted
-  away (the body and the room stay put, as when a person turns their head). Rows of pixels
-  stay rows under a turn about a vertical axis (orthographic view), so the render works row
-  by row: fast and exact;
+  the forehead, hair and the sides, and a back of the head -- then the head turns about its
+  vertical axis (through the ears) and is drawn again with culling and a z-buffer over the
+  photo with the head inpainted away (the body and the room stay put, as when a person
+  turns their head). What the photo never showed (past ~66 degrees around the head) is
+  filled smoothly from the visible head around it. Rows of pixels stay rows under a turn
+  about a vertical axis (orthographic view), so the render works row by row: fast and exact;
 - **roll**: a 2D rotation about the face;
 - **scale**: the face 40 px wide in a 1280x720 frame up to filling a 640x480 frame;
 - **light**: dim with sensor noise, warm, cool, and a hard side light;
@@ -18,7 +18,7 @@ both frontal, so the poses the swap must survive are rendered from them:
 
 Each sample carries the ground truth: the 468 points of the face moved with the render,
 so its box and five keypoints are known without a detector. Renders are deterministic and
-cached per source image (the 3D head is built once, ~0.5 s; a turn costs ~0.1-0.3 s).
+cached per source image (the 3D head is built once, ~1-3 s; a turn costs ~20-100 ms).
 
 Sign convention: positive yaw turns the face toward the image's right (+x; the nose tip
 moves right), positive roll turns it counter-clockwise as seen in the image.
@@ -48,8 +48,8 @@ MOTIONS = ("pan", "zoom", "wobble", "yaw_sweep")
 SMALL_CANVAS = (640, 480)
 LARGE_CANVAS = (1280, 720)  # faces under 100 px wide are placed in a 720p frame
 
-# 3D head model: half-depths of the head in front of / behind its vertical axis, per unit
-# of half-width (a head is deeper than wide, and the ears sit forward of its middle).
+# 3D head model: how far the back of the head reaches behind the ears, per unit of the
+# row's half-width (the front is the face mesh's own depth).
 _BACK_DEPTH = 1.0
 # Beyond this angle around the head the photo shows the surface too obliquely to use: that
 # part (and the back of the head) is filled from the visible head around it.
@@ -129,14 +129,27 @@ def render_pose_with_mesh(image: np.ndarray, yaw_deg: float, roll_deg: float = 0
 
 def source_images(person: str, quick: bool = False) -> dict[str, np.ndarray]:
     """Source photos of ``person`` for swapping onto the *other* person's targets: the
-    photo, its mirror image and a slightly turned view (same identity, other pixels).
-    ``quick``: the photo alone."""
+    photo, its mirror image, a slightly turned view and a poor webcam still (the face
+    ~48 px wide scaled back up, dim): the same identity in other pixels, so a swap is not
+    scored only on pasting back the very photo its identity was measured on. ``quick``:
+    the photo alone."""
     photo = person_image(person)
     sources = {person: photo}
     if not quick:
         sources[f"{person}/mirrored"] = np.ascontiguousarray(photo[:, ::-1])
         sources[f"{person}/yaw+20"] = render_pose(photo, 20.0)
+        sources[f"{person}/blurry_dim"] = _poor_still(photo)
     return sources
+
+
+def _poor_still(photo: np.ndarray) -> np.ndarray:
+    mesh = head_model(photo).points[:, :2]
+    scale = 48.0 / float(mesh[:, 0].max() - mesh[:, 0].min())
+    height, width = photo.shape[:2]
+    small = cv2.resize(photo, (max(1, int(width * scale)), max(1, int(height * scale))), interpolation=cv2.INTER_AREA)
+    blurry = cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
+    dim = 255.0 * (blurry.astype(np.float32) / 255.0 * 0.45) ** 1.1
+    return np.clip(dim + 0.5, 0, 255).astype(np.uint8)
 
 
 def pose_set(people: Sequence[str] = PEOPLE, quick: bool = False) -> Iterator[PoseSample]:
