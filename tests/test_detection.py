@@ -106,7 +106,7 @@ def test_a_tilted_face_gets_a_correct_mesh(engine, person, roll, astronaut_image
     photo = {"astronaut": astronaut_image, "grace_hopper": grace_image}[person]
     upright = engine.analyse_image(photo)[0].mesh
     scene = rolled_face(person, roll)
-    matrix = placement(person, photo.shape[1], 120, (320, 240), roll)
+    matrix = placement(FACE_BOXES[person], photo.shape[1], 120, (320, 240), roll)
     truth = upright @ matrix[:, :2].T + matrix[:, 2]
     faces = engine.analyse_image(scene.image)
     assert len(faces) == 1
@@ -119,7 +119,7 @@ def test_a_tilted_face_gets_a_correct_mesh(engine, person, roll, astronaut_image
 def test_the_tracker_follows_a_tilted_face_with_a_correct_mesh(engine, grace_image):
     person, roll = "grace_hopper", 45
     upright = engine.analyse_image(grace_image)[0].mesh
-    matrix = placement(person, grace_image.shape[1], 120, (320, 240), roll)
+    matrix = placement(FACE_BOXES[person], grace_image.shape[1], 120, (320, 240), roll)
     truth = upright @ matrix[:, :2].T + matrix[:, 2]
     scene = rolled_face(person, roll)
     tracker = FaceTracker(smoothing=False)

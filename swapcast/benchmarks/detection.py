@@ -5,8 +5,8 @@ matplotlib's Grace Hopper): composite "group photos" (1280x886, 6-8 heads 40-200
 rolled up to +-45 degrees, mirrored, dimmed or in coloured light, on a real photo as
 background, JPEG-compressed), rolled single faces (640x480, 0-90 degrees), single faces
 40 px wide in a 1280x720 frame up to one filling a 640x480 frame and, where
-``pose_set`` is there, turned heads (yaw +-30/45/60). Every face's box is known from where
-it was pasted. The old detector (one BlazeFace full-range pass) and the new one (the
+``pose_set`` is there, turned heads (yaw +-30/45/60), alone and in group photos. Every
+face's box is known from where it was pasted. The old detector (one BlazeFace full-range pass) and the new one (the
 engine's ``analyse_image``: tiles, HOG, mesh-verified) run on the same images; the live
 tracker is measured on 640x480 clips, old (whole-frame pass only) and new (the sweep
 spread over frames): one face for the per-frame cost, four small ones for recall."""
@@ -50,15 +50,31 @@ class Scene:
     labels: list[str] = field(default_factory=list)
 
 
-def sample_faces() -> dict[str, np.ndarray]:
-    return {"astronaut": astronaut(), "grace_hopper": grace_hopper()}
+@dataclass(frozen=True)
+class Head:
+    """A photo of one head and its face's box in it (the bounds of its 468 mesh points)."""
+
+    photo: np.ndarray  # RGB uint8
+    box: tuple[float, float, float, float]
 
 
-def placement(person: str, photo_width: int, width: float, centre: Sequence[float], roll: float = 0.0,
+def sample_heads(turned: bool = False) -> dict[str, Head]:
+    """The two sample faces, frontal; with ``turned``, also turned by ``YAWS`` (rendered by
+    ``pose_set``, where that module is there)."""
+    heads = {"astronaut": Head(astronaut(), FACE_BOXES["astronaut"]),
+             "grace_hopper": Head(grace_hopper(), FACE_BOXES["grace_hopper"])}
+    if turned:
+        for label, image, mesh in _yaw_renders():
+            heads[label] = Head(image, tuple(float(v) for v in (*mesh.min(0), *mesh.max(0))))
+    return heads
+
+
+def placement(box: Sequence[float], photo_width: int, width: float, centre: Sequence[float], roll: float = 0.0,
               mirror: bool = False) -> np.ndarray:
-    """The 2x3 affine from ``person``'s photo (mirrored first if asked) to the canvas that
-    puts the face ``width`` px wide at ``centre``, turned ``roll`` degrees counter-clockwise."""
-    x0, y0, x1, y1 = FACE_BOXES[person]
+    """The 2x3 affine from a photo (mirrored first if asked) with a face at ``box`` to the
+    canvas that puts the face ``width`` px wide at ``centre``, turned ``roll`` degrees
+    counter-clockwise."""
+    x0, y0, x1, y1 = box
     if mirror:
         x0, x1 = photo_width - x1, photo_width - x0
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
@@ -67,20 +83,20 @@ def placement(person: str, photo_width: int, width: float, centre: Sequence[floa
     return matrix
 
 
-def paste_face(canvas: np.ndarray, photo: np.ndarray, person: str, width: float, centre: Sequence[float],
-               roll: float = 0.0, mirror: bool = False, light: str = "normal") -> np.ndarray:
-    """Paste ``person``'s head (an ellipse around the face, soft edge) onto ``canvas`` in
-    place (see ``placement``). Returns the face's true box: the bounds of its turned box."""
-    x0, y0, x1, y1 = FACE_BOXES[person]
+def paste_face(canvas: np.ndarray, head: Head, width: float, centre: Sequence[float], roll: float = 0.0,
+               mirror: bool = False, light: str = "normal") -> np.ndarray:
+    """Paste ``head`` (an ellipse around the face, soft edge) onto ``canvas`` in place (see
+    ``placement``). Returns the face's true box: the bounds of its turned box."""
+    photo = head.photo[:, ::-1] if mirror else head.photo
+    x0, y0, x1, y1 = head.box
     if mirror:
-        photo = photo[:, ::-1]
         x0, x1 = photo.shape[1] - x1, photo.shape[1] - x0
-    matrix = placement(person, photo.shape[1], width, centre, roll, mirror)
-    face_width = x1 - x0
+    matrix = placement(head.box, photo.shape[1], width, centre, roll, mirror)
+    head_size = max(x1 - x0, 0.88 * (y1 - y0))  # a turned face is narrower than its head
     alpha = np.zeros(photo.shape[:2], np.float32)
     centre_px = (round((x0 + x1) / 2), round((y0 + y1) / 2))
-    cv2.ellipse(alpha, centre_px, (round(face_width * 0.95), round(face_width * 1.15)), 0, 0, 360, 1.0, -1)
-    alpha = cv2.GaussianBlur(alpha, (0, 0), face_width * 0.08)
+    cv2.ellipse(alpha, centre_px, (round(head_size * 0.95), round(head_size * 1.15)), 0, 0, 360, 1.0, -1)
+    alpha = cv2.GaussianBlur(alpha, (0, 0), head_size * 0.08)
     height, width_px = canvas.shape[:2]
     lit = np.ascontiguousarray(photo, dtype=np.float32) * np.array(LIGHTS[light], dtype=np.float32)
     warped = cv2.warpAffine(lit, matrix, (width_px, height))
@@ -105,10 +121,11 @@ def _jpeg(image: np.ndarray, quality: int = 80) -> np.ndarray:
 
 
 def group_photo(seed: int, size: tuple[int, int] = GROUP_SIZE, faces: tuple[int, int] = (6, 8),
-                widths: tuple[float, float] = (40.0, 200.0), photos: dict[str, np.ndarray] | None = None) -> Scene:
-    """A composite group photo: ``faces`` (min, max) heads ``widths`` px wide that do not
-    overlap, each rolled 0/15/30/45 degrees either way, maybe mirrored, in one of the lights."""
-    photos = photos or sample_faces()
+                widths: tuple[float, float] = (40.0, 200.0), heads: dict[str, Head] | None = None) -> Scene:
+    """A composite group photo: ``faces`` (min, max) of ``heads`` (default: the frontal
+    sample faces), faces ``widths`` px wide that do not overlap, each rolled 0/15/30/45
+    degrees either way, maybe mirrored, in one of the lights."""
+    heads = heads or sample_heads()
     rng = np.random.default_rng(seed)
     width, height = size
     canvas = _background(seed, size)
@@ -122,38 +139,44 @@ def group_photo(seed: int, size: tuple[int, int] = GROUP_SIZE, faces: tuple[int,
         else:
             continue
         placed.append((centre, face_width))
-        person = str(rng.choice(list(FACE_BOXES)))
+        name = str(rng.choice(list(heads)))
         roll = float(rng.choice([0, 0, 15, -15, 30, -30, 45, -45]) + rng.uniform(-4, 4))
         mirror, light = bool(rng.integers(0, 2)), str(rng.choice(list(LIGHTS)))
-        scene.boxes.append(paste_face(canvas, photos[person], person, face_width, centre, roll, mirror, light))
-        scene.labels.append(f"{person} {face_width:.0f}px roll {roll:+.0f} {light}{' mirrored' if mirror else ''}")
+        scene.boxes.append(paste_face(canvas, heads[name], face_width, centre, roll, mirror, light))
+        scene.labels.append(f"{name} {face_width:.0f}px roll {roll:+.0f} {light}{' mirrored' if mirror else ''}")
     scene.image = _jpeg(canvas)
     return scene
 
 
 def rolled_face(person: str, roll: float, width: float = 120.0, size: tuple[int, int] = LIVE_SIZE,
-                photos: dict[str, np.ndarray] | None = None) -> Scene:
+                heads: dict[str, Head] | None = None) -> Scene:
     """One face turned ``roll`` degrees, centred in a frame over a real-photo background."""
-    photos = photos or sample_faces()
+    heads = heads or sample_heads()
     canvas = _background(0, size)
-    box = paste_face(canvas, photos[person], person, width, (size[0] / 2, size[1] / 2), roll)
+    box = paste_face(canvas, heads[person], width, (size[0] / 2, size[1] / 2), roll)
     label = f"{person} {width:.0f}px roll {roll:+.0f} in {size[0]}x{size[1]}"
     return Scene(label.replace(" ", "/"), canvas, [box], [label])
 
 
-def yawed_faces() -> list[Scene]:
-    """Turned heads rendered by ``pose_set`` (when that module is there), with true boxes."""
+def _yaw_renders() -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(label, image, (468, 2) mesh) of each sample face turned by each of ``YAWS``, rendered
+    by ``pose_set``; none where that module is not there."""
     try:
         from swapcast.benchmarks.pose_set import person_image, render_pose_with_mesh
     except ImportError:
         return []
-    scenes = []
+    renders = []
     for person in FACE_BOXES:
         for yaw in YAWS:
             image, mesh = render_pose_with_mesh(person_image(person), yaw)
-            box = np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)
-            scenes.append(Scene(f"{person}/yaw{yaw:+d}", np.ascontiguousarray(image), [box], [f"{person} yaw {yaw:+d}"]))
-    return scenes
+            renders.append((f"{person} yaw{yaw:+d}", np.ascontiguousarray(image), mesh))
+    return renders
+
+
+def yawed_faces() -> list[Scene]:
+    """Turned heads as rendered, with true boxes."""
+    return [Scene(label.replace(" ", "/"), image, [np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)], [label])
+            for label, image, mesh in _yaw_renders()]
 
 
 def matched(truth: Sequence[np.ndarray], found: Sequence[np.ndarray]) -> tuple[list[bool], int]:
@@ -241,11 +264,13 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
 
     engine = FaceEngine(config.engine.settings())
     old = BlazeFaceDetector(config.engine.detector_range)
-    photos = sample_faces()
+    heads = sample_heads(turned=True)
+    frontal = {name: heads[name] for name in FACE_BOXES}
     sets = {
-        "group photos": [group_photo(seed, photos=photos) for seed in range(groups)],
-        "rolled faces": [rolled_face(p, sign * roll, photos=photos) for p in FACE_BOXES for roll in ROLLS for sign in (1, -1) if roll or sign > 0],
-        "scaled faces": [rolled_face(p, 0.0, width, size, photos) for p in FACE_BOXES for width, size in SCALES],
+        "group photos": [group_photo(seed, heads=frontal) for seed in range(groups)],
+        "group photos, turned": [group_photo(1000 + seed, heads=heads) for seed in range(groups)] if len(heads) > 2 else [],
+        "rolled faces": [rolled_face(p, sign * roll, heads=frontal) for p in FACE_BOXES for roll in ROLLS for sign in (1, -1) if roll or sign > 0],
+        "scaled faces": [rolled_face(p, 0.0, width, size, frontal) for p in FACE_BOXES for width, size in SCALES],
         "turned heads (yaw)": yawed_faces(),
     }
     report: dict[str, dict[str, dict]] = {}
@@ -264,9 +289,9 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
             report[set_name] = {name: {**t.row(), "missed": t.missed} for name, t in tallies.items()}
     live_scenes = {
         # what a frame costs: one webcam face, as in ``bench engine``
-        "live 640x480, 1 face": rolled_face("grace_hopper", 0.0, width=200.0, photos=photos),
+        "live 640x480, 1 face": rolled_face("grace_hopper", 0.0, width=200.0, heads=frontal),
         # recall: four heads 40-110 px wide, rolled and lit as in the group photos
-        "live 640x480, 4 faces": group_photo(100, LIVE_SIZE, faces=(4, 4), widths=(40.0, 110.0), photos=photos),
+        "live 640x480, 4 faces": group_photo(100, LIVE_SIZE, faces=(4, 4), widths=(40.0, 110.0), heads=frontal),
     }
     for set_name, scene in live_scenes.items():
         clip = live_clip(live_frames, scene)
