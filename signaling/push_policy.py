@@ -7,7 +7,8 @@ address it resolves to must be public, or inside ``allowed_networks``. Checked t
 ``check_new`` when a key is made (a clear 400), and ``resolve`` at every connect, which
 also picks the address the client then connects to, so a DNS answer that changes between
 the two (rebinding) meets the same rule. Admins' keys and the operator's command-line keys
-(no owner) are not restricted.
+(no owner) are not restricted. Users' job webhooks (``webhook_url``) meet ``check_new`` at
+submission too.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def is_public(address: IpAddress) -> bool:
 
 @dataclass(frozen=True)
 class PushPolicy:
+    """The config's ``push`` section as a rule: empty lists = public addresses only."""
+
     allowed_hosts: tuple[str, ...] = ()
     allowed_networks: tuple[IpNetwork, ...] = ()
 
@@ -115,7 +118,6 @@ class PushPolicy:
                 continue
             return str(address)
         raise refusal or DestinationRefused(f"push destination {host!r} has no address")
-
 
     def resolver(self, store: StreamKeyStore, url: str) -> Resolver:
         """The connect-time ``Resolver`` for ``url``, a destination of keys in ``store``: the
