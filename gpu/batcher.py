@@ -30,6 +30,7 @@ import concurrent.futures
 import itertools
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -147,7 +148,9 @@ class MicroBatcher:
         with self._lock:
             self._admit(request)
             self._inbox[id(request)] = request
-        future.add_done_callback(lambda f, r=request: self._on_cancelled(f, r))
+        # a weak reference: a future that held its request (which holds the future) would be a
+        # cycle per frame, keeping crops and results until the garbage collector's next pass
+        future.add_done_callback(lambda f, r=weakref.ref(request): self._on_done(f, r()))
         try:
             self._loop.call_soon_threadsafe(self._enqueue, request)
         except RuntimeError:  # the loop closed meanwhile
@@ -294,6 +297,10 @@ class MicroBatcher:
                 self._turns.remove(request.session)
             except ValueError:
                 pass
+
+    def _on_done(self, future: Future, request: _Request | None) -> None:
+        if request is not None:  # None: finished and let go of already
+            self._on_cancelled(future, request)
 
     def _on_cancelled(self, future: Future, request: _Request) -> None:
         if future.cancelled():

@@ -26,6 +26,7 @@ from signaling.registry import MemoryRegistry, Registry, RegistryUnavailable, Se
 from signaling.stream_keys import StreamKey, StreamKeyStore, rtmp_session_id
 from streamer.live.flv_file import FlvFileWriter, recording_path
 from streamer.live.h264 import EncodedVideo
+from streamer.live.heap import release_freed_memory
 from streamer.live.interleave import AudioDelay
 from streamer.live.outputs import Headers, Output, PlayerOutput, PublishClientFactory, PushOutput, RecordingOutput
 from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, ObserveStats, SequenceHeader, VideoSample
@@ -298,6 +299,7 @@ class RtmpIngest:
         if stream.publisher is None and self.streams.get(stream.key_id) is stream:
             del self.streams[stream.key_id]
             await stream.close()
+            await asyncio.get_running_loop().run_in_executor(None, release_freed_memory)
             try:
                 await self.registry.end_session(stream.record.id, node_id=self.node_id)
             except RegistryUnavailable:
