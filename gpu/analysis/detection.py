@@ -3,7 +3,7 @@ HOG detector, merged by non-maximum suppression.
 
 One BlazeFace pass sees the frame letterboxed to 128 px (short range) or 192 px (full
 range), so in a 1280 px group photo a 90 px face is ~13 px to the model and is often
-missed (measured: one full-range pass finds 29 of 57 faces of 40-200 px in the composite
+missed (measured: one full-range pass finds 31 of 57 faces of 40-200 px in the composite
 group photos of ``swapcast bench detect``, the sweep all 57). Tiles fix that: each tile is
 a "view" of the frame that BlazeFace sees at its own resolution. Stills can afford the
 whole sweep plus HOG; video spreads it over frames (``SweepSchedule``). Candidates are
