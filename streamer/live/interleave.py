@@ -2,7 +2,8 @@
 
 Video leaves the swap a few tens of milliseconds after it arrived while audio is ready at
 once. Audio is therefore held until video up to its timestamp has gone out (or until it
-has waited ``max_hold_s``, so audio never stalls when video stops), and the outputs get
+has waited ``max_hold_s``, or ``MAX_HELD`` messages wait, so audio never stalls when video
+stops and the hold stays bounded), and the outputs get
 one stream interleaved in timestamp order: the delay follows the measured video latency."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from streamer.rtmp.handler import MediaMessage
 
 
 class AudioDelay:
+    MAX_HELD = 256  # ~5 s of AAC frames: a publisher flooding audio does not grow the hold
+
     def __init__(self, emit: Callable[[MediaMessage], None], max_hold_s: float = 0.5) -> None:
         self._emit = emit
         self._max_hold_s = max_hold_s
@@ -35,7 +38,7 @@ class AudioDelay:
         limit = time.monotonic() - self._max_hold_s
         while self._held:
             arrived, message = self._held[0]
-            if message.timestamp > self._video_out and arrived > limit:
+            if message.timestamp > self._video_out and arrived > limit and len(self._held) <= self.MAX_HELD:
                 break
             self._held.popleft()
             self._emit(message)

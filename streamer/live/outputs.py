@@ -121,6 +121,7 @@ class PushOutput:
     exponential backoff (``retry_initial_s`` doubling up to ``retry_max_s``)."""
 
     QUEUE_LIMIT = 300  # ~10 s of video + audio; beyond it video is dropped to the next keyframe
+    HARD_LIMIT = 4 * QUEUE_LIMIT  # audio and headers too: the backlog is dropped, media restarts at a keyframe
 
     def __init__(self, url: str, headers: Headers, connect: PublishClientFactory, *,
                  retry_initial_s: float = 1.0, retry_max_s: float = 30.0) -> None:
@@ -139,6 +140,10 @@ class PushOutput:
     def send(self, message: MediaMessage) -> None:
         if not self.connected:
             return  # while down nothing is queued; headers are resent on (re)connect
+        if self._queue.qsize() >= self.HARD_LIMIT:  # a destination that takes nothing: never grow without bound
+            while not self._queue.empty():
+                self._queue.get_nowait()
+            self._gate = KeyframeGate()
         if _is_header(message):
             self._queue.put_nowait(message)
             return
