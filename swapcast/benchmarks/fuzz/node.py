@@ -21,12 +21,12 @@ from swapcast.local_cluster import RedisServer, free_port
 
 SECRET = "swapcast-fuzz-" + "f" * 40  # the HS256 secret of the fuzzed node (the fuzzer signs tokens with it)
 STARTUP_TIMEOUT_S = 120.0
-READ_TIMEOUT_S = 15.0  # longest wait for one answer; past it the request counts as a hang
+READ_TIMEOUT_S = 30.0  # longest wait for one answer; past it the request counts as a hang
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 MISFRAMED_WAIT_S = 2.0
 # log lines that mean something escaped its handler or a thread died
 _BAD_LOG = re.compile(r"Traceback \(most recent call last\)|Exception in thread|Task exception was never retrieved"
-                      r"|Unhandled exception|^\S+ \S+ ERROR |\bFatal Python error\b", re.MULTILINE)
+                      r"|Unhandled exception|^(ERROR|CRITICAL) |\bFatal Python error\b", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,11 @@ class FuzzNode:
                 continue
             names[name] = names.get(name, 0) + 1
         return names
+
+    def cpu_s(self) -> float:
+        """CPU seconds the node has used (user + system)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():

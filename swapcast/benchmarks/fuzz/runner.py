@@ -24,9 +24,9 @@ from swapcast.benchmarks.fuzz.rtmp import RECORDINGS, RtmpLayers, record
 from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
 from swapcast.benchmarks.fuzz.uploads import UploadLayer
 
-HTTP_WEIGHTS = {"http": 86, "upload": 9, "sdp": 5}  # of the HTTP workers' cases
-RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 5}  # of the RTMP workers' cases
-HTTP_WORKERS, RTMP_WORKERS = 8, 4
+HTTP_WEIGHTS = {"http": 90, "upload": 6, "sdp": 4}  # of the HTTP workers' cases (uploads and offers cost the node most)
+RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
+HTTP_WORKERS, RTMP_WORKERS = 12, 4
 THREAD_SLACK = 16  # threads the node may hold at the end above its start (pools grown on demand)
 RSS_SLACK_MB = 600.0  # RSS growth allowed at the end (face caches, allocator high-water marks)
 RECENT_S = 3.0  # cases sent this recently are the suspects of a new log problem
@@ -47,6 +47,7 @@ class FuzzFigures:
     rss_mb: dict[str, float] = field(default_factory=dict)
     thread_names_end: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU used during the run: node, fuzzer
     findings: list[dict] = field(default_factory=list)  # {layer, label, problem, reproducer}
 
     @property
@@ -75,7 +76,8 @@ class FuzzFigures:
                 f"log problems {sum(self.log_problems.values())}, health failures {self.health_failures}, "
                 f"node {'alive' if self.node_alive else 'DEAD'}; threads {self.threads.get('start')} -> "
                 f"{self.threads.get('peak')} -> {self.threads.get('end')}, RSS {self.rss_mb.get('start', 0):.0f} -> "
-                f"{self.rss_mb.get('peak', 0):.0f} -> {self.rss_mb.get('end', 0):.0f} MB")
+                f"{self.rss_mb.get('peak', 0):.0f} -> {self.rss_mb.get('end', 0):.0f} MB; CPU node "
+                f"{self.cpu_s.get('node', 0):.0f} s, fuzzer {self.cpu_s.get('fuzzer', 0):.0f} s")
 
 
 class _Run:
@@ -224,12 +226,15 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
     run = _Run(node, fixtures, layers, inputs, time.monotonic() + seconds, report_dir, progress)
     node.new_log_problems()  # set-up is not under test
     run.sample("start")
+    cpu_node, cpu_fuzzer = node.cpu_s(), time.process_time()
     rng = random.Random(seed)
     workers = [run.http_worker(rng.randrange(2**32)) for _ in range(HTTP_WORKERS)]
     workers += [run.rtmp_worker(rng.randrange(2**32)) for _ in range(RTMP_WORKERS)]
     await asyncio.gather(run.monitor(), *workers)
     run.figures.seconds = time.monotonic() - run.started
     run.figures.node_alive = node.alive()
+    if run.figures.node_alive:
+        run.figures.cpu_s = {"node": node.cpu_s() - cpu_node, "fuzzer": time.process_time() - cpu_fuzzer}
     if run.figures.node_alive:
         await run.settle()
         run.sample("end")
