@@ -114,9 +114,9 @@ class JobService:
         users' uploads and outputs, scratch files) is not theirs to read."""
         if caller is None or caller.is_admin:
             return True
-        folder = PurePosixPath(key).parts[0] if key else ""
         if key.startswith(user_folder(caller.subject)):
             return True
+        folder = next(iter(PurePosixPath(key).parts), "")  # "" names the storage's root: no folder
         job = await self.queue.get(folder) if folder.startswith("job_") else None
         return job is not None and visible(caller, job.owner)
 

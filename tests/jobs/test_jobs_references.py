@@ -53,7 +53,7 @@ def test_a_storage_path_reaches_only_the_callers_own_files(users, clips, redis_u
         return 400, {"error": f"path {path!r}: no such file in the job storage"}  # as for a file that is not there
 
     for path in (alice_input, "users/alice/talk.mp4", "users/bob/../alice/talk.mp4", "incoming/talk.mp4",
-                 "users/bobby/talk.mp4", "users/bob/missing.mp4"):
+                 "users/bobby/talk.mp4", "users/bob/missing.mp4", "", ".", "users/bob/..", alice_job["id"]):
         assert submit_json(client["bob"], path=path, face_id="astronaut") == refused(path), path
     assert client["bob"].submit(path=alice_input, face_id="astronaut") == refused(alice_input)  # a form field alike
     assert submit_json(client["bob"], path="users/bob/talk.mp4", face_id="astronaut")[0] == 201
