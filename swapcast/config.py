@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpu.engine import EngineSettings
 from gpu.errors import SwapcastError
 from gpu.options import SwapOptions
+from gpu.threads import ThreadBudget
 
 ENV_PREFIX = "SWAPCAST_"
 CONFIG_ENV = "SWAPCAST_CONFIG"
@@ -222,8 +223,25 @@ class AuthConfig(_Section):
         return secret
 
 
+class ThreadsConfig(_Section):
+    """Thread pools of the node as a whole (``gpu.threads``); 0 = the profile's size.
+    ``budget`` (default): 1 thread per call below 16 cores, no spin-waiting. ``legacy``: the
+    libraries' own defaults, each sized to the machine (for side-by-side benchmarks).
+    ONNX Runtime's intra-op threads are ``engine.runner_threads``."""
+
+    profile: Literal["budget", "legacy"] = "budget"
+    opencv: int = Field(0, ge=0, le=64)
+    codec: int = Field(0, ge=0, le=16)  # per libavcodec/x264 context
+    torch: int = Field(0, ge=0, le=64)
+
+    def budget(self, runner_threads: int = 0) -> ThreadBudget:
+        return ThreadBudget.of(self.profile, runner_threads=runner_threads, opencv_threads=self.opencv,
+                               codec_threads=self.codec, torch_threads=self.torch)
+
+
 class Config(_Section):
     engine: EngineConfig = EngineConfig()
+    threads: ThreadsConfig = ThreadsConfig()
     swap: SwapConfig = SwapConfig()
     encode: EncodeConfig = EncodeConfig()
     server: ServerConfig = ServerConfig()

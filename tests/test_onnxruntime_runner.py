@@ -134,3 +134,18 @@ def test_output_shape_preallocates_only_what_the_model_fixes():
     assert output_shape(TensorSpec("y", ("M", 4), f32), 5, batch_dim) is None  # not the inputs' batch axis
     assert output_shape(TensorSpec("y", (None, 4), f32), 5, (None,)) is None  # unnamed: unknown
     assert output_shape(TensorSpec("y", (), f32), 5, batch_dim) is None  # a scalar
+
+
+def test_session_options_take_the_thread_budget():
+    """Spin-waiting off and the budget's intra-op threads unless a count is given; one
+    inter-op thread either way (``gpu.threads``; tests/test_threads.py applies profiles)."""
+    from gpu import threads
+    from gpu.runners.onnxruntime import session_options
+
+    options = session_options()
+    assert options.intra_op_num_threads == threads.current().runner_threads
+    assert options.inter_op_num_threads == 1
+    spin = "1" if threads.current().runner_spinning else "0"
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spin
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == spin
+    assert session_options(3).intra_op_num_threads == 3

@@ -3,11 +3,13 @@
 ``run`` is host NumPy in and out; ``run_device`` goes through an IO binding so that, with the
 CUDA execution provider, CuPy feeds are read and results written in device memory (zero
 copy, like the torch runner's ``run_device``). CuPy is imported inside the CUDA branch only.
+Thread pools are sized by the node's thread budget (``gpu.threads``): by default one
+intra-op thread per session and no spin-waiting, because a node's sessions already keep
+its cores busy and an idle pool that spins takes them from the others.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from gpu import threads as thread_budget
 from gpu.device import is_device_array, to_host
 from gpu.errors import ModelFileError, SwapcastError
 from gpu.runners.base import TensorSpec
@@ -46,10 +49,8 @@ class OnnxRuntimeRunner:
         providers: Sequence[str] | None = None,
         threads: int | None = None,
     ) -> None:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
+        """``threads``: intra-op threads of this session; by default the thread budget's."""
+        options = session_options(threads)
         payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
         self.name = name or (Path(model).name if not isinstance(model, onnx.ModelProto) else model.graph.name)
         try:
@@ -139,6 +140,21 @@ class OnnxRuntimeRunner:
                 out if out is not None else _cupy_view(value, device_id)
                 for out, value in zip(outputs, values, strict=True)
             ]
+
+
+def session_options(threads: int | None = None) -> ort.SessionOptions:
+    """Session options under the node's thread budget (``gpu.threads.current()``):
+    ``threads`` intra-op threads (default: the budget's), one inter-op thread, and both
+    pools spin-waiting only where the budget allows it."""
+    budget = thread_budget.current()
+    spin = "1" if budget.runner_spinning else "0"
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = threads or budget.runner_threads or min(4, thread_budget.usable_cpus())
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    return options
 
 
 def output_shape(spec: TensorSpec, batch: int, batch_dim: tuple[int | str | None, ...]) -> tuple[int, ...] | None:

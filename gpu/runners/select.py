@@ -158,7 +158,9 @@ def make_runner(
         built = TensorRTRunner(model, name=name, cache_dir=cache_dir, profile=profile)
     elif choice.runner == "torch":
         from gpu.runners.torch_cuda import BUCKETS, TorchRunner
+        from gpu.threads import size_torch_pool
 
+        size_torch_pool()  # its CPU pool (host-side ops on CUDA too) within the node's budget
         buckets = tuple(b for b in BUCKETS if b < max_batch) + (max_batch,)
         built = TorchRunner(model, name=name, device=choice.device, buckets=buckets)
     else:

@@ -12,7 +12,9 @@ it as its own. The bitrate bounds come from ``config.webrtc``.
 aiortc's senders build their encoder with ``aiortc.rtcrtpsender.get_encoder(codec)``;
 :func:`install` swaps that one name for :func:`realtime_encoder`, process-wide (every
 ``RTCPeerConnection`` of the process, ours and test clients alike). Frames are encoded at
-the resolution the peer sent; nothing is scaled.
+the resolution the peer sent; nothing is scaled. It also swaps the receivers'
+``get_decoder`` for :func:`bounded_decoder`: aiortc's decoders with the node's codec threads
+(``gpu.threads``), like the encoders here, instead of FFmpeg's pool per context.
 """
 
 from __future__ import annotations
@@ -22,15 +24,25 @@ import multiprocessing
 from dataclasses import dataclass
 from typing import Literal
 
+import aiortc.rtcrtpreceiver
 import aiortc.rtcrtpsender
-from aiortc.codecs import get_capabilities, get_encoder
-from aiortc.codecs.base import Encoder
+from aiortc.codecs import get_capabilities, get_decoder, get_encoder
+from aiortc.codecs.base import Decoder, Encoder
 from aiortc.codecs.h264 import H264Encoder
 from aiortc.codecs.vpx import Vp8Encoder, number_of_threads
 from aiortc.rtcrtpparameters import RTCRtpCodecCapability, RTCRtpCodecParameters
 import av
 
-from streamer.media.hwcodecs import SOFTWARE_ENCODE, CodecChoice, SoftwareFallback, choose_video_encoder, nvenc_live_options
+from gpu.threads import current as current_threads
+from streamer.media.hwcodecs import (
+    SOFTWARE_ENCODE,
+    CodecChoice,
+    SoftwareFallback,
+    bounded_threads,
+    choose_video_encoder,
+    nvenc_live_options,
+    scale_threads,
+)
 
 VideoCodec = Literal["h264", "vp8"]
 
@@ -151,7 +163,7 @@ class RealtimeVp8Encoder(_BoundedBitrate, Vp8Encoder):
 
     def encode(self, frame, force_keyframe: bool = False):
         if frame.format.name != "yuv420p":
-            frame = frame.reformat(format="yuv420p")
+            frame = frame.reformat(format="yuv420p", threads=scale_threads())
         target = self.target_bitrate
         if _needs_new_context(self.codec, frame, target):
             codec = av.CodecContext.create("libvpx", "w")
@@ -176,7 +188,8 @@ class RealtimeVp8Encoder(_BoundedBitrate, Vp8Encoder):
                 "undershoot-pct": "100",
             }
             codec.options = dict(self.applied_options)
-            codec.thread_count = number_of_threads(frame.width * frame.height, multiprocessing.cpu_count())
+            budget = current_threads().codec_threads
+            codec.thread_count = budget or number_of_threads(frame.width * frame.height, multiprocessing.cpu_count())
             self.codec = codec
         return super().encode(frame, force_keyframe)
 
@@ -191,12 +204,24 @@ def realtime_encoder(codec: RTCRtpCodecParameters) -> Encoder:
     return get_encoder(codec)
 
 
+def bounded_decoder(codec: RTCRtpCodecParameters) -> Decoder:
+    """Drop-in for ``aiortc.codecs.get_decoder``: aiortc's decoder, its FFmpeg context (made
+    in its constructor, opened at the first frame) held to the thread budget."""
+    decoder = get_decoder(codec)
+    context = getattr(decoder, "codec", None)
+    if context is not None:
+        bounded_threads(context)
+    return decoder
+
+
 def install(tuning: EncoderTuning) -> None:
-    """Make every aiortc sender of this process use the tuned encoders (idempotent; the
-    latest tuning applies to encoders created from now on)."""
+    """Make every aiortc sender of this process use the tuned encoders, and every receiver
+    the bounded decoders (idempotent; the latest tuning applies to encoders created from
+    now on)."""
     global _tuning
     _tuning = tuning
     aiortc.rtcrtpsender.get_encoder = realtime_encoder
+    aiortc.rtcrtpreceiver.get_decoder = bounded_decoder
 
 
 def video_codec_preferences(preferred: VideoCodec) -> list[RTCRtpCodecCapability]:

@@ -41,12 +41,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import numpy as np
 import yaml
 
 from signaling.auth import mint_token
+from gpu.threads import ThreadProfile
 from swapcast.config import Config, load_config
 from swapcast.local_cluster import free_port
 
@@ -126,6 +127,29 @@ def clip_i420() -> list[np.ndarray]:
 
 # -- the server process -------------------------------------------------------------------------
 
+# The node's threads by OS name (``gpu.threads`` names them after their Python threads;
+# native threads inherit their creator's name) -> what they do, first match wins.
+THREAD_GROUPS = (
+    ("swap-", "swap (track, prepare, run, paste)"),
+    ("mediapipe", "tracking graphs (mediapipe)"),
+    ("video-decoder", "decode (aiortc)"),
+    ("decoder_worker", "decode (aiortc)"),
+    ("uvloop_", "encode (aiortc executor)"),
+    ("asyncio_", "encode (aiortc executor)"),
+    ("ThreadPoolExec", "encode (aiortc executor)"),
+    ("event-loop", "event loop (RTP, SRTP, HTTP)"),
+    ("batcher-", "batcher"),  # the engine's batcher-<swapper>-loop and -run_N threads
+)
+
+
+def thread_group(name: str) -> str:
+    """The stage a node thread named ``name`` (its ``/proc`` comm) works for."""
+    for prefix, group in THREAD_GROUPS:
+        if name.startswith(prefix):
+            return group
+    return f"other ({name})" if name not in ("python", "python3") else "unnamed native threads"
+
+
 
 def machine_busy_seconds() -> float:
     """CPU seconds all processes of the machine have used (``/proc/stat``, every core)."""
@@ -180,6 +204,21 @@ class ServerProcess:
     def cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / self._ticks  # utime, stime (fields 14, 15)
+
+    def thread_cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds per thread group of the node (its threads' OS names, see
+        :func:`thread_group`), for the threads alive now."""
+        groups: dict[str, float] = {}
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:  # the thread ended meanwhile
+                continue
+            name = stat[stat.index("(") + 1: stat.rindex(")")]
+            fields = stat.rsplit(")", 1)[1].split()
+            group = thread_group(name)
+            groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / self._ticks
+        return groups
 
     def memory_mb(self) -> dict[str, float]:
         values = {}
@@ -389,6 +428,7 @@ async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: floa
 
         start = time.monotonic()
         cpu_start, client_cpu_start, machine_start = server.cpu_seconds(), time.process_time(), machine_busy_seconds()
+        threads_start = server.thread_cpu_seconds()
         stats_start = await asyncio.gather(*(_server_stats(http, server.base_url, c) for c in clients))
         end = start + seconds
         tick, cpu_tick = start, cpu_start
@@ -410,6 +450,7 @@ async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: floa
             tick, cpu_tick = now, cpu_now
         end = time.monotonic()
         cpu_s, client_cpu_s = server.cpu_seconds() - cpu_start, time.process_time() - client_cpu_start
+        threads_end = server.thread_cpu_seconds()
         machine_s = machine_busy_seconds() - machine_start
         sent_end = [len(c.sent_at) for c in clients]
         stats_end = await asyncio.gather(*(_server_stats(http, server.base_url, c) for c in clients))
@@ -448,6 +489,9 @@ async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: floa
     server_p50 = [r["server_latency_p50_ms"] for r in per_session if r["server_latency_p50_ms"] is not None]
     holds = [r["client_hold_p50_ms"] for r in per_session if r["client_hold_p50_ms"] is not None]
     server_p99 = [r["server_latency_p99_ms"] for r in per_session if r["server_latency_p99_ms"] is not None]
+    frames_out = sum(r["fps_out"] for r in per_session) * wall
+    by_thread = {group: (threads_end[group] - threads_start.get(group, 0.0)) / wall for group in threads_end}
+    by_thread = dict(sorted(((g, c) for g, c in by_thread.items() if c >= 0.005), key=lambda item: -item[1]))
     for row in per_session:
         for key in ("_latencies", "_first", "_second"):
             del row[key]
@@ -472,6 +516,10 @@ async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: floa
         "not_yet_at_node_frames_max": max(r["not_yet_at_node_frames"] for r in per_session),
         "server_cpu_cores": cpu_s / wall,
         "server_cpu_per_session_pct": 100 * cpu_s / wall / sessions,
+        # CPU per frame the clients got back, and per thread group (cores; threads that
+        # ended during the run are in the total only)
+        "server_cpu_ms_per_frame_out": 1000 * cpu_s / frames_out if frames_out else None,
+        "server_cpu_by_thread_cores": by_thread,
         "client_cpu_cores": client_cpu_s / wall,
         # everything else on the machine meanwhile (another benchmark, a test run): when this
         # is not near 0 the node had less CPU than the machine has
@@ -544,12 +592,16 @@ def measure_webrtc(
     glass: bool = False,
     warmup_s: float = 2.0,
     config: Config | None = None,
+    threads: ThreadProfile | None = None,
     err: TextIO = sys.stderr,
 ) -> dict[str, Any]:
-    """Run the benchmark and return its report (see the module docstring)."""
+    """Run the benchmark and return its report (see the module docstring). ``threads``:
+    the node's thread profile (``config.threads.profile`` when None)."""
     if sessions < 1:
         raise ValueError("sessions must be at least 1")
     config = config or load_config(environ={})
+    if threads is not None:
+        config = config.model_copy(update={"threads": config.threads.model_copy(update={"profile": threads})})
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-webrtc-") as tmp:
         report, server = asyncio.run(_run_phases(config, sessions, seconds, warmup_s, Path(tmp), err))
         try:
@@ -570,6 +622,7 @@ def measure_webrtc(
         resolution=f"{WIDTH}x{HEIGHT}",
         fps_sent=FPS,
         cpu_count=os.cpu_count(),
+        threads=config.threads.budget(config.engine.runner_threads).describe(),
         memory_per_extra_session_mb=(many["server_rss_mb"] - one["server_rss_mb"]) / (sessions - 1) if sessions > 1 else None,
     )
     return report
@@ -592,6 +645,7 @@ def _table(report: dict[str, Any]) -> list[str]:
         ("server frames_dropped", lambda p: f"{p['server_frames_dropped']}"),
         ("sent, not yet at node at end (max)", lambda p: f"{p['not_yet_at_node_frames_max']}"),
         ("server CPU cores (per session)", lambda p: f"{p['server_cpu_cores']:.2f} ({p['server_cpu_per_session_pct']:.0f}%)"),
+        ("server CPU ms per frame out", lambda p: _fmt(p['server_cpu_ms_per_frame_out'], ".1f")),
         ("client peers' CPU cores", lambda p: f"{p['client_cpu_cores']:.2f}"),
         ("other processes' CPU cores", lambda p: f"{p['other_cpu_cores']:.2f}"),
         ("server RSS MB", lambda p: f"{p['server_rss_mb']:.0f}"),
@@ -632,23 +686,42 @@ def _verdicts(report: dict[str, Any]) -> list[str]:
 
 
 def run_webrtc_benchmark(config: Config, sessions: int, seconds: float = 20.0, *, glass: bool = False,
+                         threads: ThreadProfile | Literal["both"] | None = None,
                          as_json: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """``swapcast bench webrtc``: measure, print side by side, verdicts, optional JSON."""
+    """``swapcast bench webrtc``: measure, print side by side, verdicts, optional JSON.
+    ``threads="both"`` runs the node with the legacy thread profile, then with the budget,
+    and prints the two side by side."""
     from swapcast.config import ConfigError
 
     if sessions < 1 or not seconds > 0:
         raise ConfigError("--sessions must be at least 1 and --seconds more than 0")
+    profiles: list[ThreadProfile | None] = ["legacy", "budget"] if threads == "both" else [threads]
     print(f"webrtc: {sessions} aiortc peer(s) on 127.0.0.1, {WIDTH}x{HEIGHT} at {FPS} fps each, face {FACE_ID!r}, "
           f"{seconds:.0f} s per run ({'1 session, then ' + str(sessions) if sessions > 1 else '1 session'}); node = `swapcast serve` child process; "
           f"{os.cpu_count()} CPU core(s)", file=out, flush=True)
-    before = machine_busy_seconds()
-    time.sleep(1.0)
-    busy = machine_busy_seconds() - before  # cores in use by other work, just before we start
-    if busy > 0.3:
-        print(f"note: the machine is already busy ({busy:.1f} of {os.cpu_count()} cores in use before the run): "
-              f"the node gets less CPU than it would alone; see \"other processes' CPU\" below", file=out, flush=True)
-    report = measure_webrtc(sessions, seconds, glass=glass, config=config, err=err)
-    report["busy_cores_before_start"] = busy
+    reports = []
+    for profile in profiles:
+        before = machine_busy_seconds()
+        time.sleep(1.0)
+        busy = machine_busy_seconds() - before  # cores in use by other work, just before we start
+        if busy > 0.3:
+            print(f"note: the machine is already busy ({busy:.1f} of {os.cpu_count()} cores in use before the run): "
+                  f"the node gets less CPU than it would alone; see \"other processes' CPU\" below", file=out, flush=True)
+        report = measure_webrtc(sessions, seconds, glass=glass, config=config, threads=profile, err=err)
+        report["busy_cores_before_start"] = busy
+        _print_report(report, out)
+        reports.append(report)
+    if len(reports) > 1:
+        for line in _compare_threads(reports):
+            print(line, file=out)
+    if as_json:
+        print(json.dumps(reports[0] if len(reports) == 1 else {"runs": reports}), file=out)
+    out.flush()
+    return 0
+
+
+def _print_report(report: dict[str, Any], out: TextIO) -> None:
+    print(f"threads: {report['threads']}", file=out)
     for line in _table(report):
         print(line, file=out)
     for phase in report["phases"][1:]:
@@ -656,13 +729,16 @@ def run_webrtc_benchmark(config: Config, sessions: int, seconds: float = 20.0, *
             print(f"  session {r['session_id'][:8]}: {r['fps_out']:.1f} fps out, round trip p50 {_fmt(r['rtt_p50_ms'])} "
                   f"p99 {_fmt(r['rtt_p99_ms'])} ms, server p50 {_fmt(r['server_latency_p50_ms'])} ms, "
                   f"dropped {r['dropped']} (server {r['server_frames_dropped']})", file=out)
+    for phase in report["phases"]:
+        groups = ", ".join(f"{group} {cores:.2f}" for group, cores in phase["server_cpu_by_thread_cores"].items())
+        print(f"server CPU cores by thread group, {_plural(phase['sessions'])}: {groups}", file=out)
     print(f"server RSS: idle {report['server_idle']['rss_mb']:.0f} MB, peak {report['server_peak_rss_mb']:.0f} MB; "
           f"memory per extra session: {_fmt(report['memory_per_extra_session_mb'], '.1f', ' MB')}", file=out)
     scraped = report.get("metrics") or {}
     if scraped.get("stage_mean_ms"):
         stages = " ".join(f"{k} {v:.1f}" for k, v in scraped["stage_mean_ms"].items())
         frames = ", ".join(f"{k} {v:.0f}" for k, v in scraped["frames"].items())
-        print(f"the node's /metrics after the runs: mean ms per stage: {stages}; frames: {frames}", file=out)
+        print(f"the node's /metrics after the runs: mean ms per stage (wall, swap thread): {stages}; frames: {frames}", file=out)
     if "glass" in report:
         g = report["glass"]
         print(f"glass-to-glass (Chromium, 1 session): p50 {_fmt(g['p50_ms'])} ms, p99 {_fmt(g['p99_ms'])} ms "
@@ -670,7 +746,23 @@ def run_webrtc_benchmark(config: Config, sessions: int, seconds: float = 20.0, *
               f"{_fmt((g.get('server') or {}).get('latency_p50_ms'))} ms)", file=out)
     for line in _verdicts(report):
         print(line, file=out)
-    if as_json:
-        print(json.dumps(report), file=out)
-    out.flush()
-    return 0
+
+
+def _compare_threads(reports: list[dict[str, Any]]) -> list[str]:
+    """Legacy vs budget, phase by phase: fps, the node's latency and CPU, CPU per thread group."""
+    lines = ["thread profiles side by side (" + " vs ".join(r["threads"].split(":")[0] for r in reports) + "):"]
+    for index, phase in enumerate(reports[0]["phases"]):
+        pair = [r["phases"][index] for r in reports]
+        lines.append(f"  {_plural(phase['sessions'])}:")
+        rows = [
+            ("output fps per session (min)", lambda p: f"{p['fps_out_per_session']:.1f} ({p['fps_out_min']:.1f})"),
+            ("server's own latency p50 ms", lambda p: _fmt(p["server_latency_p50_ms"])),
+            ("server CPU cores per session", lambda p: f"{p['server_cpu_cores'] / p['sessions']:.2f}"),
+            ("server CPU ms per frame out", lambda p: _fmt(p["server_cpu_ms_per_frame_out"], ".1f")),
+            ("other processes' CPU cores", lambda p: f"{p['other_cpu_cores']:.2f}"),
+        ]
+        groups = list(dict.fromkeys(g for p in pair for g in p["server_cpu_by_thread_cores"]))
+        rows += [(f"  {group} cores", lambda p, g=group: f"{p['server_cpu_by_thread_cores'].get(g, 0.0):.2f}") for group in groups]
+        for name, cell in rows:
+            lines.append(f"    {name:<44}" + "".join(f"{cell(p):>16}" for p in pair))
+    return lines

@@ -30,6 +30,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     webrtc.add_argument("--sessions", type=int, default=2, metavar="N", help="concurrent sessions (default 2); 1 session is always run first")
     webrtc.add_argument("--seconds", type=float, default=20.0, help="seconds measured per run (default 20)")
     webrtc.add_argument("--glass", action="store_true", help="also measure glass-to-glass latency through headless Chromium")
+    webrtc.add_argument("--threads", choices=["budget", "legacy", "both"],
+                        help="the node's thread profile (default: threads.profile); both = legacy, then budget, side by side")
     webrtc.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     add_engine_flags(webrtc)
     webrtc.set_defaults(run=_run_webrtc)
@@ -123,7 +125,8 @@ def _run_webrtc(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.webrtc import run_webrtc_benchmark
     from swapcast.commands.common import config_from_args
 
-    return run_webrtc_benchmark(config_from_args(args), args.sessions, args.seconds, glass=args.glass, as_json=args.json)
+    return run_webrtc_benchmark(config_from_args(args), args.sessions, args.seconds, glass=args.glass,
+                                threads=args.threads, as_json=args.json)
 
 
 def _run_detect(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     import uvloop
     from aiohttp import web
 
+    from gpu import threads
     from swapcast.app import AUTH_KEY, NODE_KEY, build_app
     from swapcast.logs import RedactingAccessLogger
 
@@ -33,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     if config.cluster.redis_url and not config.cluster.advertise and config.server.host in ("0.0.0.0", "::"):
         raise ConfigError("--advertise HOST:PORT is needed when listening on all interfaces in a cluster: "
                          "the gateway must know which address reaches this node")
+    budget = config.threads.budget(config.engine.runner_threads)
+    threads.apply(budget)  # before the engine loads: its runners and every codec size their pools by it
     uvloop.install()
     app = build_app(config)  # loads the face engine; refuses a live.video_encoder/decoder it cannot meet
     node = app[NODE_KEY]
@@ -40,11 +43,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"swapcast serving on {base}/ and rtmp://{config.server.host}:{config.rtmp.port}/live/<stream key> "
           "(Ctrl+C stops)", flush=True)
     print(f"live H.264: encode {node.video_encoder.describe()}; decode {node.video_decoder.describe()}", flush=True)
+    print(f"threads: {budget.describe()}", flush=True)
     dev_token = app[AUTH_KEY].dev_token
     if dev_token:  # development mode: loopback, no auth configured
         print(f"development mode (loopback, no auth configured): open {base}/#token={dev_token}\n"
               f"  admin dashboard: {base}/admin/#token={dev_token}\n"
               f"  API: Authorization: Bearer {dev_token}", flush=True)
+    threads.set_os_thread_name("event-loop")  # native threads started from here on inherit it
     # run_app turns SIGINT/SIGTERM into a graceful exit: the node's shutdown hook ends every
     # live session before the server stops
     web.run_app(app, host=config.server.host, port=config.server.port, print=None,
