@@ -24,6 +24,7 @@ class Fixtures:
     spare_key: str  # bob's: the HTTP layer may revoke this one (never alice's)
     spare_key_id: str
     face_jpeg: bytes
+    play_token: str  # plays alice's live stream over RTMP ("" where keys have none)
     pools: dict[str, list[str]] = field(default_factory=dict)  # ids by kind: session, face, key, job, viewer
 
     def bearer_tokens(self) -> list[bytes]:
@@ -58,7 +59,8 @@ async def set_up(node: FuzzNode) -> Fixtures:
     key = await _api(node, "POST", "/api/v1/keys", alice, {"name": "fuzz", "face_id": face["id"]})
     spare = await _api(node, "POST", "/api/v1/keys", bob, {"name": "spare", "face_id": "astronaut"})
     placed = await _api(node, "POST", "/api/v1/sessions", alice, {"face_id": face["id"]})
-    fixtures = Fixtures(alice, bob, admin, face["id"], key["key"], spare["key"], spare["key_id"], jpeg.tobytes())
+    fixtures = Fixtures(alice, bob, admin, face["id"], key["key"], spare["key"], spare["key_id"], jpeg.tobytes(),
+                        str(key.get("play_token") or ""))
     for kind, value in (("face", face["id"]), ("face", "astronaut"), ("key", spare["key_id"]),
                         ("session", placed["session_id"]), ("node", "self"), ("node", "fuzz-node")):
         fixtures.remember(kind, value)

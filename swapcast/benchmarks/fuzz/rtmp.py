@@ -221,8 +221,11 @@ class RtmpLayers:
         return "amf", 1
 
     async def _play(self, rng, reader, writer, sent) -> tuple[str, int]:
+        """Play with a hostile name, or with the real play token (a viewer of whatever FLV
+        publish is live), leaving abruptly after a moment."""
         await client_handshake(reader, writer, timeout=5)
-        name = hostile_name(rng, self.fixtures)
+        token = self.fixtures.play_token.encode()
+        name = token if token and rng.random() < 0.4 else hostile_name(rng, self.fixtures)
         messages = [msg.command("connect", 1.0, {"app": rng.choice(("live", "", "x"))}), msg.command("createStream", 2.0, None),
                     msg.RtmpMessage(20, 1, 0, amf0.encode("play", 3.0, None) + amf_string(name))]
         await _send(writer, sent, _chunked(rng, messages))
@@ -257,7 +260,7 @@ class RtmpLayers:
     def _mutated_media(rng: random.Random, media: list[msg.RtmpMessage]) -> list[msg.RtmpMessage]:
         """The recorded tags with some damaged (bytes, lengths), timestamps bent (backwards,
         huge jumps, the 32-bit wrap), tags dropped, duplicated or swapped."""
-        out = list(media[:rng.randint(2, min(len(media), 60))])
+        out = list(media[:rng.randint(2, min(len(media), 45))])
         rate = rng.choice((0.02, 0.1, 0.3))
         for i, message in enumerate(out):
             payload, timestamp = message.payload, message.timestamp

@@ -24,9 +24,9 @@ from swapcast.benchmarks.fuzz.rtmp import RECORDINGS, RtmpLayers, record
 from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
 from swapcast.benchmarks.fuzz.uploads import UploadLayer
 
-HTTP_WEIGHTS = {"http": 90, "upload": 6, "sdp": 4}  # of the HTTP workers' cases (uploads and offers cost the node most)
+HTTP_WEIGHTS = {"http": 94, "upload": 4, "sdp": 2}  # of the HTTP workers' cases (uploads and offers cost the node most)
 RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
-HTTP_WORKERS, RTMP_WORKERS = 12, 4
+HTTP_WORKERS, RTMP_WORKERS = 12, 6
 THREAD_SLACK = 16  # threads the node may hold at the end above its start (pools grown on demand)
 RSS_SLACK_MB = 600.0  # RSS growth allowed at the end (face caches, allocator high-water marks)
 RECENT_S = 3.0  # cases sent this recently are the suspects of a new log problem

@@ -101,8 +101,13 @@ class SdpLayer:
         elif target == "whip":
             raw = build_request(b"POST", b"/whip", sdp_type + [
                 (b"Authorization", b"Bearer " + self.fixtures.stream_key.encode())], mutate_sdp(rng, self.offers["publisher"]))
-        else:
-            session_id = self.fixtures.pick(rng, "session").encode()
+        else:  # a viewer of a live WHIP session (published unmutated first), or of any known id
+            publish = None
+            if rng.random() < 0.7:
+                publish = await send_raw(self.node.http_port, build_request(b"POST", b"/whip", sdp_type + [
+                    (b"Authorization", b"Bearer " + self.fixtures.stream_key.encode())], self.offers["publisher"].encode()))
+            location = _location(publish.head) if publish is not None and publish.status == 201 else None
+            session_id = location.rsplit(b"/", 1)[1] if location else self.fixtures.pick(rng, "session").encode()
             raw = build_request(b"POST", b"/whep/" + session_id, alice + sdp_type, mutate_sdp(rng, self.offers["viewer"]))
         answer = await send_raw(self.node.http_port, raw)
         outcome = http_outcome(self.name, target, raw, answer)
@@ -110,13 +115,14 @@ class SdpLayer:
             await self._end(answer.head, answer.body)
         elif target == "offer":  # the placed session the refused offer was for
             await self._end(b"", json.dumps({"session_id": session_id}).encode())
+        if target == "whep" and location:
+            await self._end(b"Location: " + location, b"")
         return outcome
 
     async def _end(self, head: bytes, body: bytes) -> None:
         """End what the offer made: a WHIP session with its stream key, a viewer or a
         session with alice's token."""
-        location = next((line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
-                         if line.lower().startswith(b"location:")), None)
+        location = _location(head)
         session_id = _field(body, "session_id")
         if location and location.startswith(b"/whip/"):
             credential = self.fixtures.stream_key
@@ -127,6 +133,11 @@ class SdpLayer:
         if location:
             await send_raw(self.node.http_port, build_request(
                 b"DELETE", location, [(b"Authorization", b"Bearer " + credential.encode())], b""))
+
+
+def _location(head: bytes) -> bytes | None:
+    return next((line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                 if line.lower().startswith(b"location:")), None)
 
 
 def _json_with_sdp(rng: random.Random, fields: dict, sdp: bytes) -> bytes:
