@@ -4,9 +4,12 @@ publisher, garbage next to a healthy publisher."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from rtmp_testkit import (
     FFMPEG,
@@ -334,3 +337,27 @@ def test_a_client_that_unpublishes_and_stays_is_closed_after_a_grace_time():
             return data
 
     assert run(scenario()) == b""  # EOF: the server closed once the grace time was over
+
+
+GST_LAUNCH = shutil.which("gst-launch-1.0")
+
+
+@pytest.mark.skipif(not GST_LAUNCH, reason="GStreamer (gst-launch-1.0, rtmp2sink) not installed: scripts/bootstrap installs it")
+def test_gstreamer_rtmp2sink_publish_ends_with_exit_0():
+    """rtmp2sink exited 1 ('connection closed remotely') after every good publish while the
+    server closed right after deleteStream."""
+
+    async def scenario() -> tuple[int, str, int]:
+        handler = RecordingHandler({"KEY"})
+        async with RtmpServer(handler, port=0) as server:
+            proc = await start_process(
+                GST_LAUNCH, "-q", "videotestsrc", "num-buffers=50", "!", "video/x-raw,width=320,height=240,framerate=25/1",
+                "!", "x264enc", "tune=zerolatency", "speed-preset=ultrafast", "!", "h264parse", "!", "flvmux", "streamable=true",
+                "!", "rtmp2sink", f"location=rtmp://127.0.0.1:{server.port}/live/KEY",
+            )  # fmt: skip
+            code, stderr = await finish_process(proc, 60)
+            return code, stderr, len(handler.received.get("KEY", []))
+
+    code, stderr, received = run(scenario(), timeout=90)
+    assert code == 0, stderr
+    assert received >= 50
