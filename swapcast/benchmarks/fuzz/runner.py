@@ -190,15 +190,16 @@ class _Run:
         for session_id in list(self.fixtures.pools.get("session", []))[1:]:  # the first: the fixture
             await send_raw(self.node.http_port, build_request(b"DELETE", f"/api/v1/sessions/{session_id}".encode(), admin, b""))
 
-    async def settle(self, timeout: float = 40.0) -> None:
-        """After the run: end what is left, then wait for the node's threads to stop falling."""
+    async def settle(self, timeout: float = 50.0) -> None:
+        """After the run: end what is left, then wait until no swap thread is left (an RTMP
+        stream outlives its publisher for a 30 s resume window) and the thread count holds."""
         await self.housekeeping()
         deadline = time.monotonic() + timeout
-        start = self.figures.threads["start"]
         previous = None
         while time.monotonic() < deadline:
-            threads = self.node.threads()
-            if threads <= start or threads == previous:
+            names = self.node.thread_names()
+            threads = sum(names.values())
+            if threads == previous and not any(name.startswith("swap-") for name in names):
                 break
             previous = threads
             await asyncio.sleep(3)
