@@ -110,8 +110,10 @@ def test_a_tilted_face_gets_a_correct_mesh(engine, person, roll, astronaut_image
     truth = upright @ matrix[:, :2].T + matrix[:, 2]
     faces = engine.analyse_image(scene.image)
     assert len(faces) == 1
-    error = np.linalg.norm(faces[0].mesh[EYE_CORNERS] - truth[EYE_CORNERS], axis=1)
-    assert error.max() < 3.0  # px, on a 120 px face
+    error = np.linalg.norm(faces[0].mesh - truth, axis=1)
+    assert error[EYE_CORNERS].max() < 3.0  # px, on a 120 px face
+    # the mesh run on the tilted region itself is off by 1.5-4.5 px on average; upright, 0.6-0.9
+    assert error.mean() < 1.2
     assert abs(mesh_roll(np.column_stack([faces[0].mesh, faces[0].depth])) + roll) < 5  # image y points down
     assert abs(roll_of(faces[0].kps) + roll) < 5
 
