@@ -192,3 +192,23 @@ def test_the_hand_over_keeps_the_sequence_header_when_it_drops_samples():
     inbox.close()
     inbox.put(VideoSample(b"late", 0))
     assert inbox.take_all() is None
+
+
+class BrokenDecoder:
+    """A decoder with a bug of ours (not the stream's): it raises what nobody expects."""
+
+    def configure(self, record):
+        raise RuntimeError("a bug")
+
+
+def test_a_bug_in_the_thread_ends_the_stream_with_a_reason_that_hides_internals(caplog):
+    swapper, failures = HeldSwapper(), []
+    worker = LiveSwapWorker(swapper, EncoderSettings(), Collector(), name="buggy", on_failure=failures.append)
+    worker._decoder = BrokenDecoder()
+    with caplog.at_level("ERROR", logger="streamer.live.swap_worker"):
+        worker.push(SequenceHeader(b"avcc"))
+        _wait_for(lambda: failures)
+        worker._thread.join(5)
+    assert failures == ["internal error; publish again to start afresh"]  # what the publisher is told
+    assert not worker.alive and swapper.closed
+    assert any(record.exc_info and "a bug" in str(record.exc_info[1]) for record in caplog.records)  # the traceback: in the log

@@ -208,7 +208,8 @@ class LiveSwapWorker:
                 if newest is not None:
                     self._swap_and_encode(*newest)
         except Exception as exc:
-            self.failure = str(exc) if isinstance(exc, FrameSizeError) else f"internal error ({type(exc).__name__}: {exc})"
+            # the publisher is told this: the stream's own fault in words, never our internals
+            self.failure = str(exc) if isinstance(exc, FrameSizeError) else "internal error; publish again to start afresh"
             if isinstance(exc, FrameSizeError):
                 log.warning("stream %s: %s", self._name, self.failure)
             else:

@@ -126,7 +126,7 @@ class SwappedVideo:
         try:
             await self._work_on_frames()
         except Exception as exc:  # the session cannot go on: end it, never leave it without a worker
-            self.failure = str(exc) if isinstance(exc, FrameSizeError) else f"internal error ({type(exc).__name__}: {exc})"
+            self.failure = str(exc) if isinstance(exc, FrameSizeError) else "internal error; start a new session"
             log.warning("session %s: the swap worker stopped: %s", self.name, self.failure,
                         exc_info=not isinstance(exc, FrameSizeError))
             if self._on_source_end is not None:
