@@ -43,6 +43,7 @@ class FuzzFigures:
     log_problems: dict[str, int] = field(default_factory=dict)  # last line of each traceback -> count
     health_failures: int = 0
     node_alive: bool = True
+    sessions_left: list[str] = field(default_factory=list)  # live sessions of any protocol after the run
     threads: dict[str, int] = field(default_factory=dict)  # start, peak, end
     rss_mb: dict[str, float] = field(default_factory=dict)
     thread_names_end: dict[str, int] = field(default_factory=dict)
@@ -64,6 +65,8 @@ class FuzzFigures:
             out.append(f"/healthz failed {self.health_failures} time(s)")
         if not self.node_alive:
             out.append("the node died")
+        if self.sessions_left:
+            out.append(f"{len(self.sessions_left)} session(s) still live after the run: {self.sessions_left[:5]}")
         if self.threads and self.threads["end"] > self.threads["start"] + THREAD_SLACK:
             out.append(f"threads {self.threads['start']} -> {self.threads['end']} (more than +{THREAD_SLACK})")
         if self.rss_mb and self.rss_mb["end"] > self.rss_mb["start"] + RSS_SLACK_MB:
@@ -190,6 +193,17 @@ class _Run:
         for session_id in list(self.fixtures.pools.get("session", []))[1:]:  # the first: the fixture
             await send_raw(self.node.http_port, build_request(b"DELETE", f"/api/v1/sessions/{session_id}".encode(), admin, b""))
 
+    async def live_sessions(self) -> list[str]:
+        """Ids of the sessions the node still lists (an admin sees all) that have media: a
+        placed session without any is a record, not a leak."""
+        admin = [(b"Authorization", b"Bearer " + self.fixtures.admin.encode())]
+        answer = await send_raw(self.node.http_port, build_request(b"GET", b"/api/v1/sessions", admin, b""))
+        try:
+            sessions = json.loads(answer.body)
+        except ValueError:
+            return [f"unreadable session list ({answer.status})"]
+        return [f"{s.get('protocol')}:{s.get('id')}" for s in sessions if s.get("state") != "placed"]
+
     async def settle(self, timeout: float = 50.0) -> None:
         """After the run: end what is left, then wait until no swap thread is left (an RTMP
         stream outlives its publisher for a 30 s resume window) and the thread count holds."""
@@ -240,6 +254,7 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
         await run.settle()
         run.sample("end")
         run.figures.thread_names_end = node.thread_names()
+        run.figures.sessions_left = await run.live_sessions()
         health = await send_raw(node.http_port, build_request(b"GET", b"/healthz", [], b""), timeout=10)
         if health.status != 200:
             run.figures.health_failures += 1
