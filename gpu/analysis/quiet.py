@@ -39,6 +39,7 @@ class NativeStderrFilter:
     def __init__(self) -> None:
         self._target = os.dup(2)  # where stderr went before: the lines that are kept go there
         read_end, write_end = os.pipe()
+        self._pipe = _identity(write_end)
         os.dup2(write_end, 2)
         os.close(write_end)
         self._reader = os.fdopen(read_end, "rb", buffering=0)
@@ -64,9 +65,16 @@ class NativeStderrFilter:
             os.write(self._target, pending)
 
     def _drain(self) -> None:
-        """At exit: give fd 2 back and copy what is still in the pipe (a last traceback)."""
-        os.dup2(self._target, 2)  # the pipe's last writer is gone: the reader sees its end
-        self._thread.join(timeout=2.0)
+        """At exit: give fd 2 back and copy what is still in the pipe (a last traceback),
+        unless someone else (a test runner's capture) has pointed it elsewhere since."""
+        if _identity(2) == self._pipe:
+            os.dup2(self._target, 2)  # the pipe's last writer is gone: the reader sees its end
+            self._thread.join(timeout=2.0)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
 
 
 class QuietGraph:
