@@ -60,6 +60,12 @@ def test_only_the_publishing_key_or_the_owners_token_ends_a_whip_session(engine,
                 "garbage": await delete_as(client, first, "Bearer not.a.token"),
             }
             unknown = await delete_as(client, "/whip/nope", bearer("bob")["Authorization"])
+            watch = {}  # WHEP reads a session: its owner's (or an admin's) token only
+            for name, headers in {"anonymous": {}, "other user": bearer("bob")}.items():
+                async with aiohttp.ClientSession() as http:
+                    async with http.post(client.make_url(f"/whep/{first.rsplit('/', 1)[1]}"), data="v=0\r\n",
+                                         headers={**SDP, **headers}) as response:
+                        watch[name] = response.status
             still_live = [s["id"] for s in await (await client.get("/api/v1/sessions")).json()]
             by_key = await delete_as(client, first, f"Bearer {alice_key}")
 
@@ -80,6 +86,7 @@ def test_only_the_publishing_key_or_the_owners_token_ends_a_whip_session(engine,
         assert refused[name][0] == 404, (name, refused[name])
         assert refused[name][1] == f"no WHIP session with id {first.rsplit('/', 1)[1]!r}", name
     assert r["unknown"] == (404, "no WHIP session with id 'nope'")
+    assert r["watch"] == {"anonymous": 401, "other user": 404}
     assert r["still_live"] == [first.rsplit("/", 1)[1]]
     assert r["by_key"][0] == 204 and r["by_owner"][0] == 204 and r["by_admin"][0] == 204
     assert r["left"] == []
