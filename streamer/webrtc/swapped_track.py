@@ -27,6 +27,7 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from streamer.live.h264 import FrameSizeError, check_frame_size
+from streamer.live.heap import release_freed_memory
 from streamer.live.swap_worker import LiveStats
 from streamer.media.images import jpeg_preview
 from streamer.pipeline.failure_log import FailureLog
@@ -106,6 +107,7 @@ class SwappedVideo:
                 log.exception("session %s: closing the frame swapper failed", self.name)
         self._executor.shutdown(wait=False)
         self.swapper, self._latest, self._pending = None, None, None  # freed now, not when the session is collected
+        await asyncio.get_running_loop().run_in_executor(None, release_freed_memory)
 
     # -- reader and worker --------------------------------------------------------------------
 
