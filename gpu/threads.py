@@ -7,7 +7,8 @@ intra-op pool (spin-waiting between runs), OpenCV's, the codecs' (x264, libavcod
 OpenMP/MKL and PyTorch's. Per session that is several pools fighting for the same cores
 (measured on 2 cores: 1.46 cores for a 640x480@30 session whose work takes 0.33 core
 alone). The budget sizes those pools for the node as a whole; the composition root
-(``swapcast serve``) applies it once, before the engine loads.
+(``swapcast serve``) applies it once, before the engine loads. Until then the process
+runs the ``legacy`` profile: every library's own defaults.
 
     from gpu import threads
     threads.apply(threads.ThreadBudget.auto())
@@ -90,12 +91,14 @@ class ThreadBudget:
                 f"codecs {size(self.codec_threads)} per context; torch {size(self.torch_threads)}")
 
 
-_current = ThreadBudget.auto()
+_current = ThreadBudget.legacy()  # until a composition root applies one: the libraries' own
 _naming_installed = False
 
 
 def current() -> ThreadBudget:
-    """The budget in force: what runners and codec contexts created from now on use."""
+    """The budget in force: what runners and codec contexts created from now on use. A
+    process that never called :func:`apply` (tests, one-off tools) keeps the libraries'
+    defaults, as before there was a budget."""
     return _current
 
 
