@@ -201,7 +201,11 @@ class _Scorer:
         self._dlib_target: dict[str, bool] = {}
 
     def identity(self, image: np.ndarray, mesh: np.ndarray) -> np.ndarray:
-        return self.engine.identity(image, _ground_truth_face(mesh))
+        """dlib descriptor of the face at ``mesh``, turned upright first: dlib's 68-point fit
+        starts from an upright face and misfits a strongly tilted one, which would score the
+        measurement rather than the swap."""
+        upright, mesh = _upright(image, mesh)
+        return self.engine.identity(upright, _ground_truth_face(mesh))
 
     def person_identity(self, person: str) -> np.ndarray:
         """Who ``person`` is: the descriptor of their own photo. Every source variant (mirrored,
@@ -361,6 +365,20 @@ def _ground_truth_face(mesh: np.ndarray) -> Face:
 
     box = np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)
     return Face(box=box, kps=five_points(mesh), mesh=mesh.astype(np.float32))
+
+
+def _upright(image: np.ndarray, mesh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``image`` rotated about the face so its eye line is level, and the mesh with it."""
+    from gpu.analysis.landmarks import LEFT_EYE, RIGHT_EYE
+
+    left, right = mesh[list(LEFT_EYE)].mean(0), mesh[list(RIGHT_EYE)].mean(0)
+    angle = float(np.degrees(np.arctan2(right[1] - left[1], right[0] - left[0])))
+    if abs(angle) < 5.0:
+        return image, mesh
+    centre = (mesh.min(0) + mesh.max(0)) / 2
+    matrix = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), angle, 1.0)
+    rotated = cv2.warpAffine(image, matrix, (image.shape[1], image.shape[0]), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return rotated, (mesh @ matrix[:, :2].T + matrix[:, 2]).astype(np.float32)
 
 
 def _face_crop(image: np.ndarray, box: np.ndarray, grow: float, scale: float) -> tuple[np.ndarray, float, np.ndarray]:
