@@ -393,7 +393,10 @@ class Mesh3dSwapper:
         # zero on the render's rim too: upsampling there would blend in pixels the face does not cover
         inside = cv2.erode((rendered | holes).astype(np.uint8), np.ones((3, 3), np.uint8))
         keep = np.clip(openings * 1.5, 0.0, 1.0)
-        small = soft * (1.0 - keep) * rendered * inside
+        # the openings stay in the blend mask (the face is drawn under them, from the source's
+        # eyes and mouth), so every pyramid level is whole around them and none of the
+        # target's lids or glasses leak through the low frequencies; ``keep`` cuts them out
+        small = soft * inside
         size = (self.crop_size, self.crop_size)
         return cv2.resize(small, size, interpolation=cv2.INTER_LINEAR), cv2.resize(keep, size, interpolation=cv2.INTER_LINEAR)
 

@@ -61,34 +61,16 @@ def run_engine_benchmark(
     settings = config.engine.settings()
     if device != "auto":
         settings = replace(settings, device=device)
-    baseline = None
-    if compare is not None and sessions is None:
-        other = FaceEngine(replace(settings, swapper=compare))
-        try:
-            baseline = _compared_swapper(other, config, frames)
-        finally:
-            other.close()
     engine = FaceEngine(settings)
+    other = FaceEngine(replace(settings, swapper=compare)) if compare is not None and sessions is None else None
     try:
         if sessions is not None:
             return _run_sessions_benchmark(engine, config, device_info, sessions, seconds, max_sessions, as_json)
-        return _run_frame_benchmark(engine, config, frames, report_dir, as_json, baseline)
+        return _run_frame_benchmark(engine, config, frames, report_dir, as_json, other)
     finally:
         engine.close()
-
-
-def _compared_swapper(engine: FaceEngine, config: Config, frames: int) -> dict[str, Any]:
-    """The figures of ``--compare``'s swapper: frame times at both resolutions and identity."""
-    options = config.swap.options()
-    faces = {"astronaut": astronaut(), "grace_hopper": grace_hopper()}
-    print(f"compared swapper first: {engine.swapper.name}")
-    source = engine.register_source(faces["astronaut"], label="astronaut")
-    report: dict[str, Any] = {"swapper": engine.swapper.name, "resolutions": {}}
-    for width, height in RESOLUTIONS:
-        clip = moving_face_frames(faces["grace_hopper"], frames, size=(width, height))
-        report["resolutions"][f"{width}x{height}"] = _time_frames(engine, source, options, clip, f"{width}x{height}")
-    report["identity"] = _identity(engine, options, faces, None)
-    return report
+        if other is not None:
+            other.close()
 
 
 def _side_by_side_table(baseline: dict[str, Any], report: dict[str, Any]) -> list[str]:
@@ -125,20 +107,30 @@ def _check_device(device: str):
 
 
 def _run_frame_benchmark(engine: FaceEngine, config: Config, frames: int, report_dir: str | None, as_json: bool,
-                         baseline: dict[str, Any] | None = None) -> int:
+                         other: FaceEngine | None = None) -> int:
+    """``other`` (``--compare``): a second swapper timed on the same frames, frame by frame
+    in turn with this one (so a busy machine slows both alike), and scored for identity."""
     options = config.swap.options()
     faces = {"astronaut": astronaut(), "grace_hopper": grace_hopper()}
-    print(f"engine: swapper={engine.swapper.name}, runner={type(engine.swapper.runner).__name__}, frames per run={frames}")
+    print(f"engine: swapper={engine.swapper.name}, runner={type(engine.swapper.runner).__name__}, frames per run={frames}"
+          + (f"; compared with {other.swapper.name}, frames in turn" if other is not None else ""))
     report: dict[str, Any] = {"swapper": engine.swapper.name, "frames": frames}
-
-    source = engine.register_source(faces["astronaut"], label="astronaut")
+    engines = [engine] if other is None else [engine, other]
+    sources = [each.register_source(faces["astronaut"], label="astronaut") for each in engines]
+    source = sources[0]
     report["resolutions"] = {}
+    baseline: dict[str, Any] | None = None if other is None else {"swapper": other.swapper.name, "resolutions": {}}
     for width, height in RESOLUTIONS:
         clip = moving_face_frames(faces["grace_hopper"], frames, size=(width, height))
-        report["resolutions"][f"{width}x{height}"] = _time_frames(engine, source, options, clip, f"{width}x{height}")
+        results = _time_frames(engines, sources, options, clip, f"{width}x{height}")
+        report["resolutions"][f"{width}x{height}"] = results[0]
+        if baseline is not None:
+            baseline["resolutions"][f"{width}x{height}"] = results[1]
     report["batch"] = _batch_throughput(engine, source, options, faces["grace_hopper"])
     report["jitter"] = _jitter(engine, faces["grace_hopper"])
     report["identity"] = _identity(engine, options, faces, Path(report_dir) if report_dir else None)
+    if other is not None and baseline is not None:
+        baseline["identity"] = _identity(other, options, faces, None)
     report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {report['peak_rss_mb']:.0f} MB")
 
@@ -158,29 +150,39 @@ def _run_frame_benchmark(engine: FaceEngine, config: Config, frames: int, report
     return 0
 
 
-def _time_frames(engine: FaceEngine, source, options, clip: list[np.ndarray], label: str) -> dict[str, Any]:
-    swapper = FrameSwapper(engine, source, options)
-    totals, stages = [], []
+def _time_frames(engines: list[FaceEngine], sources: list, options, clip: list[np.ndarray], label: str) -> list[dict[str, Any]]:
+    """Per engine: frame times over the clip. With several engines each frame goes to each
+    in turn, so load from elsewhere on the machine falls on all of them alike."""
+    swappers = [FrameSwapper(engine, source, options) for engine, source in zip(engines, sources, strict=True)]
+    totals: list[list[float]] = [[] for _ in engines]
+    stages: list[list[Any]] = [[] for _ in engines]
     for index, frame in enumerate(clip):
-        started = time.perf_counter()
-        times = swapper.process(frame.copy(), index / 30.0)
-        totals.append((time.perf_counter() - started) * 1000)
-        stages.append(times)
+        for k, swapper in enumerate(swappers):
+            started = time.perf_counter()
+            times = swapper.process(frame.copy(), index / 30.0)
+            totals[k].append((time.perf_counter() - started) * 1000)
+            stages[k].append(times)
         if index % 20 == 19:
-            print(f"  {label}: {index + 1}/{len(clip)} frames, median {np.median(totals):.1f} ms", file=sys.stderr, flush=True)
-    swapper.close()
+            medians = ", ".join(f"{e.swapper.name} {np.median(t):.1f}" for e, t in zip(engines, totals, strict=True))
+            print(f"  {label}: {index + 1}/{len(clip)} frames, median ms {medians}", file=sys.stderr, flush=True)
+    for swapper in swappers:
+        swapper.close()
     warm = slice(min(5, len(clip) - 1), None)  # the first frames include graph warm-up
-    result = {
-        "median_ms": float(np.median(totals[warm])),
-        "p90_ms": float(np.percentile(totals[warm], 90)),
-        "fps": float(1000.0 / np.median(totals[warm])),
-        "faces_swapped_share": float(np.mean([s.faces_swapped > 0 for s in stages])),
-        "stages_median_ms": {name: float(np.median([getattr(s, name) for s in stages[warm]])) for name in STAGES},
-    }
-    stage_text = "  ".join(f"{k} {v:.1f}" for k, v in result["stages_median_ms"].items())
-    print(f"{label}: median {result['median_ms']:.1f} ms/frame (p90 {result['p90_ms']:.1f}), {result['fps']:.0f} frames/s; "
-          f"stages ms: {stage_text}; frames with a swap {100 * result['faces_swapped_share']:.0f}%")
-    return result
+    results = []
+    for engine, times_ms, frame_stages in zip(engines, totals, stages, strict=True):
+        result = {
+            "median_ms": float(np.median(times_ms[warm])),
+            "p90_ms": float(np.percentile(times_ms[warm], 90)),
+            "fps": float(1000.0 / np.median(times_ms[warm])),
+            "faces_swapped_share": float(np.mean([s.faces_swapped > 0 for s in frame_stages])),
+            "stages_median_ms": {name: float(np.median([getattr(s, name) for s in frame_stages[warm]])) for name in STAGES},
+        }
+        stage_text = "  ".join(f"{k} {v:.1f}" for k, v in result["stages_median_ms"].items())
+        prefix = f"{label} {engine.swapper.name}" if len(engines) > 1 else label
+        print(f"{prefix}: median {result['median_ms']:.1f} ms/frame (p90 {result['p90_ms']:.1f}), {result['fps']:.0f} frames/s; "
+              f"stages ms: {stage_text}; frames with a swap {100 * result['faces_swapped_share']:.0f}%")
+        results.append(result)
+    return results
 
 
 def _batch_throughput(engine: FaceEngine, source, options, target: np.ndarray) -> dict[str, Any]:
