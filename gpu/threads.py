@@ -22,6 +22,7 @@ per-thread CPU is readable. Native threads a thread starts inherit its name.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import sys
@@ -139,13 +140,19 @@ def os_thread_name(name: str) -> str:
 
 def set_os_thread_name(name: str) -> None:
     """Name the calling thread's OS thread (Linux; elsewhere a no-op)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
+    if libc is not None:
         libc.prctl(_PR_SET_NAME, os_thread_name(name).encode(), 0, 0, 0)
-    except (OSError, AttributeError):
-        return
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
 def name_os_threads() -> None:
