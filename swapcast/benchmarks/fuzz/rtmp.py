@@ -166,6 +166,12 @@ class RtmpLayers:
         self._publishing = asyncio.Lock()
 
     async def once(self, rng: random.Random, kind: str) -> Outcome:
+        if kind != "flv":
+            return await self._once(rng, kind)
+        async with self._publishing:  # before connecting: a connection left waiting would stall out
+            return await self._once(rng, kind)
+
+    async def _once(self, rng: random.Random, kind: str) -> Outcome:
         case = getattr(self, "_" + kind)
         inputs = 1
         try:
@@ -233,21 +239,20 @@ class RtmpLayers:
         return "play", 1
 
     async def _flv(self, rng, reader, writer, sent) -> tuple[str, int]:
-        async with self._publishing:
-            await client_handshake(reader, writer, timeout=5)
-            recording = rng.choice(self.recordings)
-            preamble = [self._with_key(m) for m in recording.messages if m.type_id not in (8, 9, 18)]
-            media = self._mutated_media(rng, recording.media)
-            writer_ = ChunkWriter()
-            await _send(writer, sent, b"".join(writer_.write(m) for m in preamble))
-            await _drain(reader, 0.2)  # the server authorises the key
-            for start in range(0, len(media), 8):
-                await _send(writer, sent, b"".join(writer_.write(m) for m in media[start:start + 8]))
-                await asyncio.sleep(0.01)
-            if rng.random() < 0.5:  # a clean end, as OBS does it
-                await _send(writer, sent, writer_.write(msg.command("deleteStream", 9.0, None, 1.0)))
-            await _drain(reader, 0.5)
-            return f"flv/{recording.name}", len(media)
+        await client_handshake(reader, writer, timeout=5)
+        recording = rng.choice(self.recordings)
+        preamble = [self._with_key(m) for m in recording.messages if m.type_id not in (8, 9, 18)]
+        media = self._mutated_media(rng, recording.media)
+        chunks = ChunkWriter()
+        await _send(writer, sent, b"".join(chunks.write(m) for m in preamble))
+        await _drain(reader, 0.2)  # the server authorises the key
+        for start in range(0, len(media), 8):
+            await _send(writer, sent, b"".join(chunks.write(m) for m in media[start:start + 8]))
+            await asyncio.sleep(0.01)
+        if rng.random() < 0.5:  # a clean end, as OBS does it
+            await _send(writer, sent, chunks.write(msg.command("deleteStream", 9.0, None, 1.0)))
+        await _drain(reader, 0.5)
+        return f"flv/{recording.name}", len(media)
 
     def _with_key(self, message: msg.RtmpMessage) -> msg.RtmpMessage:
         placeholder = PLACEHOLDER_KEY.encode()
