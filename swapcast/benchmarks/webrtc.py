@@ -62,6 +62,7 @@ MIN_CONTRAST = 60  # a bit is read only when its block and the inverted one diff
 FPS_TARGET = 25.0
 LATENCY_TARGET_MS = 40.0
 GLASS_TARGET_MS = 150.0
+CORES_PER_SESSION_TARGET = 0.8  # the node's CPU for one 640x480@30 session
 BOUND_FACTOR, BOUND_SLACK_MS = 1.5, 50.0  # second-half p99 <= max(1.5 x first half, first half + 50 ms)
 
 
@@ -676,6 +677,16 @@ def _verdicts(report: dict[str, Any]) -> list[str]:
         g = report["glass"]["p50_ms"]
         lines.append(f"target: glass-to-glass p50 <= {GLASS_TARGET_MS:.0f} ms: {_fmt(g)} ms (p99 {_fmt(report['glass']['p99_ms'])} ms) -> "
                      f"{'PASS' if g is not None and g <= GLASS_TARGET_MS else 'FAIL'}")
+    per_frame = one["server_cpu_ms_per_frame_out"]
+    at_30 = per_frame * FPS / 1000 if per_frame is not None else None
+    # below 30 fps out the node still decodes every frame: CPU per frame out x 30 over-states it
+    lines.append(f"target: <= {CORES_PER_SESSION_TARGET} core per {report['resolution']}@{FPS} session "
+                 f"(CPU per frame out x {FPS} fps; measured {one['server_cpu_cores']:.2f} cores at {fps:.1f} fps): "
+                 f"{_fmt(at_30, '.2f')} -> {'PASS' if at_30 is not None and at_30 <= CORES_PER_SESSION_TARGET else 'FAIL'}")
+    if many["sessions"] > 1:
+        low = many["fps_out_min"]
+        lines.append(f"target: {_plural(many['sessions'])} each >= {FPS_TARGET:.0f} fps out on {os.cpu_count()} core(s): "
+                     f"slowest {low:.1f} -> {'PASS' if low >= FPS_TARGET else 'FAIL'}")
     a, b = many["rtt_p99_first_half_ms"], many["rtt_p99_second_half_ms"]
     bounded = a is not None and b is not None and b <= max(BOUND_FACTOR * a, a + BOUND_SLACK_MS)
     overloaded = many["fps_out_min"] < FPS_TARGET or many["server_frames_dropped"] > 0
