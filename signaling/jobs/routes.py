@@ -60,6 +60,7 @@ from signaling.jobs.uploads import (
     UploadRejected,
     check_source_photo,
     is_image,
+    read_chunk,
     read_head,
     store_part,
     video_container,
@@ -419,7 +420,7 @@ def _text_field(name: str, value: Any) -> str:
 
 async def _read_text(part: BodyPartReader) -> str:
     data = b""
-    while chunk := await part.read_chunk(_MAX_FIELD_BYTES):
+    while chunk := await read_chunk(part, _MAX_FIELD_BYTES):
         data += chunk
         if len(data) > _MAX_FIELD_BYTES:
             raise JobRequestError(f"field {part.name!r} is too long")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import BodyPartReader
+from aiohttp.http_exceptions import HttpProcessingError
 
 HEAD_BYTES = 192  # enough for every signature below (MPEG-TS needs two 188-byte packets)
 _READ_BYTES = 1 << 20
@@ -89,11 +90,20 @@ def video_suffix(filename: str | None, container: str) -> str:
     return suffix if suffix in KNOWN_VIDEO_SUFFIXES else VIDEO_EXTENSIONS[container]
 
 
+async def read_chunk(part: BodyPartReader, size: int) -> bytes:
+    """The part's next bytes; a body that ends inside the part (no closing delimiter) or
+    breaks aiohttp's parser otherwise is the client's fault: ``UploadRejected`` 400."""
+    try:
+        return await part.read_chunk(size)
+    except (ValueError, AssertionError, HttpProcessingError) as exc:
+        raise UploadRejected(400, f"malformed multipart body: {exc}") from None
+
+
 async def read_head(part: BodyPartReader) -> bytes:
     """The part's first bytes (up to ``HEAD_BYTES`` or its end); the rest stays unread."""
     head = b""
     while len(head) < HEAD_BYTES:
-        chunk = await part.read_chunk(HEAD_BYTES - len(head))
+        chunk = await read_chunk(part, HEAD_BYTES - len(head))
         if not chunk:
             break
         head += chunk
@@ -109,7 +119,7 @@ async def store_part(
     size = len(head)
     with destination.open("wb") as handle:
         handle.write(head)
-        while chunk := await part.read_chunk(_READ_BYTES):
+        while chunk := await read_chunk(part, _READ_BYTES):
             size += len(chunk)
             if size > limit:
                 raise UploadRejected(413, too_large())
