@@ -44,7 +44,9 @@ class Publisher(Protocol):
         ...
 
     async def close(self, reason: str) -> None:
-        """Cut the publisher (closes its connection)."""
+        """Cut the publisher: its media ends now, it is told ``reason`` (an error-level
+        onStatus, NetStream.Publish.Failed) and its connection closes once it has had time
+        to read that."""
         ...
 
 
