@@ -78,6 +78,13 @@ def test_sweep_runs_the_whole_frame_first_then_finer_tiles_down_to_the_smallest_
     assert [v.model for v in live] == ["full"] + ["short" if v.window[2] - v.window[0] == 640 else "full" for v in live[1:]]
 
 
+def test_large_photos_look_for_proportionally_larger_faces():
+    finder = FaceFinder()
+    assert finder.views(1280, 886) == sweep_views(1280, 886, "full", min_face=40)
+    big = finder.views(4000, 2769)  # a 12 MP photo: faces from 125 px, not 40
+    assert big == sweep_views(4000, 2769, "full", min_face=125) and len(big) < 40
+
+
 def test_schedule_spreads_the_sweep_over_frames():
     finder = FaceFinder()
     schedule = SweepSchedule(finder, every=8)
