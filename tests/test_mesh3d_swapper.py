@@ -360,3 +360,16 @@ def test_bench_engine_compares_two_swappers_side_by_side(tmp_path, capsys):
     assert report["swapper"] == "mesh3d" and report["compared"]["swapper"] == "mesh"
     assert {"640x480", "1280x720"} <= set(report["compared"]["resolutions"])
     assert set(report["compared"]["identity"]) == set(report["identity"])
+
+
+def test_a_face_turned_away_is_lit_as_the_source_instead_of_failing(swapper, sources):
+    """No skin faces the camera (a landmarker's wild guess at the back of a head): nothing
+    to fit the target's light on, so it is lit as the source photo was and the frame goes on."""
+    points = _turned(170, scale=9.0, centre=(320.0, 240.0))
+    assert mesh3d._skin_lighting(points, lambda at: np.zeros((len(at), 3)), occlusion=False) is None
+    frame = np.full((480, 640, 3), 120, np.uint8)
+    face = _face(points)
+    face.kps = _turned(0, scale=9.0, centre=(320.0, 240.0))[[33, 263, 1, 61, 291], :2].astype(np.float32)  # a usable crop
+    job = swapper.prepare(frame, face, sources["astronaut"], SwapOptions())
+    swapper.finish(frame, job, run_jobs(swapper.runner, [job])[0])
+    assert np.isfinite(job.feeds["shading"]).all() and job.feeds["shading"].max() > 0

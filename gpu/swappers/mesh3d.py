@@ -67,6 +67,7 @@ TEXTURE_SIZE = 256  # source albedo in UV space
 LIGHTING_SIZE = 32  # UV grid of the per-frame lighting fit and shading map (lighting is smooth)
 MASK_SIZE = 128  # UV seam masks
 ALBEDO_MAX = 2.0  # albedo is relative to the skin (1); brighter than twice the skin is clipped
+MIN_SKIN_TEXELS = 32  # of the lighting atlas's skin texels, to fit a face's light on
 TRUSTED_WEIGHT = (0.08, 0.3)  # a texel seen at cos^2 below the first is filled, above the second kept
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
 SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
@@ -191,14 +192,22 @@ class _SkinLighting:
         return np.clip(shade(normals, self.coefficients), SHADING_RANGE[0] * self.typical, SHADING_RANGE[1] * self.typical)
 
 
+def _source_lit(source: Mesh3dSource) -> _SkinLighting:
+    """The source photo's own lighting, fitted on nothing of the target."""
+    empty = np.zeros((0, 3), dtype=np.float32)
+    typical = shade(np.array([[0.0, 0.0, -1.0]]), source.lighting)[0]
+    return _SkinLighting(source.lighting, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32), empty, empty, typical)
+
+
 def _unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
 
 
-def _skin_lighting(points: np.ndarray, sample, occlusion: bool) -> _SkinLighting:
-    """Fit the lighting of a posed face on its seen skin; ``sample`` maps (P, 2) image
-    positions to (P, 3) colours in [0, 1]. Without ``occlusion`` the z-buffer test is left
-    out (per frame: the robust fit shrugs off the few texels a nose hides)."""
+def _skin_lighting(points: np.ndarray, sample, occlusion: bool) -> _SkinLighting | None:
+    """Fit the lighting of a posed face on its seen skin, or None when too little skin is
+    seen (a profile); ``sample`` maps (P, 2) image positions to (P, 3) colours in [0, 1].
+    Without ``occlusion`` the z-buffer test is left out (per frame: the robust fit shrugs
+    off the few texels a nose hides)."""
     mesh = canonical_mesh()
     atlas = uv_atlas(LIGHTING_SIZE)
     if occlusion:
@@ -207,8 +216,8 @@ def _skin_lighting(points: np.ndarray, sample, occlusion: bool) -> _SkinLighting
         visibility = texel_facing(points, atlas)
     weights = visibility * uv_masks().skin
     texels = np.nonzero(weights > 0.05)[0]
-    if len(texels) < 32:
-        raise NoFaceError("too little of the face's skin is visible to fit its lighting")
+    if len(texels) < MIN_SKIN_TEXELS:
+        return None
     normals = _unit(atlas.interpolate(vertex_normals(points, mesh.triangles))[texels])
     colours = sample(atlas.interpolate(points[:, :2])[texels])
     coefficients = fit_sh(normals, colours, weights[texels])
@@ -248,6 +257,8 @@ class Mesh3dSwapper:
             raise NoFaceError("the source face is turned too far away to be used; use a more frontal photo")
         colours = _sample_image(image, atlas.interpolate(points[:, :2]))
         lighting = _skin_lighting(points, lambda at: _sample_image(image, at), occlusion=True)
+        if lighting is None:
+            raise NoFaceError("too little of the source face's skin is visible; use a more frontal photo")
         shading = np.maximum(lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles)))), 1e-3)
         albedo = np.clip(colours / shading, 0.0, ALBEDO_MAX)
         albedo_image = atlas.scatter(albedo)
@@ -284,7 +295,8 @@ class Mesh3dSwapper:
         target = self._in_crop(points, matrix, scale)
         moved = self._in_crop(self._transfer_shape(points, pose, face.track_id, source), matrix, scale)
 
-        lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False)
+        # a face turned too far to fit its light on is lit as the source photo was
+        lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False) or _source_lit(source)
         uv, rendered, holes, grid = self._render(moved)
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
@@ -364,7 +376,9 @@ class Mesh3dSwapper:
         mesh = canonical_mesh()
         atlas = uv_atlas(LIGHTING_SIZE)
         shading = lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles))))
-        if colour_match:
+        if not len(lighting.texels):
+            gain = np.ones(3, dtype=np.float32)
+        elif colour_match:
             albedo = source.albedo_small()[lighting.texels]
             predicted = albedo * lighting.shading(lighting.normals)
             gain = (lighting.weights @ lighting.colours) / np.maximum(lighting.weights @ predicted, 1e-6)
