@@ -25,6 +25,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import cv2
 import numpy as np
@@ -157,16 +158,10 @@ def _shape_strength(vertices: np.ndarray) -> np.ndarray:
     return (SHAPE_STRENGTH * np.minimum(near_opening, near_outline)).astype(np.float32)
 
 
-_MASKS: _UvMasks | None = None
-_MASKS_LOCK = threading.Lock()
-
-
+@lru_cache(maxsize=1)
 def uv_masks() -> _UvMasks:
-    global _MASKS
-    with _MASKS_LOCK:
-        if _MASKS is None:
-            _MASKS = _uv_masks()
-        return _MASKS
+    """The UV masks, painted once per process."""
+    return _uv_masks()
 
 
 def _require_depth(face: Face, role: str) -> np.ndarray:

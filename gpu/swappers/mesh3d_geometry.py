@@ -15,7 +15,7 @@ from functools import lru_cache
 import cv2
 import numpy as np
 
-from gpu.models.canonical_mesh import CanonicalMesh, canonical_mesh, signed_areas
+from gpu.models.canonical_mesh import CanonicalMesh, canonical_mesh
 
 # Eyebrows (texture detail, not skin: left out of the lighting fit).
 RIGHT_BROW = (70, 63, 105, 66, 107, 55, 65, 52, 53, 46)
