@@ -201,9 +201,30 @@ def _faces(b: _Builder) -> None:
                                                   "properties": {"image": image}}}},
          forwarded=True, description="The raw image as the body, or a multipart form with the field `image`; "
                                      "at most 10 MB. The face id is usable on every node of the cluster.")
+    name = {"type": "string", "minLength": 1, "maxLength": 80}
+    b.op("patch", "/api/v1/faces/{face_id}", "renameFace", "Rename one of the caller's uploaded faces", "faces",
+         {"200": _ok("The face", _ref("Face"))}, ("400", "403", "404", "503"), params=[_path_param("face_id")],
+         body=_content({"type": "object", "required": ["name"], "additionalProperties": False,
+                        "properties": {"name": name}}), forwarded=True,
+         description="400: a name that is empty, over 80 characters or holds control characters. "
+                     "403: a sample face. 404: no such face, or another user's (the same answer).")
+    b.op("delete", "/api/v1/faces/{face_id}", "deleteFace", "Delete one of the caller's uploaded faces", "faces",
+         {"204": _ok("Deleted")}, ("403", "404", "503"), params=[_path_param("face_id")], forwarded=True,
+         description="403: a sample face. 404: no such face, or another user's (the same answer). "
+                     "Live sessions wearing the face keep it until they change face.")
     b.op("get", "/api/v1/faces/{face_id}/thumbnail.jpg", "faceThumbnail", "The detected face, cropped", "faces",
-         {"200": _ok("JPEG", {"type": "string", "format": "binary"}, "image/jpeg")}, ("404", "503"),
-         params=[_path_param("face_id")], forwarded=True)
+         {"200": _ok("JPEG", {"type": "string", "format": "binary"}, "image/jpeg")}, ("403", "404", "503"),
+         params=[_path_param("face_id"),
+                 {"name": "expires", "in": "query", "schema": {"type": "integer"},
+                  "description": "with `sig`: when the signed link stops working (unix time)"},
+                 {"name": "sig", "in": "query", "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                  "description": "the signature of a `thumbnail_url` from the face list"}],
+         forwarded=True,
+         description="With a bearer token: the caller's faces and the samples. Without one: the signed "
+                     "`thumbnail_url` a face listing returned (for `<img>` tags), valid for minutes. "
+                     "403: the signed link has expired (list the faces again). 404: no such face, "
+                     "another user's, or a signature that does not match (the same answer).")
+    b.paths["/api/v1/faces/{face_id}/thumbnail.jpg"]["get"]["security"] = [{"bearerAuth": []}, {}]
 
 
 def _placed_header(b: _Builder) -> list[dict[str, Any]]:
@@ -392,7 +413,9 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": string}},
         "Face": {"type": "object", "required": ["id", "name", "thumbnail_url"], "properties": {
-            "id": string, "name": string, "thumbnail_url": string,
+            "id": string, "name": string,
+            "thumbnail_url": {"type": "string", "description": "a link an <img> can load without the token: "
+                              "signed for this face and owner, it expires after minutes"},
             "owner": {"type": "string", "description": "the user who uploaded it; empty: everyone's (samples)"}}},
         "SwapOptions": options,
         "Session": session,

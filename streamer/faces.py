@@ -20,9 +20,10 @@ import io
 import logging
 import secrets
 import threading
+import unicodedata
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import cv2
@@ -41,6 +42,7 @@ MAX_UPLOAD_PIXELS = 4096  # per side
 MAX_STORED_FACES = 256  # uploads kept in the face store; the oldest is forgotten first
 MAX_CACHED_FACES = 64  # decoded uploads a node keeps in memory
 THUMBNAIL_SIZE = 160
+MAX_NAME_CHARS = 80
 UPLOAD_PREFIX = "u-"
 
 
@@ -72,6 +74,18 @@ class UnknownFaceError(FaceLibraryError):
     """No face with that id in the library."""
 
 
+class BadFaceNameError(FaceLibraryError):
+    """A face name that is empty, too long or holds control characters."""
+
+    status = 400
+
+
+class SampleFaceError(FaceLibraryError):
+    """The sample faces ship with the installation: nobody renames or deletes them."""
+
+    status = 403
+
+
 @dataclass(frozen=True)
 class FaceEntry:
     id: str
@@ -89,6 +103,44 @@ class FaceListing:
     id: str
     name: str
     owner: str = ""
+
+
+@dataclass(frozen=True)
+class FaceThumbnail:
+    """A face's thumbnail and whose face it is (to check a request without decoding it)."""
+
+    jpeg: bytes = field(repr=False)
+    owner: str = ""
+
+
+def face_name(value: object) -> str:
+    """A name as given by a user, trimmed; ``BadFaceNameError`` saying what is wrong."""
+    if not isinstance(value, str):
+        raise BadFaceNameError("name must be a string")
+    name = value.strip()
+    if not name:
+        raise BadFaceNameError("name must not be empty")
+    if len(name) > MAX_NAME_CHARS:
+        raise BadFaceNameError(f"name is {len(name)} characters long; the limit is {MAX_NAME_CHARS}")
+    # control, format, separator-of-lines and surrogate characters: invisible or layout-breaking
+    bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp")
+                or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"), None)
+    if bad is not None:
+        raise BadFaceNameError(f"name must not contain control characters (found U+{ord(bad):04X})")
+    return name
+
+
+def file_face_name(filename: str | None) -> str | None:
+    """The name an upload gets from its file: the stem, shortened to the limit; ``None``
+    when nothing usable is left."""
+    if not filename:
+        return None
+    stem = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    stem = stem.rsplit(".", 1)[0] if "." in stem.lstrip(".") else stem
+    try:
+        return face_name(stem[:MAX_NAME_CHARS])
+    except BadFaceNameError:
+        return None
 
 
 class FaceLibrary:
@@ -132,6 +184,8 @@ class FaceLibrary:
         """Register an uploaded photo and store it for every node; raises a
         ``FaceLibraryError`` saying what is wrong."""
         check_size(image_bytes)
+        if name is not None:
+            name = face_name(name)
         entry = await self._run(self._register_upload, image_bytes, name, owner)
         data = await self._run(self.engine.source_to_bytes, entry.source)
         await self.store.put_face(FaceRecord(entry.id, entry.name, entry.thumbnail_jpeg, data, owner=owner))
@@ -141,18 +195,47 @@ class FaceLibrary:
             await self.store.delete_face(oldest.id)
         return entry
 
-    async def thumbnail(self, face_id: str) -> bytes:
-        """The face's thumbnail JPEG, without decoding its source."""
+    async def thumbnail(self, face_id: str) -> FaceThumbnail:
+        """The face's thumbnail JPEG and owner, without decoding its source."""
         if face_id in SAMPLE_FACES:
             await self._ensure_samples()
         with self._lock:
             entry = self._samples.get(face_id) or self._uploads.get(face_id)
         if entry is not None:
-            return entry.thumbnail_jpeg
+            return FaceThumbnail(entry.thumbnail_jpeg, entry.owner)
         record = await self.store.get_face(face_id) if face_id.startswith(UPLOAD_PREFIX) else None
         if record is None:
             raise UnknownFaceError(f"no face with id {face_id!r}")
-        return record.thumbnail_jpeg
+        return FaceThumbnail(record.thumbnail_jpeg, record.owner)
+
+    async def owner_of(self, face_id: str) -> str:
+        """Whose upload ``face_id`` is; ``SampleFaceError`` for a sample, ``UnknownFaceError``
+        when there is no such face."""
+        if face_id in SAMPLE_FACES:
+            raise SampleFaceError(f"{face_id!r} is a sample face; samples cannot be renamed or deleted")
+        return (await self.thumbnail(face_id)).owner
+
+    async def rename(self, face_id: str, name: str) -> FaceListing:
+        """Give an upload a new name, for every node (the store keeps it)."""
+        name = face_name(name)
+        await self.owner_of(face_id)
+        record = await self.store.get_face(face_id)
+        if record is None:
+            raise UnknownFaceError(f"no face with id {face_id!r}")
+        await self.store.put_face(replace(record, name=name))
+        with self._lock:
+            cached = self._uploads.get(face_id)
+            if cached is not None:
+                self._uploads[face_id] = replace(cached, name=name)
+        return FaceListing(face_id, name, record.owner)
+
+    async def delete(self, face_id: str) -> None:
+        """Forget an upload. Sessions already wearing it keep it until they change face."""
+        await self.owner_of(face_id)
+        with self._lock:
+            self._uploads.pop(face_id, None)
+        if not await self.store.delete_face(face_id):
+            raise UnknownFaceError(f"no face with id {face_id!r}")
 
     def _cache(self, entry: FaceEntry) -> None:
         with self._lock:

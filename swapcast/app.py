@@ -207,10 +207,11 @@ PUBLIC_PATHS = frozenset({"/", "/admin/", "/healthz", "/readyz", "/metrics", "/a
 
 
 def is_public(request: web.Request) -> bool:
-    """What needs no token: pages, health, metrics, the API document, and WHIP (its
-    publishers present a stream key instead, and its handlers check it or the owner's token)."""
+    """What needs no token: pages, health, metrics, the API document, WHIP (its
+    publishers present a stream key instead, and its handlers check it or the owner's token)
+    and signed thumbnail links (their handler checks the signature)."""
     path = request.path
-    return path in PUBLIC_PATHS or path.startswith(("/web/", "/whip/"))
+    return path in PUBLIC_PATHS or path.startswith(("/web/", "/whip/")) or webrtc_routes.is_signed_thumbnail(request)
 
 
 def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | None = None,
@@ -277,7 +278,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
     app.router.add_post("/api/v1/nodes/{node_id}/{action:drain|ready}", set_state)
     app.router.add_static("/web/", WEB_ROOT)
     webrtc_routes.add_routes(app, node.sessions, node.faces, auth.audit, all_sessions=node.live_sessions,
-                            verifier=auth.verifier)
+                            verifier=auth.verifier, signer=auth.url_signer)
     add_key_routes(app, KeyApi(node.keys, check_face, check_options, auth.audit, node_push_policy(config)))
     jobs = None  # offline jobs need Redis; without it their routes answer 503 saying so
     if config.cluster.redis_url:

@@ -18,6 +18,7 @@ from aiohttp import web
 from .audit import AuditLog
 from .limits import RateLimiter
 from .middleware import auth_middleware
+from .signed_urls import UrlSigner
 from .tokens import AuthConfigError, TokenVerifier, dev_secret, mint_token
 
 DEV_TOKEN_TTL_S = 30 * 24 * 3600
@@ -42,6 +43,7 @@ class ApiAuth:
     middleware: Any
     audit: AuditLog
     max_sessions_per_user: int
+    url_signer: UrlSigner  # picture links for <img> tags, which cannot send the token
     dev_token: str | None = None  # development mode: an admin token to print at start
 
 
@@ -76,4 +78,6 @@ def api_auth(auth: AuthSection, *, host: str, cluster: bool, data_dir: Path,
         trusted_proxies=auth.trusted_proxies,
     )
     audit = AuditLog(Path(auth.audit_log or Path(data_dir).expanduser() / "audit.jsonl"))
-    return ApiAuth(verifier, middleware, audit, auth.max_sessions_per_user, token)
+    # JWKS alone gives no shared secret: links then verify only on the node that issued them
+    signer = UrlSigner(secret or dev_secret())
+    return ApiAuth(verifier, middleware, audit, auth.max_sessions_per_user, signer, token)

@@ -5,9 +5,11 @@ a full server, an unreachable registry, or a bug), and a bad request never touch
 session. Behind a gateway, requests that create or resume a session carry the id the gateway
 placed in ``X-Swapcast-Session-Id``.
 
-    GET    /api/v1/faces                          [{id, name, thumbnail_url}] (samples first)
+    GET    /api/v1/faces                          [{id, name, owner, thumbnail_url}] (samples first; signed URLs)
     POST   /api/v1/faces                          raw image body or multipart field "image" -> 201
-    GET    /api/v1/faces/{id}/thumbnail.jpg
+    PATCH  /api/v1/faces/{id}                     {name} -> 200 the face (uploads only)
+    DELETE /api/v1/faces/{id}                     -> 204 (uploads only)
+    GET    /api/v1/faces/{id}/thumbnail.jpg       Bearer token, or the signed ?expires=&sig= of the listing
     POST   /api/v1/sessions                       {face_id, options} -> 201 {session_id, state: "placed", offer_url}
                                                   {face_id, options, sdp, type: "offer"} -> 201 {session_id, sdp, type}
     POST   /api/v1/sessions/{id}/offer            {sdp, type: "offer"} -> 201 {session_id, sdp, type} (also a re-offer)
@@ -34,16 +36,19 @@ from aiohttp.http_exceptions import HttpProcessingError
 from gpu.errors import SwapcastError
 from streamer.faces import (
     MAX_UPLOAD_BYTES,
+    FaceThumbnail,
     FaceEntry,
     FaceLibrary,
     FaceListing,
     ImageTooLargeError,
     NotAnImageError,
     UnknownFaceError,
+    file_face_name,
 )
 from signaling.auth import AuditLog, AuthError, Principal, TokenVerifier, require_visible
-from signaling.auth.middleware import check_owner, principal
-from signaling.http_input import read_json
+from signaling.auth.middleware import PRINCIPAL_KEY, check_owner, principal
+from signaling.auth.signed_urls import UrlSigner
+from signaling.http_input import BadInput, read_json, read_json_object
 from signaling.registry import NoCapacityError, RegistryUnavailable, UnknownSessionError
 from streamer.webrtc.errors import (
     BadRequestError,
@@ -60,6 +65,7 @@ FACES_KEY = web.AppKey("face_library", FaceLibrary)
 ALL_SESSIONS_KEY = web.AppKey("all_sessions", object)
 AUDIT_KEY = web.AppKey("audit_log", AuditLog)
 VERIFIER_KEY = web.AppKey("token_verifier", TokenVerifier)
+SIGNER_KEY = web.AppKey("url_signer", UrlSigner)
 API_PREFIXES = ("/api/v1/", "/whip", "/whep")
 SDP = "application/sdp"
 SESSION_ID_HEADER = "X-Swapcast-Session-Id"
@@ -111,13 +117,17 @@ async def json_errors(request: web.Request, handler):
 
 def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrary, audit: AuditLog,
                all_sessions: Callable[[], Awaitable[list[dict]]] | None = None,
-               verifier: TokenVerifier | None = None) -> None:
+               verifier: TokenVerifier | None = None, signer: UrlSigner | None = None) -> None:
     """``all_sessions`` lists the node's sessions of every protocol (RTMP too) for
     ``GET /api/v1/sessions``; by default only this manager's. Every route but WHIP (which
     takes a stream key) runs behind the auth middleware: a user sees and touches only
     their own sessions and faces, an admin all of them. ``verifier`` lets an owner's
-    token end a WHIP session too (without it, only the publishing stream key can)."""
+    token end a WHIP session too (without it, only the publishing stream key can).
+    ``signer`` signs the thumbnail links of face listings (``<img>`` tags send no token);
+    without it the links are plain and need the token."""
     app[SESSIONS_KEY] = sessions
+    if signer is not None:
+        app[SIGNER_KEY] = signer
     if verifier is not None:
         app[VERIFIER_KEY] = verifier
     app[FACES_KEY] = faces
@@ -127,6 +137,8 @@ def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrar
     r = app.router
     r.add_get("/api/v1/faces", list_faces)
     r.add_post("/api/v1/faces", upload_face)
+    r.add_patch("/api/v1/faces/{face_id}", rename_face)
+    r.add_delete("/api/v1/faces/{face_id}", delete_face)
     r.add_get("/api/v1/faces/{face_id}/thumbnail.jpg", face_thumbnail)
     r.add_get("/api/v1/sessions", list_sessions)
     r.add_post("/api/v1/sessions", create_session)
@@ -147,9 +159,23 @@ def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrar
 # -- faces ----------------------------------------------------------------------------------------
 
 
-def face_json(entry: FaceEntry | FaceListing) -> dict[str, str]:
+def thumbnail_path(face_id: str) -> str:
+    return f"/api/v1/faces/{face_id}/thumbnail.jpg"
+
+
+def is_signed_thumbnail(request: web.Request) -> bool:
+    """A thumbnail request that carries its own signature instead of a token (``<img>``)."""
+    return (request.method in ("GET", "HEAD") and request.path.startswith("/api/v1/faces/")
+            and request.path.endswith("/thumbnail.jpg") and "sig" in request.query)
+
+
+def face_json(request: web.Request, entry: FaceEntry | FaceListing) -> dict[str, str]:
+    """A face as the API shows it; its ``thumbnail_url`` is signed for the face's owner
+    when the app has a signer, so an ``<img>`` loads it for minutes without the token."""
+    signer = request.app.get(SIGNER_KEY)
+    path = thumbnail_path(entry.id)
     return {"id": entry.id, "name": entry.name, "owner": entry.owner,
-            "thumbnail_url": f"/api/v1/faces/{entry.id}/thumbnail.jpg"}
+            "thumbnail_url": signer.sign(path, entry.owner) if signer is not None else path}
 
 
 def _shared(owner: str) -> bool:
@@ -172,7 +198,8 @@ async def _check_session(request: web.Request, session_id: str, *, anywhere: boo
 async def list_faces(request: web.Request) -> web.Response:
     caller = principal(request)
     faces = await request.app[FACES_KEY].list()
-    return web.json_response([face_json(entry) for entry in faces if _shared(entry.owner) or caller.may_access(entry.owner)])
+    return web.json_response([face_json(request, entry) for entry in faces
+                              if _shared(entry.owner) or caller.may_access(entry.owner)])
 
 
 async def upload_face(request: web.Request) -> web.Response:
@@ -180,14 +207,54 @@ async def upload_face(request: web.Request) -> web.Response:
     data, name = await _read_upload(request)
     entry = await request.app[FACES_KEY].add(data, name=name, owner=caller.subject)
     await request.app[AUDIT_KEY].append(caller.subject, "face.upload", entry.id, name=entry.name, bytes=len(data))
-    return web.json_response(face_json(entry), status=201, headers={"Location": face_json(entry)["thumbnail_url"]})
+    return web.json_response(face_json(request, entry), status=201, headers={"Location": thumbnail_path(entry.id)})
+
+
+async def _own_upload(request: web.Request) -> str:
+    """The id of an upload the caller may change: a sample is a 403, another user's face
+    a 404 exactly like a missing one."""
+    face_id = request.match_info["face_id"]
+    owner = await request.app[FACES_KEY].owner_of(face_id)
+    require_visible(principal(request), owner, f"no face with id {face_id!r}")
+    return face_id
+
+
+async def rename_face(request: web.Request) -> web.Response:
+    face_id = await _own_upload(request)
+    body = await read_json_object(request, 'like {"name": "..."}')
+    if set(body) != {"name"}:
+        unknown = sorted(set(body) - {"name"})
+        raise BadInput(f"unknown field(s): {', '.join(unknown)}; only name can change" if unknown
+                       else 'name is required, like {"name": "..."}')
+    listing = await request.app[FACES_KEY].rename(face_id, body["name"])
+    await request.app[AUDIT_KEY].append(principal(request).subject, "face.rename", face_id, name=listing.name)
+    return web.json_response(face_json(request, listing))
+
+
+async def delete_face(request: web.Request) -> web.Response:
+    face_id = await _own_upload(request)
+    await request.app[FACES_KEY].delete(face_id)
+    await request.app[AUDIT_KEY].append(principal(request).subject, "face.delete", face_id)
+    return web.Response(status=204)
 
 
 async def face_thumbnail(request: web.Request) -> web.Response:
-    await _check_face(request, request.match_info["face_id"])
-    thumbnail = await request.app[FACES_KEY].thumbnail(request.match_info["face_id"])
-    return web.Response(body=thumbnail, content_type="image/jpeg",
-                        headers={"Cache-Control": "max-age=3600"})
+    """With a token: the caller's own faces and the samples. With a signed link (no
+    token): the face it was signed for, until it expires. Anything else: 404."""
+    face_id = request.match_info["face_id"]
+    missing = f"no face with id {face_id!r}"
+    signer = request.app.get(SIGNER_KEY)
+    signed = PRINCIPAL_KEY not in request and signer is not None and is_signed_thumbnail(request)
+    if signed:
+        signer.check_expiry(request.query.get("expires"))  # before the lookup: says nothing about the face
+    thumbnail: FaceThumbnail = await request.app[FACES_KEY].thumbnail(face_id)
+    if signed:
+        signer.check(request.path, thumbnail.owner, request.query.get("expires"), request.query.get("sig"), missing)
+        cache = f"private, max-age={signer.remaining_s(request.query['expires'])}"
+    else:
+        require_visible(principal(request), thumbnail.owner, missing, shared_when_unowned=True)
+        cache = "private, max-age=600"
+    return web.Response(body=thumbnail.jpeg, content_type="image/jpeg", headers={"Cache-Control": cache})
 
 
 async def _read_upload(request: web.Request) -> tuple[bytes, str | None]:
@@ -201,7 +268,7 @@ async def _read_upload(request: web.Request) -> tuple[bytes, str | None]:
                 if getattr(part, "name", None) == "image":
                     data = await _read_limited(part.read_chunk)
                     filename = getattr(part, "filename", None)
-                    return data, name or _text(filename.rsplit(".", 1)[0] if filename else None, "file name")
+                    return data, name or file_face_name(_text(filename, "file name"))
                 await part.release()
         except (ValueError, AssertionError, HttpProcessingError) as exc:  # aiohttp's multipart parser on bad input
             raise BadRequestError(f"malformed multipart body: {exc}") from None

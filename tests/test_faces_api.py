@@ -1,0 +1,189 @@
+"""Faces over the API: names (from the file, typed, renamed), deletion, ownership, and the
+signed thumbnail links an ``<img>`` loads without the token."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "webrtc"))
+from webrtc_harness import TEST_SECRET, bearer, jpeg, node, run  # noqa: E402
+
+from signaling.auth.signed_urls import ExpiredUrlError, SignedUrlError, UrlSigner  # noqa: E402
+from streamer.faces import BadFaceNameError, face_name, file_face_name  # noqa: E402
+
+ALICE, BOB = bearer("alice"), bearer("bob")
+
+
+async def _upload(client, image, headers, query: str = "") -> dict:
+    form = aiohttp.FormData()
+    form.add_field("image", jpeg(image), filename="Grace_Hopper.jpeg", content_type="image/jpeg")
+    answer = await client.post(f"/api/v1/faces{query}", data=form, headers=headers)
+    assert answer.status == 201, await answer.text()
+    return await answer.json()
+
+
+async def _anonymous_get(client, url: str) -> tuple[int, bytes]:
+    """What an <img> tag does: no Authorization header."""
+    async with aiohttp.ClientSession() as session, session.get(client.make_url(url)) as answer:
+        return answer.status, await answer.read()
+
+
+def test_an_upload_is_named_after_its_file_or_the_typed_name(engine, grace_image, tmp_path):
+    async def scenario():
+        async with node(engine, tmp_path) as client:
+            from_file = await _upload(client, grace_image, ALICE)
+            typed = await _upload(client, grace_image, ALICE, "?name=Admiral")
+            bad = await client.post("/api/v1/faces?name=a%07b", data=jpeg(grace_image),
+                                    headers={**ALICE, "Content-Type": "image/jpeg"})
+            return from_file, typed, bad.status, await bad.json()
+
+    from_file, typed, bad_status, bad_body = run(scenario())
+    assert from_file["name"] == "Grace_Hopper"
+    assert typed["name"] == "Admiral"
+    assert bad_status == 400 and "control characters" in bad_body["error"]
+
+
+def test_rename_and_delete_own_faces_only(engine, grace_image, tmp_path):
+    async def scenario():
+        async with node(engine, tmp_path) as client:
+            face = await _upload(client, grace_image, ALICE)
+            url = f"/api/v1/faces/{face['id']}"
+            got = {
+                "bob renames": await client.patch(url, json={"name": "mine now"}, headers=BOB),
+                "bob deletes": await client.delete(url, headers=BOB),
+                "bob thumbnail": await client.get(f"{url}/thumbnail.jpg", headers=BOB),
+                "missing renamed": await client.patch("/api/v1/faces/u-000000000000", json={"name": "x"},
+                                                      headers=BOB),
+                "sample renamed": await client.patch("/api/v1/faces/astronaut", json={"name": "x"}, headers=ALICE),
+                "sample deleted": await client.delete("/api/v1/faces/astronaut", headers=ALICE),
+                "renamed": await client.patch(url, json={"name": "  Amazing Grace  "}, headers=ALICE),
+            }
+            bodies = {key: await answer.json() for key, answer in got.items()}
+            bob_list = await (await client.get("/api/v1/faces", headers=BOB)).json()
+            alice_list = await (await client.get("/api/v1/faces", headers=ALICE)).json()
+            deleted = await client.delete(url, headers=ALICE)
+            after = {
+                "list": await (await client.get("/api/v1/faces", headers=ALICE)).json(),
+                "thumbnail": (await client.get(f"{url}/thumbnail.jpg", headers=ALICE)).status,
+                "again": (await client.delete(url, headers=ALICE)).status,
+            }
+            return face, {k: v.status for k, v in got.items()}, bodies, bob_list, alice_list, deleted.status, after
+
+    face, statuses, bodies, bob_list, alice_list, deleted, after = run(scenario())
+    missing = f"no face with id {face['id']!r}"
+    # another user's face is answered exactly like a missing one
+    for key in ("bob renames", "bob deletes", "bob thumbnail"):
+        assert (statuses[key], bodies[key]["error"]) == (404, missing), key
+    assert statuses["missing renamed"] == 404
+    assert statuses["sample renamed"] == statuses["sample deleted"] == 403
+    assert "sample" in bodies["sample renamed"]["error"]
+    assert statuses["renamed"] == 200 and bodies["renamed"]["name"] == "Amazing Grace"
+    assert face["id"] not in {f["id"] for f in bob_list}
+    assert {f["id"]: f["name"] for f in alice_list}[face["id"]] == "Amazing Grace"
+    assert deleted == 204
+    assert face["id"] not in {f["id"] for f in after["list"]}
+    assert after["thumbnail"] == after["again"] == 404
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ({"name": ""}, "must not be empty"),
+    ({"name": "   "}, "must not be empty"),
+    ({"name": "x" * 81}, "the limit is 80"),
+    ({"name": "line\nbreak"}, "control characters"),
+    ({"name": "bidi\u202eevil"}, "control characters"),
+    ({"name": 7}, "must be a string"),
+    ({}, "name is required"),
+    ({"name": "ok", "owner": "bob"}, "unknown field(s): owner"),
+    (["name"], "expected a JSON object"),
+])
+def test_a_bad_rename_is_a_400_with_its_reason(engine, grace_image, tmp_path, body, reason):
+    async def scenario():
+        async with node(engine, tmp_path) as client:
+            face = await _upload(client, grace_image, ALICE)
+            answer = await client.patch(f"/api/v1/faces/{face['id']}", json=body, headers=ALICE)
+            return answer.status, await answer.json()
+
+    status, answer = run(scenario())
+    assert status == 400 and reason in answer["error"]
+
+
+def test_a_bad_json_rename_is_a_400(engine, grace_image, tmp_path):
+    async def scenario():
+        async with node(engine, tmp_path) as client:
+            face = await _upload(client, grace_image, ALICE)
+            answer = await client.patch(f"/api/v1/faces/{face['id']}", data=b"{name:", headers=ALICE)
+            return answer.status, await answer.json()
+
+    assert run(scenario()) == (400, {"error": "the body must be JSON"})
+
+
+def test_signed_thumbnail_links_load_without_the_token(engine, grace_image, tmp_path):
+    async def scenario():
+        async with node(engine, tmp_path) as client:
+            face = await _upload(client, grace_image, ALICE)
+            listing = await (await client.get("/api/v1/faces", headers=ALICE)).json()
+            urls = {f["id"]: f["thumbnail_url"] for f in listing}
+            own, sample = urls[face["id"]], urls["astronaut"]
+            path, query = own.split("?")
+            other_path = "/api/v1/faces/grace_hopper/thumbnail.jpg"
+            got = {
+                "own": await _anonymous_get(client, own),
+                "sample": await _anonymous_get(client, sample),
+                "plain path": await _anonymous_get(client, path),
+                "tampered": await _anonymous_get(client, own[:-4] + ("0000" if not own.endswith("0000") else "1111")),
+                "moved to another face": await _anonymous_get(client, f"{other_path}?{query}"),
+                "no expiry": await _anonymous_get(client, f"{path}?sig={query.split('sig=')[1]}"),
+            }
+            expired_signer = UrlSigner(TEST_SECRET, ttl_s=60, clock=lambda: 1_000_000.0)  # issued long ago
+            got["expired"] = await _anonymous_get(client, expired_signer.sign(path, "alice"))
+            fresh_signer = UrlSigner(TEST_SECRET)
+            got["signed for bob"] = await _anonymous_get(client, fresh_signer.sign(path, "bob"))
+            got["other secret"] = await _anonymous_get(client, UrlSigner("not the secret " * 3).sign(path, "alice"))
+            await client.delete(f"/api/v1/faces/{face['id']}", headers=ALICE)
+            got["after delete"] = await _anonymous_get(client, own)
+            return got
+
+    got = run(scenario())
+    for key in ("own", "sample"):
+        status, body = got[key]
+        assert status == 200 and body[:2] == b"\xff\xd8", key  # a JPEG
+    assert got["plain path"][0] == 401  # no token, no signature
+    for key in ("tampered", "moved to another face", "signed for bob", "other secret", "after delete", "no expiry"):
+        assert got[key][0] == 404, key
+    assert got["expired"][0] == 403 and b"expired" in got["expired"][1]
+
+
+def test_a_signed_link_stops_working_when_it_expires():
+    now = [1_700_000_000.0]
+    signer = UrlSigner("a server secret of enough length", ttl_s=300, clock=lambda: now[0])
+    url = signer.sign("/api/v1/faces/u-1/thumbnail.jpg", "alice")
+    path, query = url.split("?")
+    params = dict(part.split("=") for part in query.split("&"))
+    expires = int(params["expires"])
+    assert now[0] + 300 <= expires < now[0] + 300 + 60  # rounded up to the minute: stable URLs, cacheable
+    signer.check(path, "alice", params["expires"], params["sig"], "missing")
+    with pytest.raises(SignedUrlError, match="missing"):
+        signer.check(path, "bob", params["expires"], params["sig"], "missing")
+    with pytest.raises(SignedUrlError, match="missing"):
+        signer.check("/api/v1/faces/u-2/thumbnail.jpg", "alice", params["expires"], params["sig"], "missing")
+    now[0] = float(expires)
+    with pytest.raises(ExpiredUrlError):
+        signer.check(path, "alice", params["expires"], params["sig"], "missing")
+    with pytest.raises(SignedUrlError, match="malformed"):
+        signer.check_expiry("soon")
+
+
+def test_face_names():
+    assert face_name("  Ada  ") == "Ada"
+    assert face_name("Zoë 😀") == "Zoë 😀"
+    for bad in ("", "a\tb", "a\x7fb", "x" * 81, "a\u2028b"):
+        with pytest.raises(BadFaceNameError):
+            face_name(bad)
+    assert file_face_name("C:\\photos\\me.at.home.jpg") == "me.at.home"
+    assert file_face_name(".hidden") == ".hidden"
+    assert file_face_name("x" * 200 + ".png") == "x" * 80
+    assert file_face_name("\x01.png") is None and file_face_name(None) is None
