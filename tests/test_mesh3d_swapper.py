@@ -216,6 +216,7 @@ def test_swap_reads_as_the_source_person(engine, swapper, sources, astronaut_ima
 
 
 def test_the_targets_own_eyes_stay(engine, swapper, sources, grace_image, astronaut_image):
+    """Its irises and pupils (where it looks) stay; the lid margins are the source's."""
     output, job = _swap(engine, swapper, sources["grace"], astronaut_image)
     mesh = engine.analyse_image(astronaut_image)[0].mesh
     import cv2
@@ -223,13 +224,15 @@ def test_the_targets_own_eyes_stay(engine, swapper, sources, grace_image, astron
     eyes = np.zeros(astronaut_image.shape[:2], np.uint8)
     for contour in (RIGHT_EYE_CONTOUR, LEFT_EYE_CONTOUR):
         cv2.fillPoly(eyes, [np.round(mesh[list(contour)]).astype(np.int32)], 1)
-    eyes = cv2.erode(eyes, np.ones((3, 3), np.uint8)).astype(bool)
+    openings = eyes.astype(bool)
+    luma = astronaut_image.astype(float).mean(-1)
+    eyes = openings & (luma < np.percentile(luma[openings], 15))  # the pupils
     face = np.zeros_like(eyes)
     x0, y0, x1, y1 = engine.analyse_image(astronaut_image)[0].box.astype(int)
     face[y0:y1, x0:x1] = True
     change = np.abs(output.astype(int) - astronaut_image).mean(-1)
-    assert eyes.sum() > 30
-    assert change[eyes].mean() < 0.25 * change[face & ~eyes].mean()
+    assert eyes.sum() > 10
+    assert change[eyes].mean() < 0.25 * change[face & ~openings].mean()
 
 
 def test_shape_moves_towards_the_source_but_not_the_eye_openings(swapper, sources):

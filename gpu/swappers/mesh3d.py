@@ -68,6 +68,7 @@ TEXTURE_SIZE = 256  # source albedo in UV space
 LIGHTING_SIZE = 32  # UV grid of the per-frame lighting fit and shading map (lighting is smooth)
 MASK_SIZE = 128  # UV seam masks
 ALBEDO_MAX = 2.0  # albedo is relative to the skin (1); brighter than twice the skin is clipped
+OPENING_EDGE = 0.5  # keep the openings from their own contour inwards: the fade to the source's lids lies inside, none of the target's lid rims shows
 MIN_SKIN_TEXELS = 32  # of the lighting atlas's skin texels, to fit a face's light on
 TRUSTED_WEIGHT = (0.08, 0.3)  # a texel seen at cos^2 below the first is filled, above the second kept
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
@@ -401,7 +402,7 @@ class Mesh3dSwapper:
         openings = cv2.GaussianBlur(holes.astype(np.float32), (0, 0), sigmaX=0.75)
         # zero on the render's rim too: upsampling there would blend in pixels the face does not cover
         inside = cv2.erode((rendered | holes).astype(np.uint8), np.ones((3, 3), np.uint8))
-        keep = np.clip(openings * 1.5, 0.0, 1.0)
+        keep = np.clip((openings - OPENING_EDGE) / (1.0 - OPENING_EDGE) * 1.5, 0.0, 1.0)
         # the openings stay in the blend mask (the face is drawn under them, from the source's
         # eyes and mouth), so every pyramid level is whole around them and none of the
         # target's lids or glasses leak through the low frequencies; ``keep`` cuts them out
