@@ -22,6 +22,10 @@ const el = {
   faceSelection: $('face-selection'),
   faceList: $('face-list'),
   upload: $('upload'),
+  uploadName: $('upload-name'),
+  faceEdit: $('face-edit'),
+  faceName: $('face-name'),
+  faceDelete: $('face-delete'),
   uploadLabel: document.querySelector('.upload'),
   stats: $('stats'),
   showStats: $('show-stats'),
@@ -129,9 +133,9 @@ function renderFaces() {
     button.setAttribute('aria-checked', String(selected));
     button.tabIndex = selected || (!state.faceId && face === state.faces[0]) ? 0 : -1;
     const img = document.createElement('img');
-    img.src = face.thumbnail_url;
+    img.src = face.thumbnail_url; // a signed link, valid for minutes: <img> sends no token
     img.alt = '';
-    img.loading = 'lazy';
+    img.addEventListener('error', refreshExpiredThumbnails, { once: true });
     const name = document.createElement('span');
     name.textContent = face.name || face.id;
     button.title = face.name || face.id;
@@ -142,6 +146,26 @@ function renderFaces() {
   }
   el.faceList.setAttribute('aria-busy', 'false');
   el.start.disabled = state.busy || Boolean(state.live) || !state.faceId;
+  renderFaceEdit();
+}
+
+/** The selected face's name and delete button, for the user's own uploads (not samples). */
+function renderFaceEdit() {
+  const face = state.faces.find((f) => f.id === state.faceId);
+  const editable = Boolean(face && face.owner);
+  el.faceEdit.hidden = !editable;
+  if (editable && el.faceEdit.dataset.faceId !== face.id) {
+    el.faceEdit.dataset.faceId = face.id;
+    el.faceName.value = face.name || '';
+  }
+}
+
+// Thumbnail links expire after minutes; a page left open fetches fresh ones, at most twice a minute.
+let thumbnailsRefreshedAt = 0;
+function refreshExpiredThumbnails() {
+  if (performance.now() - thumbnailsRefreshedAt < 30_000) return;
+  thumbnailsRefreshedAt = performance.now();
+  loadFaces();
 }
 
 function onFaceKey(event) {
@@ -190,16 +214,45 @@ el.upload.addEventListener('change', async () => {
   clearMessage();
   el.uploadLabel.setAttribute('aria-busy', 'true');
   try {
-    const face = await client.uploadFace(file);
-    state.faces = [...state.faces.filter((f) => f.id !== face.id), face];
+    const face = await client.uploadFace(file, el.uploadName.value);
+    el.uploadName.value = '';
+    await loadFaces();
     await selectFace(face.id);
-    renderFaces();
     showMessage(`Added “${face.name || face.id}” as the source face.`, 'info');
   } catch (err) {
     showMessage(uploadErrorMessage(err));
   } finally {
     el.uploadLabel.setAttribute('aria-busy', 'false');
     el.upload.value = '';
+  }
+});
+
+el.faceEdit.addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const faceId = el.faceEdit.dataset.faceId;
+  clearMessage();
+  try {
+    const face = await client.renameFace(faceId, el.faceName.value);
+    el.faceEdit.dataset.faceId = '';
+    await loadFaces();
+    showMessage(`Renamed to “${face.name}”.`, 'info');
+  } catch (err) {
+    showMessage(`The face could not be renamed: ${err.reason || err.message}`);
+  }
+});
+
+el.faceDelete.addEventListener('click', async () => {
+  const faceId = el.faceEdit.dataset.faceId;
+  const face = state.faces.find((f) => f.id === faceId);
+  clearMessage();
+  try {
+    await client.deleteFace(faceId);
+    if (state.faceId === faceId) state.faceId = null;
+    el.faceEdit.dataset.faceId = '';
+    await loadFaces();
+    showMessage(`Deleted “${face ? face.name : faceId}”.`, 'info');
+  } catch (err) {
+    showMessage(`The face could not be deleted: ${err.reason || err.message}`);
   }
 });
 

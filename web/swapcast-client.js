@@ -51,6 +51,13 @@ async function readError(response) {
   return new ApiError(response.status, reason || `HTTP ${response.status}`, body);
 }
 
+/** "me at home.jpg" -> "me at home", shortened to the server's 80-character limit. */
+function fileStem(filename) {
+  const base = filename.split(/[\\/]/).pop();
+  const dot = base.lastIndexOf('.');
+  return (dot > 0 ? base.slice(0, dot) : base).trim().slice(0, 80);
+}
+
 const TOKEN_STORAGE = 'swapcast.token';
 
 /** The page's API token: from `#token=...` (then removed from the address bar and kept
@@ -121,15 +128,30 @@ export class SwapcastClient {
   }
 
   // --- faces ---------------------------------------------------------------------------
-  /** @returns {Promise<Array<{id: string, name: string, thumbnail_url: string}>>} */
+  /** Each face's `thumbnail_url` is a short-lived signed link: an <img> loads it without
+   *  the token, for minutes; list again for fresh links.
+   *  @returns {Promise<Array<{id: string, name: string, owner: string, thumbnail_url: string}>>} */
   listFaces() {
     return this.request('GET', '/faces');
   }
 
-  /** Upload a photo (File or Blob) as a new source face; raw body with its own MIME type. */
-  uploadFace(file) {
+  /** Upload a photo (File or Blob) as a new source face; raw body with its own MIME type.
+   *  Named `name`, else after the file (its name without the extension). */
+  uploadFace(file, name = null) {
     const type = file.type || 'application/octet-stream';
-    return this.request('POST', '/faces', { body: file, headers: { 'Content-Type': type } });
+    const label = (name || '').trim() || fileStem(file.name || '');
+    const query = label ? `?name=${encodeURIComponent(label)}` : '';
+    return this.request('POST', `/faces${query}`, { body: file, headers: { 'Content-Type': type } });
+  }
+
+  /** Rename one of the user's uploads (samples cannot be renamed). */
+  renameFace(faceId, name) {
+    return this.request('PATCH', `/faces/${encodeURIComponent(faceId)}`, { json: { name } });
+  }
+
+  /** Delete one of the user's uploads (samples cannot be deleted). */
+  deleteFace(faceId) {
+    return this.request('DELETE', `/faces/${encodeURIComponent(faceId)}`);
   }
 
   // --- sessions ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -38,6 +39,17 @@ REMOTE_PLAYING_JS = """() => {
   const v = document.getElementById('remote-video');
   return v.readyState >= 2 && v.currentTime > 0.3 && v.videoWidth > 0;
 }"""
+
+# Every <img> that has a source: has it loaded? (A broken image is complete with no width.)
+PICTURES_JS = """() => [...document.images].filter((img) => img.getAttribute('src'))
+  .map((img) => ({src: img.getAttribute('src'), complete: img.complete, loaded: img.complete && img.naturalWidth > 0}))"""
+
+
+def pictures(page) -> list[dict]:
+    """The page's pictures once every one of them finished loading (or failed to)."""
+    page.wait_for_function(f"() => ({PICTURES_JS})().every((p) => p.complete)", timeout=10_000)
+    return page.evaluate(PICTURES_JS)
+
 
 def write_y4m(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
     """RGB frames -> YUV4MPEG2 (I420), the format Chromium's fake camera reads."""
@@ -149,6 +161,18 @@ def http_json(method: str, url: str, token: str | None = None, body: bytes | Non
         return status, json.loads(raw) if raw else None
     except ValueError:
         return status, raw.decode("utf-8", "replace")
+
+
+def screenshot(page, tmp_path: Path, name: str) -> Path:
+    """A full-page screenshot in the test's tmp_path and, when ``SWAPCAST_SCREENSHOTS``
+    names a directory (docs/screenshots/), there too."""
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)
+    extra = os.environ.get("SWAPCAST_SCREENSHOTS")
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(extra) / name)
+    return path
 
 
 def wait_for(predicate, timeout_s: float, interval_s: float = 0.25):

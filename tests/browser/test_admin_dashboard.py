@@ -16,9 +16,7 @@ directory, there too. Needs Debian's ``chromium`` (``/usr/bin/chromium``, or
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import shutil
 import sys
 import threading
 import time
@@ -29,7 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))  # the aiortc client helpers
 
-from browser_harness import http_json, serve_node, wait_for
+from browser_harness import http_json, pictures, screenshot, serve_node, wait_for
 from webrtc_harness import answer, camera_offer, client_peer, collect_video
 
 from signaling.auth import mint_token
@@ -50,16 +48,6 @@ PREVIEW_PLAYING_JS = """() => {
 
 
 _http = http_json
-
-
-def _screenshot(page, tmp_path: Path, name: str) -> Path:
-    path = tmp_path / name
-    page.screenshot(path=str(path), full_page=True)
-    extra = os.environ.get("SWAPCAST_SCREENSHOTS")
-    if extra:
-        Path(extra).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(extra) / name)
-    return path
 
 
 class AiortcClient:
@@ -256,14 +244,14 @@ def test_operator_watches_and_kills_a_live_session(open_admin, server, admin_tok
     assert page.get_attribute(f'{row} button[data-action="preview"]', "aria-pressed") == "true"
     assert wait_for(lambda: _http("GET", f"{server}/api/v1/sessions/{session_id}", admin_token)[1].get("viewers") == 1, 5)
     time.sleep(0.5)
-    shot = _screenshot(page, tmp_path, "admin-dashboard-preview.png")
+    shot = screenshot(page, tmp_path, "admin-dashboard-preview.png")
     print("screenshot:", shot)
 
     # Kill, with the inline confirmation (no blocking dialog).
     page.click(f'{row} button[data-action="kill"]')
     page.wait_for_selector(f'{row} button[data-action="confirm-kill"]:visible')
     assert page.is_hidden(f'{row} button[data-action="kill"]')
-    _screenshot(page, tmp_path, "admin-kill-confirm.png")
+    screenshot(page, tmp_path, "admin-kill-confirm.png")
     frames_before_kill = test_client.read()[1]
     page.click(f'{row} button[data-action="confirm-kill"]')
 
@@ -282,7 +270,24 @@ def test_operator_watches_and_kills_a_live_session(open_admin, server, admin_tok
     assert page.query_selector(row) is None
     assert page.is_visible("#sessions-empty")
     assert page.is_hidden("#message"), page.inner_text("#message")
-    _screenshot(page, tmp_path, "admin-after-kill.png")
+    screenshot(page, tmp_path, "admin-after-kill.png")
+    assert not page.errors, page.errors
+
+
+def test_every_picture_on_the_dashboard_loads(open_admin, server, admin_token, test_client, tmp_path):
+    """Each session row shows the face it wears; an <img> sends no token, so the picture
+    comes from the signed link of the face list."""
+    session_id = test_client.start()
+    page = open_admin(admin_token)
+    thumb = f'tr[data-session-id="{session_id}"] img.face-thumb'
+    page.wait_for_selector(f"{thumb}:not([hidden])")
+    shown = pictures(page)
+    assert shown and all(p["loaded"] for p in shown), shown
+    assert all("token" not in p["src"] for p in shown), shown
+    status, faces = _http("GET", f"{server}/api/v1/faces", admin_token)
+    assert status == 200
+    assert page.get_attribute(thumb, "title") == {f["id"]: f["name"] for f in faces}[FACE_ID]
+    screenshot(page, tmp_path, "admin-face-pictures.png")
     assert not page.errors, page.errors
 
 
@@ -299,7 +304,7 @@ def test_drain_and_make_ready_a_node(open_admin, server, admin_token, tmp_path):
         assert _http("GET", f"{server}/api/v1/nodes", admin_token)[1][0]["state"] == "draining"
         time.sleep(1.2)  # a refresh keeps the state
         assert page.get_attribute(node_row, "data-state") == "draining"
-        _screenshot(page, tmp_path, "admin-node-draining.png")
+        screenshot(page, tmp_path, "admin-node-draining.png")
         page.click(f'{node_row} button[data-action="ready"]')
         page.wait_for_selector(f'{node_row}[data-state="ready"] button[data-action="drain"]:visible')
     finally:
@@ -318,7 +323,7 @@ def test_a_user_token_is_told_the_admin_role_is_required(open_admin, server, ali
     text = page.inner_text("#auth-message")
     assert "admin role required" in text.lower() and "alice" in text, text
     assert page.is_hidden("#dashboard")
-    _screenshot(page, tmp_path, "admin-forbidden.png")
+    screenshot(page, tmp_path, "admin-forbidden.png")
     assert not page.errors, page.errors
 
 
@@ -327,7 +332,7 @@ def test_without_a_valid_token_the_page_asks_to_sign_in(open_admin, server, tmp_
     page.wait_for_selector('#auth-message[data-reason="signin"]:visible')
     assert "sign in" in page.inner_text("#auth-message").lower()
     assert page.is_hidden("#dashboard")
-    _screenshot(page, tmp_path, "admin-sign-in.png")
+    screenshot(page, tmp_path, "admin-sign-in.png")
 
     # a token signed with another secret is refused (401): the same sign-in message
     forged = mint_token(secrets.token_urlsafe(32), "mallory", role="admin")

@@ -22,12 +22,15 @@ from browser_harness import (
     grab_frames,
     http_json,
     identity_votes,
+    pictures,
+    screenshot,
     serve_node,
     wait_for,
     write_y4m,
 )
 
 from signaling.auth import mint_token
+from signaling.auth.signed_urls import UrlSigner
 from streamer.samples import grace_hopper, moving_face_frames
 from swapcast.benchmarks.chromium import HEADLESS_FLAGS, chromium_path
 
@@ -39,6 +42,7 @@ REMOTE_PLAYING_TIMEOUT_MS = 30_000
 CHROMIUM_FLAGS = [*HEADLESS_FLAGS, "--use-fake-device-for-media-stream"]
 SECRET = "swapcast-browser-tests-" + "b" * 32
 TOKEN = mint_token(SECRET, "page-user")  # the page and these tests act as one user
+OTHER_TOKEN = mint_token(SECRET, "other-user")
 
 DENY_CAMERA_JS = """
 Object.defineProperty(navigator.mediaDevices, 'getUserMedia', {
@@ -60,6 +64,13 @@ def _sessions(base_url: str) -> list:
     status, body = _http("GET", f"{base_url}/api/v1/sessions")
     assert status == 200, (status, body)
     return body
+
+
+def _photo(image: np.ndarray, path: Path) -> Path:
+    ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+    assert ok
+    path.write_bytes(jpeg.tobytes())
+    return path
 
 
 def _face_id(faces: list[dict], word: str) -> str:
@@ -110,7 +121,7 @@ def new_page(browser, server):
     """Pages on the node's index, each in its own context; all closed after the test."""
     contexts = []
 
-    def open_page(init_script: str | None = None):
+    def open_page(init_script: str | None = None, token: str = TOKEN):
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         contexts.append(context)
         context.set_default_timeout(15_000)
@@ -119,7 +130,7 @@ def new_page(browser, server):
         page = context.new_page()
         page.errors = []
         page.on("pageerror", lambda err: page.errors.append(str(err)))
-        page.goto(f"{server}/#token={TOKEN}")
+        page.goto(f"{server}/#token={token}")
         page.wait_for_selector(".face[data-face-id]", timeout=30_000)
         return page
 
@@ -308,3 +319,91 @@ def test_glass_to_glass_benchmark(browser, server):
     assert report["server"]["faces_swapped"] >= 1, report  # the canvas camera's face was swapped
     assert (report["sent"]["width"], report["sent"]["height"]) == (640, 480), report
     assert wait_for(lambda: _sessions(server) == [], 5), _sessions(server)
+
+
+def test_every_face_picture_loads_after_sign_in_upload_rename_and_delete(new_page, server, grace_image, tmp_path):
+    page = new_page()
+    shown = pictures(page)
+    assert len(shown) >= 2 and all(p["loaded"] for p in shown), shown  # the samples
+    assert all("token" not in p["src"] for p in shown), shown  # signed links, no bearer token in URLs
+
+    # An upload is named after its file, selected, and its picture loads too.
+    before = page.locator(".face[data-face-id]").count()
+    page.set_input_files("#upload", str(_photo(grace_image, tmp_path / "Ada Lovelace.jpg")))
+    page.wait_for_function(f"() => document.querySelectorAll('.face[data-face-id]').length === {before + 1}")
+    face_id = page.evaluate("() => window.swapcast.faceId")
+    tile = f'.face[data-face-id="{face_id}"]'
+    assert page.inner_text(f"{tile} span") == "Ada Lovelace"
+    shown = pictures(page)
+    assert len(shown) == before + 1 and all(p["loaded"] for p in shown), shown
+
+    # Renamed from the page: the new name everywhere, every picture still loads.
+    assert page.is_visible("#face-edit") and page.input_value("#face-name") == "Ada Lovelace"
+    page.fill("#face-name", "Amazing Grace")
+    page.click("#face-rename")
+    page.wait_for_function(f"() => document.querySelector('{tile} span')?.textContent === 'Amazing Grace'")
+    assert {f["id"]: f["name"] for f in _http("GET", f"{server}/api/v1/faces")[1]}[face_id] == "Amazing Grace"
+    shown = pictures(page)
+    assert len(shown) == before + 1 and all(p["loaded"] for p in shown), shown
+    screenshot(page, tmp_path, "web-face-picker.png")
+
+    # A refused name says why, and changes nothing.
+    page.fill("#face-name", "x" * 80)
+    page.evaluate("() => { document.getElementById('face-name').value += 'y'; }")  # past maxlength
+    page.click("#face-rename")
+    page.wait_for_selector("#message[data-kind=error]:not([hidden])")
+    assert "the limit is 80" in page.inner_text("#message-text")
+
+    # Samples cannot be renamed: no form for them.
+    page.click(".face[data-face-id]:not([data-face-id^='u-'])")
+    assert page.is_hidden("#face-edit")
+
+    # Deleted from the page: gone from the picker and the API.
+    page.click(tile)
+    page.click("#face-delete")
+    page.wait_for_selector(tile, state="detached")
+    assert face_id not in {f["id"] for f in _http("GET", f"{server}/api/v1/faces")[1]}
+    assert not page.errors, page.errors
+
+
+def test_a_user_never_sees_another_users_faces(new_page, server, grace_image):
+    ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(grace_image, cv2.COLOR_RGB2BGR))
+    status, face = _http("POST", f"{server}/api/v1/faces?name=private", jpeg.tobytes(), "image/jpeg")
+    assert status == 201, face
+    thumbnail = f"{server}/api/v1/faces/{face['id']}/thumbnail.jpg"
+    item = f"{server}/api/v1/faces/{face['id']}"
+
+    status, listed = http_json("GET", f"{server}/api/v1/faces", OTHER_TOKEN)
+    assert status == 200 and face["id"] not in {f["id"] for f in listed}
+    missing = {"error": f"no face with id {face['id']!r}"}
+    assert http_json("GET", thumbnail, OTHER_TOKEN) == (404, missing)
+    assert http_json("PATCH", item, OTHER_TOKEN, b'{"name": "mine"}', "application/json") == (404, missing)
+    assert http_json("DELETE", item, OTHER_TOKEN) == (404, missing)
+    # a link signed for the other user (as if a face were theirs) does not open this one
+    assert http_json("GET", server + UrlSigner(SECRET).sign(thumbnail[len(server):], "other-user")) == (404, missing)
+
+    page = new_page(token=OTHER_TOKEN)
+    assert page.locator(f'.face[data-face-id="{face["id"]}"]').count() == 0
+    shown = pictures(page)
+    assert shown and all(p["loaded"] for p in shown), shown
+    assert _http("DELETE", item)[0] == 204
+
+
+def test_a_signed_thumbnail_link_stops_working_once_expired(new_page, server, faces):
+    """The server's links are signed with a key derived from its JWT secret, which this
+    test knows: it signs links as the server would have, minutes ago (expired) and now."""
+    path = f"/api/v1/faces/{faces[0]['id']}/thumbnail.jpg"
+    issued_long_ago = UrlSigner(SECRET, ttl_s=300, clock=lambda: time.time() - 3600).sign(path, "")
+    issued_now = UrlSigner(SECRET, ttl_s=300).sign(path, "")
+    status, body = http_json("GET", f"{server}{issued_long_ago}")
+    assert status == 403 and "expired" in body["error"], (status, body)
+    assert http_json("GET", f"{server}{issued_now}")[0] == 200
+
+    page = new_page()
+    loaded = page.evaluate("""async (urls) => Promise.all(urls.map((url) => new Promise((resolve) => {
+        const img = new Image();
+        img.onload = () => resolve(img.naturalWidth > 0);
+        img.onerror = () => resolve(false);
+        img.src = url;
+    })))""", [issued_long_ago, issued_now])
+    assert loaded == [False, True]

@@ -16,6 +16,7 @@ const KILL_CONFIRM_MS = 6000;
 const KILLED_GRACE_MS = 5000; // a killed session's row is not brought back by a refresh already under way
 const STAGES = ['track', 'identity', 'prepare', 'run', 'paste'];
 const STAGE_LABEL = { track: 'track', identity: 'id', prepare: 'prep', run: 'run', paste: 'paste' };
+const FACE_LINKS_MS = 5 * 60 * 1000; // the face list's thumbnail links last ~10 minutes: fetch fresh ones halfway
 
 const $ = (id) => document.getElementById(id);
 const el = {
@@ -57,6 +58,8 @@ const state = {
   refreshing: false,
   loaded: false,
   sessions: new Map(), // id -> the latest session JSON
+  faces: new Map(), // face id -> {id, name, thumbnail_url}: the pictures in the session rows
+  facesFetchedAt: -Infinity,
   order: new Map(), // id -> first-seen number: rows keep their place
   seen: 0,
   killed: new Map(), // id -> time of the kill
@@ -328,7 +331,11 @@ function createSessionRow(session) {
   const c = cells(row, ['id', 'owner', 'node', 'state', 'fps', 'latency', 'stages', 'dropped', 'actions']);
   c.id.append(
     make('code', { className: 'strong' }),
-    make('span', { className: 'sub' }, [make('span', { className: 'proto' }), make('span', { className: 'face-id' })]),
+    make('span', { className: 'sub' }, [
+      make('img', { className: 'face-thumb', alt: '', hidden: true, width: 20, height: 20 }),
+      make('span', { className: 'proto' }),
+      make('span', { className: 'face-id' }),
+    ]),
   );
   c.state.append(make('span', { className: 'sub' }));
   c.stages.append(
@@ -378,6 +385,11 @@ function updateSessionRow(row, s) {
   setText(c.id.querySelector('.proto'), s.protocol || '–');
   setText(c.id.querySelector('.face-id'), s.face_id ? ` · ${s.face_id}` : s.name ? ` · key ${s.name}` : '');
   setAttr(c.id.querySelector('.face-id'), 'title', s.face_id ? 'source face' : null);
+  const thumb = c.id.querySelector('.face-thumb');
+  const face = s.face_id ? state.faces.get(s.face_id) : null;
+  setAttr(thumb, 'src', face ? face.thumbnail_url : null); // a signed link: <img> sends no token
+  setAttr(thumb, 'title', face ? face.name : null);
+  thumb.hidden = !face;
 
   setText(c.owner, s.owner || '–');
   c.owner.classList.toggle('muted', !s.owner);
@@ -669,6 +681,22 @@ function handleAuthError(err) {
   return false;
 }
 
+/** The faces sessions wear (name, thumbnail link): listed again when a session wears one
+ *  not seen yet, or before the links expire. A failure only leaves the pictures out. */
+async function refreshFaces(sessions) {
+  const unknown = sessions.some((s) => s.face_id && !state.faces.has(s.face_id));
+  const stale = performance.now() - state.facesFetchedAt > FACE_LINKS_MS;
+  if (!unknown && !stale) return;
+  if (unknown && performance.now() - state.facesFetchedAt < 5000) return; // a deleted face: not every second
+  state.facesFetchedAt = performance.now();
+  try {
+    const faces = await client.listFaces();
+    state.faces = new Map(faces.map((f) => [f.id, f]));
+  } catch (err) {
+    if (err instanceof ApiError && (err.status === 401 || err.status === 403)) throw err;
+  }
+}
+
 async function refresh() {
   if (state.stopped || state.refreshing) return;
   state.refreshing = true;
@@ -677,6 +705,7 @@ async function refresh() {
     // nodes first: an admin-only route, so a user token is told so at once
     const nodes = await client.listNodes();
     const sessions = await client.listSessions();
+    if (Array.isArray(sessions)) await refreshFaces(sessions);
     if (state.stopped) return;
     renderNodes(Array.isArray(nodes) ? nodes : []);
     renderSessions(Array.isArray(sessions) ? sessions : []);
