@@ -88,6 +88,7 @@ class Job:
     has_audio: bool = False
     output_path: str | None = None  # relative to the job storage, once completed
     webhook_status: str | None = None
+    webhook_unrestricted: bool = False  # submitted by an admin (or without auth): no push policy
 
     @property
     def final(self) -> bool:
@@ -164,4 +165,5 @@ class Job:
             has_audio=raw.get("has_audio") == "1",
             output_path=raw.get("output_path") or None,
             webhook_status=raw.get("webhook_status") or None,
+            webhook_unrestricted=raw.get("webhook_unrestricted") == "1",
         )

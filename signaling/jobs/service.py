@@ -129,6 +129,7 @@ class JobService:
             input_path=submission.input_path, input_name=submission.input_name, face_id=submission.face_id,
             source_path=submission.source_path, webhook_url=submission.webhook_url,
             idempotency_key=submission.idempotency_key, created=stamp, updated=stamp, owner=submission.owner,
+            webhook_unrestricted=submission.caller is None or submission.caller.is_admin,
         )
         return await self.queue.create(job)
 

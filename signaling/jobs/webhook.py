@@ -7,7 +7,12 @@ is left out. Every retry of one notification carries the same ``X-Swapcast-Deliv
 so a receiver that saw a delivery whose answer got lost can drop the repeat.
 
 Retries: connection errors, timeouts, 408, 429 and 5xx are retried after growing delays
-(1, 2, 4, 8, 16 s by default); any other answer is final (2xx = delivered).
+(1, 2, 4, 8, 16 s by default); any other answer is final (2xx = delivered), and so is a
+redirect: it is not followed.
+
+A user's webhook is checked against the push policy when the job is submitted, and again
+when it is sent: the name may resolve elsewhere by then (DNS rebinding). The send-time check
+sits in the connection's resolver, so the address checked is the address connected to.
 """
 
 from __future__ import annotations
@@ -15,12 +20,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import ThreadedResolver
+
+from signaling.push_policy import DestinationRefused, PushPolicy
 
 SIGNATURE_HEADER = "X-Swapcast-Signature"
 EVENT_HEADER = "X-Swapcast-Event"
@@ -45,6 +57,45 @@ class Delivery:
     detail: str  # the last answer ("HTTP 200") or error, for the job's webhook_status
 
 
+class PolicyResolver(AbstractResolver):
+    """Resolves a webhook's host and keeps only the addresses ``policy`` allows; none left
+    is ``DestinationRefused``."""
+
+    def __init__(self, policy: PushPolicy) -> None:
+        self._policy = policy
+        self._inner = ThreadedResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET,
+                      ) -> list[ResolveResult]:
+        self._policy.check_host(host, "webhook_url")
+        refusal: DestinationRefused | None = None
+        allowed = []
+        for result in await self._inner.resolve(host, port, family):
+            try:
+                self._policy.check_address(host, ipaddress.ip_address(result["host"]), "webhook_url")
+            except DestinationRefused as exc:
+                refusal = refusal or exc
+                continue
+            allowed.append(result)
+        if not allowed:
+            raise refusal or DestinationRefused(f"webhook_url host {host!r} has no address")
+        return allowed
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _check_literal(url: str, policy: PushPolicy) -> None:
+    """An address written in the URL never reaches a resolver: check it here."""
+    host = urlsplit(url).hostname or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return
+    policy.check_host(host, "webhook_url")
+    policy.check_address(host, address, "webhook_url")
+
+
 async def send_webhook(
     url: str,
     event: str,
@@ -54,24 +105,38 @@ async def send_webhook(
     delivery_id: str,
     delays_s: Sequence[float] = DEFAULT_DELAYS_S,
     timeout_s: float = 10.0,
+    policy: PushPolicy | None = None,
 ) -> Delivery:
     """POST ``payload`` to ``url``; retried as the module docstring says. ``delivery_id`` is
-    the same for every send of one notification, also when another worker repeats it."""
+    the same for every send of one notification, also when another worker repeats it.
+    With ``policy`` (a user's webhook), an address it refuses is not connected to: the
+    delivery fails at once, without retries, saying why."""
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
     headers = {"Content-Type": "application/json", EVENT_HEADER: event, DELIVERY_HEADER: delivery_id}
     if secret:
         headers[SIGNATURE_HEADER] = sign(body, secret)
     detail = ""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    connector = None
+    if policy is not None:
+        try:
+            _check_literal(url, policy)
+        except DestinationRefused as exc:
+            return Delivery(False, 1, f"refused by the push policy: {exc}")
+        connector = aiohttp.TCPConnector(resolver=PolicyResolver(policy))
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         for attempt in range(1, len(delays_s) + 2):
             try:
-                async with session.post(url, data=body, headers=headers) as response:
+                async with session.post(url, data=body, headers=headers, allow_redirects=False) as response:
                     detail = f"HTTP {response.status}"
                     if 200 <= response.status < 300:
                         return Delivery(True, attempt, detail)
                     if response.status < 500 and response.status not in _RETRY_STATUSES:
                         return Delivery(False, attempt, detail)
+            except aiohttp.ClientConnectorError as exc:
+                if isinstance(exc.os_error, DestinationRefused):
+                    return Delivery(False, attempt, f"refused by the push policy: {exc.os_error}")
+                detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
             except (TimeoutError, aiohttp.ClientError) as exc:
                 detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
             if attempt <= len(delays_s):

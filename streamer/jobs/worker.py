@@ -45,6 +45,7 @@ from signaling.jobs.queue import JobQueue, JobQueueUnavailable, lost_groups
 from signaling.jobs.settings import JobSettings
 from signaling.jobs.storage import JobStorage, JobStorageError
 from signaling.jobs.webhook import send_webhook
+from signaling.push_policy import PushPolicy
 from streamer.jobs.assemble import Expected, assemble
 from streamer.jobs.render import Abandoned, Encoding, render_chunk
 from streamer.jobs.sources import SourceFaces
@@ -61,6 +62,7 @@ class WorkerSettings:
     swap: SwapOptions
     encoding: Encoding
     name: str  # the consumer name in the streams' group; unique per worker process
+    push_policy: PushPolicy = PushPolicy()  # where users' webhooks may point, checked again at send
 
 
 class Lease:
@@ -338,7 +340,7 @@ class Worker:
         event = f"job.{job.state}"
         delivery = await send_webhook(
             job.webhook_url, event, {"event": event, "job": job.public()}, self.settings.jobs.webhook_secret,
-            delivery_id=f"{job.id}.{job.state}",
+            delivery_id=f"{job.id}.{job.state}", policy=None if job.webhook_unrestricted else self.settings.push_policy,
         )
         if delivery.delivered:
             status = f"delivered ({delivery.detail}, attempt {delivery.attempts})"

@@ -78,6 +78,7 @@ async def _serve(
     config: Config, url: str, name: str, engine: FaceEngine, settings: JobSettings, storage: JobStorage
 ) -> None:
     from signaling.jobs import JobQueue
+    from signaling.push_policy import PushPolicy
     from signaling.registry import RedisRegistry
     from streamer.jobs.render import Encoding
     from streamer.jobs.sources import SourceFaces
@@ -92,6 +93,7 @@ async def _serve(
     worker = Worker(
         queue, engine, SourceFaces(engine, registry, storage),
         WorkerSettings(jobs=settings, swap=config.swap.options(), name=name,
+                       push_policy=PushPolicy.from_lists(config.push.allowed_hosts, config.push.allowed_networks),
                        encoding=Encoding(codec=encode.codec, preset=encode.preset, crf=encode.crf)),
         storage,
     )

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from signaling.auth import RateLimiter, TokenVerifier, auth_middleware, mint_token
-from signaling.jobs import JobSettings, face_checker
+from signaling.jobs import JobQueue, JobSettings, face_checker
 from signaling.registry import FaceRecord, MemoryRegistry
 from streamer.samples import SAMPLE_FACES
 from swapcast.benchmarks.jobs import JobsApi, JobsClient
@@ -84,5 +84,18 @@ def test_a_users_webhook_may_not_point_into_the_operators_network(users, clips, 
                 "https://localhost/hook"):
         status, answer = client["bob"].submit(clips.short, face_id="astronaut", webhook_url=url)
         assert status == 400 and answer["error"].startswith("webhook_url ") and "not a public address" in answer["error"]
-    assert client["bob"].submit(clips.short, face_id="astronaut", webhook_url="http://8.8.8.8/hook")[0] == 201
-    assert client["root"].submit(clips.short, face_id="astronaut", webhook_url="http://127.0.0.1:6379/")[0] == 201
+    status, bobs = client["bob"].submit(clips.short, face_id="astronaut", webhook_url="http://8.8.8.8/hook")
+    assert status == 201
+    status, roots = client["root"].submit(clips.short, face_id="astronaut", webhook_url="http://127.0.0.1:6379/")
+    assert status == 201
+
+    async def stored(job_id: str):
+        queue = JobQueue.from_url(redis_url)
+        try:
+            return await queue.get(job_id)
+        finally:
+            await queue.close()
+
+    # the worker checks the user's webhook again when it sends it (DNS may have changed), not the admin's
+    assert not asyncio.run(stored(bobs["id"])).webhook_unrestricted
+    assert asyncio.run(stored(roots["id"])).webhook_unrestricted
