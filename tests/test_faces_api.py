@@ -187,3 +187,18 @@ def test_face_names():
     assert file_face_name(".hidden") == ".hidden"
     assert file_face_name("x" * 200 + ".png") == "x" * 80
     assert file_face_name("\x01.png") is None and file_face_name(None) is None
+
+
+def test_only_signed_thumbnail_reads_pass_without_a_token():
+    """The node and the gateway share ``is_public``: a signed link passes both to the
+    handler that checks it; nothing else about faces does."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from swapcast.app import is_public
+
+    signed = "/api/v1/faces/u-1/thumbnail.jpg?expires=1&sig=ab"
+    assert is_public(make_mocked_request("GET", signed))
+    assert not is_public(make_mocked_request("GET", "/api/v1/faces/u-1/thumbnail.jpg"))
+    assert not is_public(make_mocked_request("DELETE", signed))
+    assert not is_public(make_mocked_request("GET", "/api/v1/faces?sig=ab"))
+    assert not is_public(make_mocked_request("PATCH", "/api/v1/faces/u-1?sig=ab"))
