@@ -20,6 +20,7 @@ from swapcast.logs import ClientFaultFilter
 
 SECRET = "fuzz-findings-" + "s" * 40
 ALICE = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+SHUTDOWN_S = 20.0
 
 
 def run(coroutine, timeout: float = 60.0):
@@ -107,7 +108,10 @@ def _replay(tmp_path, engine, requests: list[bytes], redis_url: str | None = Non
             await asyncio.sleep(0.5)  # the node notices a client that hung up
             return statuses
         finally:
-            await client.close()
+            try:
+                await asyncio.wait_for(client.close(), SHUTDOWN_S)
+            except TimeoutError:  # seen with Redis: NodeAgent.close waits on its pub/sub read for ever
+                raise AssertionError(f"the node did not shut down within {SHUTDOWN_S} s") from None
 
     try:
         statuses = run(scenario())
