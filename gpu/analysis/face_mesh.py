@@ -167,6 +167,11 @@ class _Track:
     mesh: np.ndarray | None = None  # (468, 3): x, y, z in pixels
 
 
+# Track ids are unique in the process, not per stream: per-track state kept by the node's
+# shared swapper (a track's neutral shape) must never mix two sessions' faces.
+_TRACK_IDS = count(1)
+
+
 class FaceTracker:
     """Per-stream video landmarker: faces with meshes, stable ids and smoothing.
 
@@ -190,7 +195,6 @@ class FaceTracker:
         self._schedule = SweepSchedule(self._finder, detect_every, sweep)
         self._tracks: list[_Track] = []
         self._spare_graphs: list[QuietGraph] = []
-        self._ids = count(1)
 
     def process(self, frame: np.ndarray, timestamp: float) -> list[Face]:
         """Faces in this frame (RGB uint8) at ``timestamp`` seconds, with track ids."""
@@ -226,7 +230,7 @@ class FaceTracker:
                 self._spare_graphs.append(graph)
                 continue
             box = np.concatenate([mesh[:, :2].min(0), mesh[:, :2].max(0)])
-            found.append(_Track(next(self._ids), box, graph, OneEuroFilter(), mesh))
+            found.append(_Track(next(_TRACK_IDS), box, graph, OneEuroFilter(), mesh))
         return found
 
     def _without_duplicates(self, tracks: list[_Track]) -> list[_Track]:
