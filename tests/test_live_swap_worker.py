@@ -212,3 +212,12 @@ def test_a_bug_in_the_thread_ends_the_stream_with_a_reason_that_hides_internals(
     assert failures == ["internal error; publish again to start afresh"]  # what the publisher is told
     assert not worker.alive and swapper.closed
     assert any(record.exc_info and "a bug" in str(record.exc_info[1]) for record in caplog.records)  # the traceback: in the log
+
+
+def test_the_hand_over_is_bounded_in_bytes_too():
+    inbox = SampleInbox(limit=1000, max_bytes=10_000)
+    for index in range(42):  # 4 KB samples, a keyframe every 10: full at the third sample of each
+        inbox.put(VideoSample(bytes(4000), index * 33, keyframe=index % 10 == 0))
+        assert sum(len(i.data) for i in inbox._items) <= inbox.max_bytes
+    assert [i.dts // 33 for i in inbox.take_all()] == [40, 41]  # restarted at the newest keyframe
+    assert inbox.dropped == 42 - 2

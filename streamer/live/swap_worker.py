@@ -111,13 +111,15 @@ class LiveStats:
 
 class SampleInbox:
     """The bounded hand-over from the event loop to a stream's thread. Decoding needs every
-    sample since the last keyframe, so when the thread falls ``limit`` samples behind, what
-    is queued is dropped and so are the samples after it, up to the next keyframe: the
-    newest pictures win and memory stays bounded however fast the publisher sends."""
+    sample since the last keyframe, so when the thread falls ``limit`` samples (or
+    ``max_bytes``) behind, what is queued is dropped and so are the samples after it, up to
+    the next keyframe: the newest pictures win and memory stays bounded however fast the
+    publisher sends."""
 
-    def __init__(self, limit: int = 300) -> None:
-        self.limit = limit
+    def __init__(self, limit: int = 300, max_bytes: int = 64 << 20) -> None:
+        self.limit, self.max_bytes = limit, max_bytes
         self.dropped = 0  # samples thrown away to catch up
+        self._bytes = 0  # of the samples queued
         self._items: deque[VideoSample | SequenceHeader] = deque()
         self._ready = threading.Condition()
         self._skip_to_keyframe = False
@@ -128,13 +130,14 @@ class SampleInbox:
             if self._closed:
                 return
             if isinstance(item, VideoSample):
-                if len(self._items) >= self.limit:
+                if len(self._items) >= self.limit or self._bytes + len(item.data) > self.max_bytes:
                     self._drop_samples()
                     self._skip_to_keyframe = True
                 if self._skip_to_keyframe and not item.keyframe:
                     self.dropped += 1
                     return
                 self._skip_to_keyframe = False
+                self._bytes += len(item.data)
             self._items.append(item)
             self._ready.notify()
 
@@ -150,6 +153,7 @@ class SampleInbox:
                 return None
             items = list(self._items)
             self._items.clear()
+            self._bytes = 0
             return items
 
     def close(self) -> None:
@@ -157,12 +161,13 @@ class SampleInbox:
         with self._ready:
             self._closed = True
             self._items.clear()
+            self._bytes = 0
             self._ready.notify_all()
 
     def _drop_samples(self) -> None:
         kept = [item for item in self._items if isinstance(item, SequenceHeader)]
         self.dropped += len(self._items) - len(kept)
-        self._items = deque(kept[-1:])
+        self._items, self._bytes = deque(kept[-1:]), 0
 
 
 class LiveSwapWorker:
