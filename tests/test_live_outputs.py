@@ -53,3 +53,17 @@ def test_a_push_destination_that_takes_nothing_does_not_grow_its_queue():
 
     most, limit = asyncio.run(asyncio.wait_for(scenario(), 20))
     assert most <= limit + 1
+
+
+def test_a_push_destination_is_logged_without_its_stream_key(caplog):
+    async def scenario() -> str:
+        output = PushOutput("rtmp://ingest.example.invalid/app/live_secret_key", Headers(), lambda url: StalledDestination())
+        while not output.connected:
+            await asyncio.sleep(0.01)
+        await output.close()
+        return output.name
+
+    with caplog.at_level("INFO", logger="streamer.live.outputs"):
+        name = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert name == "push rtmp://ingest.example.invalid/app/***"
+    assert "connected" in caplog.text and "live_secret_key" not in caplog.text

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from signaling.push_policy import redacted
 from streamer.live.flv_file import FlvFileWriter
 from streamer.rtmp.flv import is_sequence_header, is_video_keyframe
 from streamer.rtmp.handler import MediaMessage, Player
@@ -125,7 +126,7 @@ class PushOutput:
 
     def __init__(self, url: str, headers: Headers, connect: PublishClientFactory, *,
                  retry_initial_s: float = 1.0, retry_max_s: float = 30.0) -> None:
-        self.name = f"push {url}"
+        self.name = f"push {redacted(url)}"  # the log never shows the destination's stream key
         self.url = url
         self.connected = False
         self.attempts = 0
