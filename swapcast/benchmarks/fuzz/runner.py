@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from swapcast.benchmarks.fuzz.api import ApiLayer
-from swapcast.benchmarks.fuzz.fixtures import Fixtures, set_up
+from swapcast.benchmarks.fuzz.fixtures import Fixtures, refresh, set_up
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
 from swapcast.benchmarks.fuzz.outcome import Outcome
 from swapcast.benchmarks.fuzz.rtmp import RECORDINGS, RtmpLayers, record
@@ -44,6 +44,7 @@ class FuzzFigures:
     health_failures: int = 0
     node_alive: bool = True
     sessions_left: list[str] = field(default_factory=list)  # live sessions of any protocol after the run
+    fixture_refreshes: int = 0  # times alice's face fell out of the face store and was made again
     threads: dict[str, int] = field(default_factory=dict)  # start, peak, end
     rss_mb: dict[str, float] = field(default_factory=dict)
     thread_names_end: dict[str, int] = field(default_factory=dict)
@@ -190,6 +191,8 @@ class _Run:
     async def housekeeping(self) -> None:
         admin = [(b"Authorization", b"Bearer " + self.fixtures.admin.encode())]
         await send_raw(self.node.http_port, build_request(b"POST", b"/api/v1/nodes/self/ready", admin, b""))
+        if await refresh(self.node, self.fixtures):
+            self.figures.fixture_refreshes += 1
         for session_id in list(self.fixtures.pools.get("session", []))[1:]:  # the first: the fixture
             await send_raw(self.node.http_port, build_request(b"DELETE", f"/api/v1/sessions/{session_id}".encode(), admin, b""))
 
