@@ -145,7 +145,12 @@ class FuzzNode:
         cut = text.rfind("\n") + 1  # a half-written line is read next time
         self._log_offset += len(text[:cut].encode("utf-8", "replace"))
         lines = text[:cut].splitlines()
-        return ["\n".join(lines[i:i + 12]) for i, line in enumerate(lines) if _BAD_LOG.search(line)]
+        problems, covered = [], -1
+        for i, line in enumerate(lines):
+            if i > covered and _BAD_LOG.search(line):  # an ERROR line and its traceback are one problem
+                problems.append("\n".join(lines[i:i + 12]))
+                covered = i + 11
+        return problems
 
     def log_tail(self, count: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-count:])
