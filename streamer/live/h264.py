@@ -15,7 +15,14 @@ import numpy as np
 from av.video.frame import PictureType
 
 from gpu.errors import SwapcastError
-from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, SoftwareFallback, nvenc_live_options
+from streamer.media.hwcodecs import (
+    SOFTWARE_DECODE,
+    SOFTWARE_ENCODE,
+    CodecChoice,
+    SoftwareFallback,
+    nvenc_live_options,
+    scale_threads,
+)
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
 
 MS = Fraction(1, 1000)
@@ -117,7 +124,7 @@ class H264Encoder(SoftwareFallback):
 
     def encode(self, rgb: np.ndarray, pts: int) -> list[EncodedVideo]:
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[: self.height, : self.width]), format="rgb24")
-        frame = frame.reformat(format="yuv420p")
+        frame = frame.reformat(format="yuv420p", threads=scale_threads())
         frame.pts, frame.time_base = pts, MS
         if self._last_keyframe is None or pts - self._last_keyframe >= self.keyframe_interval_ms:
             frame.pict_type = PictureType.I

@@ -18,7 +18,7 @@ import av
 import numpy as np
 
 from streamer.live.h264 import EncodedVideo, FrameSizeError, H264Decoder, H264Encoder
-from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice
+from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, scale_threads
 from streamer.pipeline.failure_log import FailureLog
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
 
@@ -258,7 +258,7 @@ class LiveSwapWorker:
 
     def _swap_and_encode(self, frame: av.VideoFrame, arrived: float) -> None:
         encoder = self._encoder_for(frame.width, frame.height)  # refuses sizes it cannot take, before any work
-        rgb = frame.to_ndarray(format="rgb24")
+        rgb = frame.to_ndarray(format="rgb24", threads=scale_threads())
         pts = int(frame.pts)
         try:
             stages = self.swapper.process(rgb, pts / 1000.0)

@@ -41,6 +41,7 @@ import numpy as np
 from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
 from streamer.media.errors import VideoError
+from streamer.media.hwcodecs import scale_threads
 
 # (RGB frame, its presentation time in seconds) -> frame; the time drives temporal smoothing.
 Transform = Callable[[np.ndarray, float], np.ndarray]
@@ -254,7 +255,8 @@ class _Transcode:
             raise ValueError(f"transform must return uint8 {rgb.shape}, got {result.dtype} {result.shape}")
         out = av.VideoFrame.from_ndarray(np.ascontiguousarray(result), format="rgb24")
         out = out.reformat(
-            format="yuv420p", dst_colorspace=_OUT_COLORSPACE, dst_color_range=_OUT_RANGE, interpolation=_TO_YUV_FLAGS
+            format="yuv420p", dst_colorspace=_OUT_COLORSPACE, dst_color_range=_OUT_RANGE, interpolation=_TO_YUV_FLAGS,
+            threads=scale_threads(),
         )
         out.pts, out.time_base = self._pts(frame), self.in_video.time_base
         self._mux(self.out_video.encode(out))
@@ -271,6 +273,7 @@ class _Transcode:
             height=self.in_height,
             src_color_range=frame.color_range,
             interpolation=_TO_RGB_FLAGS,
+            threads=scale_threads(),
         )
         rgb = np.rot90(rgb, self.rotation_k)
         return np.ascontiguousarray(rgb[: rgb.shape[0] & ~1, : rgb.shape[1] & ~1])

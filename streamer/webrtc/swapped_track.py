@@ -29,6 +29,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from streamer.live.h264 import FrameSizeError, check_frame_size
 from streamer.live.heap import release_freed_memory
 from streamer.live.swap_worker import LiveStats
+from streamer.media.hwcodecs import scale_threads
 from streamer.media.images import jpeg_preview
 from streamer.pipeline.failure_log import FailureLog
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
@@ -167,7 +168,7 @@ class SwappedVideo:
         swapper = self.swapper
         if swapper is None or not swapper.enabled or swapper.source is None:
             return _i420(frame), StageTimes()
-        rgb = frame.to_ndarray(format="rgb24")
+        rgb = frame.to_ndarray(format="rgb24", threads=scale_threads())
         seconds = float((frame.pts or 0) * (frame.time_base or Fraction(1, 90000)))
         try:
             stages = swapper.process(rgb, seconds)
@@ -175,7 +176,7 @@ class SwappedVideo:
             self._swap_failures.failed()
             self.stats.swap_errors += 1
             return _i420(frame), StageTimes()
-        return av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p").to_ndarray(), stages
+        return av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p", threads=scale_threads()).to_ndarray(), stages
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -196,7 +197,7 @@ class SwappedVideo:
 
 def _i420(frame: av.VideoFrame) -> np.ndarray:
     if frame.format.name != "yuv420p" or frame.width % 2 or frame.height % 2:
-        frame = frame.reformat(width=frame.width & ~1, height=frame.height & ~1, format="yuv420p")
+        frame = frame.reformat(width=frame.width & ~1, height=frame.height & ~1, format="yuv420p", threads=scale_threads())
     return frame.to_ndarray()
 
 
