@@ -356,3 +356,45 @@ async def publish_more(client, messages: list) -> None:
     for message in messages:
         await client.send(message)
         await asyncio.sleep(0.02)
+
+
+def swap_threads(name: str) -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == f"swap-{name}" and t.is_alive()]
+
+
+def test_rapid_replace_and_unpublish_leaves_no_swap_thread_after_the_resume_window(engine, grace_image, face_file, tmp_path):
+    """A publisher replaced while the first publish of its key was still starting (its face
+    being fetched, as when the library re-reads an evicted upload) must not leave a stream,
+    and its swap thread, that nothing lists or ends."""
+    from streamer.rtmp.client import RtmpClientError
+
+    async def scenario():
+        async with Node(engine, tmp_path / "data", resume_window_s=0.3) as node:
+            key, record = node.keys.add("churn", face_file)
+            for_stream = node.faces.for_stream
+
+            async def slow_for_stream(stream):
+                await asyncio.sleep(0.3)  # a face read from the store: the event loop runs meanwhile
+                return await for_stream(stream)
+
+            node.faces.for_stream = slow_for_stream
+            messages = camera_messages(grace_image, 3)
+            for _ in range(4):
+                # the second publish of the key replaces the first while that one is starting
+                clients = await asyncio.gather(publish(node.url(key), messages, pace_s=0.0, close=False),
+                                               publish(node.url(key), messages, pace_s=0.0, close=False),
+                                               return_exceptions=True)
+                replaced = [c for c in clients if isinstance(c, RtmpClientError)]
+                assert all("replaced by a new connection" in str(c) for c in replaced)
+                for client in clients:
+                    if not isinstance(client, RtmpClientError):
+                        await client.close()  # an unpublish
+                # every publish handled, then the resume window over: the next round starts afresh
+                await wait_until(lambda: node.server.connection_count == 0 and not node.ingest.streams)
+            sessions = node.ingest.sessions()
+            await wait_until(lambda: not swap_threads("churn"))  # an ended stream's thread is joined
+            return sessions
+
+    assert asyncio.run(scenario()) == []

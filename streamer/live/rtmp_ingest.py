@@ -211,15 +211,17 @@ class LiveStream:
 
     async def close(self) -> None:
         """End the stream and let go of everything it holds (outputs, cached frames, codecs)."""
-        if self.publisher is not None:
-            await self.publisher.close("stream closed")
-        for output in [*self.outputs, *self.players]:
-            with contextlib.suppress(Exception):
-                await output.close()
-        self.outputs, self.players, self._gop = [], set(), []
-        self._audio.close()
-        await asyncio.gather(*self._closing, return_exceptions=True)
-        await asyncio.get_running_loop().run_in_executor(None, self.worker.stop)
+        try:
+            if self.publisher is not None:
+                await self.publisher.close("stream closed")
+            for output in [*self.outputs, *self.players]:
+                with contextlib.suppress(Exception):
+                    await output.close()
+            self.outputs, self.players, self._gop = [], set(), []
+            self._audio.close()
+            await asyncio.gather(*self._closing, return_exceptions=True)
+        finally:  # the swap thread ends even when closing is cut short (the server shutting down)
+            await asyncio.get_running_loop().run_in_executor(None, self.worker.stop)
 
 
 class RtmpIngest:
@@ -261,12 +263,13 @@ class RtmpIngest:
         if record is None:  # revoked between authorize and now
             await publisher.close("stream key revoked")
             return
-        stream = self.streams.get(record.key_id)
-        if stream is not None and stream.failed:  # never resume a stream whose swap thread died
-            await self._end(stream)
-            stream = None
+        # every await comes before the look-up: a stream is created and listed in one step, so
+        # two publishes of one key that start together share it, and none is left unlisted
+        # (and never ended) with its swap thread running
+        face = await self._faces.for_stream(record.stream)
+        while (stream := self.streams.get(record.key_id)) is not None and stream.failed:
+            await self._end(stream)  # never resume a stream whose swap thread died
         if stream is None:
-            face = await self._faces.for_stream(record.stream)
             stream = LiveStream(record, face.source, self._options(record.stream.swap),
                                 self._engine, self._settings, self._connect_push)
             stream.record = self._record(record, publisher.name)
@@ -285,18 +288,24 @@ class RtmpIngest:
             log.warning("rtmp: %s ended: %s", stream.name, stream.failed)
             await self._end(stream)
         elif stream.publisher is None:
+            if stream.teardown is not None:  # one timer per stream: none left running unseen
+                stream.teardown.cancel()
             stream.teardown = asyncio.ensure_future(self._end_later(stream))
 
     async def _end_later(self, stream: LiveStream) -> None:
         await asyncio.sleep(self._settings.resume_window_s)
         stream.teardown = None  # done, not cancelled: _end must not cancel its own caller
-        await self._end(stream)
+        if stream.publisher is None:
+            await self._end(stream)
 
     async def _end(self, stream: LiveStream) -> None:
+        """End a listed stream, cutting its publisher if it still has one (a failed stream's
+        publisher may not have seen the cut yet); a stream is listed from its creation until
+        here, so whatever is not listed has been closed."""
         if stream.teardown is not None:
             stream.teardown.cancel()
             stream.teardown = None
-        if stream.publisher is None and self.streams.get(stream.key_id) is stream:
+        if self.streams.get(stream.key_id) is stream:
             del self.streams[stream.key_id]
             await stream.close()
             await asyncio.get_running_loop().run_in_executor(None, release_freed_memory)
