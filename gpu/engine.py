@@ -31,7 +31,7 @@ SwapperName = Literal["auto", "mesh", "mesh3d", "inswapper"]
 
 @dataclass(frozen=True)
 class EngineSettings:
-    swapper: SwapperName = "auto"  # auto = inswapper when the models directory has it, else mesh
+    swapper: SwapperName = "auto"  # auto = inswapper when the models directory has it, else mesh3d
     models_dir: Path | None = None
     prefer_fp16: bool = False
     crop_size: int = 256  # mesh swapper's aligned crop (inswapper is fixed at 128)
@@ -154,7 +154,7 @@ class FaceEngine:
             from gpu.swappers.inswapper import InswapperSwapper
 
             return InswapperSwapper(models.swapper, ArcFaceEmbedder(models.embedder), make_runner=self._runner_for)
-        if choice == "mesh3d":
+        if choice in ("auto", "mesh3d"):
             from gpu.swappers.mesh3d import Mesh3dSwapper
             from gpu.swappers.mesh3d_graph import build_mesh3d_swap_graph
 

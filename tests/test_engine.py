@@ -13,7 +13,7 @@ ASTRONAUT_KPS = np.array([[201.5, 104.9], [245.8, 109.1], [220.4, 127.3], [201.4
 
 
 def test_builtin_engine_defaults(engine):
-    assert engine.swapper.name == "mesh"
+    assert engine.swapper.name == "mesh3d"
     assert engine.detector_name == "FaceFinder"
 
 

@@ -14,8 +14,13 @@ def test_a_source_survives_bytes_and_swaps_the_same(engine, astronaut_image, gra
     restored = engine.source_from_bytes(data)
     np.testing.assert_array_equal(restored.identity, source.identity)
     np.testing.assert_array_equal(restored.face.mesh, source.face.mesh)
-    np.testing.assert_allclose(restored.payload.texture, source.payload.texture, atol=1 / 510)
-    np.testing.assert_array_equal(restored.payload.triangles, source.payload.triangles)
+    np.testing.assert_array_equal(restored.face.depth, source.face.depth)
+    # the default (mesh3d) payload: the albedo travels as uint8, the rest exactly
+    from gpu.swappers.mesh3d import ALBEDO_MAX
+
+    np.testing.assert_allclose(restored.payload.albedo, source.payload.albedo, atol=ALBEDO_MAX / 510 + 1e-6)
+    np.testing.assert_array_equal(restored.payload.lighting, source.payload.lighting)
+    np.testing.assert_array_equal(restored.payload.shape, source.payload.shape)
     swapped = []
     for which in (source, restored):
         frame = grace_image.copy()
@@ -28,7 +33,7 @@ def test_damaged_or_foreign_bytes_say_why(engine, astronaut_image):
     with pytest.raises(SourceCodecError, match="damaged"):
         engine.source_from_bytes(b"not an archive")
     data = engine.source_to_bytes(engine.register_source(astronaut_image))
-    with pytest.raises(SourceCodecError, match="prepared for the mesh swapper; this node runs inswapper"):
+    with pytest.raises(SourceCodecError, match="prepared for the mesh3d swapper; this node runs inswapper"):
         decode_source(data, "inswapper")
 
 
@@ -55,3 +60,14 @@ def test_a_mesh3d_source_is_stored_compactly_and_comes_back():
     np.testing.assert_array_equal(restored.shape, payload.shape)
     with pytest.raises(SourceCodecError, match="prepared for the mesh3d swapper; this node runs mesh"):
         decode_source(data, "mesh")
+
+
+def test_a_mesh_source_survives_bytes(astronaut_image):
+    from gpu.engine import EngineSettings, FaceEngine
+
+    engine = FaceEngine(EngineSettings(swapper="mesh"))
+    source = engine.register_source(astronaut_image)
+    restored = engine.source_from_bytes(engine.source_to_bytes(source))
+    np.testing.assert_allclose(restored.payload.texture, source.payload.texture, atol=1 / 510)
+    np.testing.assert_array_equal(restored.payload.triangles, source.payload.triangles)
+    np.testing.assert_array_equal(restored.payload.points, source.payload.points)
