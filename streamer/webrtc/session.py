@@ -33,10 +33,30 @@ def iso_utc(timestamp: float | None = None) -> str:
 
 
 async def _close_pc(pc: RTCPeerConnection, what: str) -> None:
+    starting = _tasks_of(pc)
     try:
         await asyncio.wait_for(pc.close(), timeout=5.0)
     except Exception:  # a half-negotiated or broken connection must not stop the teardown
         log.warning("%s: closing the peer connection failed", what, exc_info=True)
+    for task in starting:
+        task.add_done_callback(lambda done: _expected_failure(done, what))
+
+
+def _tasks_of(pc: RTCPeerConnection) -> list[asyncio.Task]:
+    """The tasks running methods of ``pc``: aiortc starts ICE and DTLS in a task it does not
+    keep, which fails ("RTCIceTransport is closed") when the connection is closed meanwhile."""
+    tasks = []
+    for task in asyncio.all_tasks():
+        frame = getattr(task.get_coro(), "cr_frame", None)
+        if frame is not None and frame.f_locals.get("self") is pc:
+            tasks.append(task)
+    return tasks
+
+
+def _expected_failure(task: asyncio.Task, what: str) -> None:
+    """Retrieve the outcome of a task cut short by the close: it is the close, not an error."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.debug("%s: starting the connection ended by the close (%r)", what, exc)
 
 
 class Viewer:
