@@ -51,6 +51,7 @@ class NodeHooks(Protocol):
 class AgentSettings:
     heartbeat_s: float = 0.5
     offer_timeout_s: float = 60.0  # a session placed here that never got media is dropped
+    close_timeout_s: float = 5.0  # close gives up on a loop that ignores its cancellation after this
 
 
 class NodeAgent:
@@ -77,13 +78,26 @@ class NodeAgent:
     async def close(self) -> None:
         """Leave the registry: the node's remaining sessions are re-placed on other nodes,
         so their browsers resume there (a rolling update moves sessions, it does not end them)."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._stop_loops()
         with contextlib.suppress(RegistryError):
             moved = await self.registry.remove_node(self.node_id)
             if moved:
                 log.info("left the registry; %d session(s) moved to other nodes", len(moved))
+
+    async def _stop_loops(self) -> None:
+        """Cancel the loops, again until they end, for at most ``close_timeout_s``: a loop
+        whose Redis read loses a cancellation (seen: the pub/sub listener reading on after
+        close) must not hold the node's shutdown for ever."""
+        pending = {task for task in self._tasks if not task.done()}
+        deadline = time.monotonic() + self.settings.close_timeout_s
+        while pending and time.monotonic() < deadline:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+        if pending:
+            log.warning("%d node loop(s) ignored cancellation for %.0f s; leaving them",
+                        len(pending), self.settings.close_timeout_s)
+        self._tasks = []
 
     async def set_state(self, state: str) -> NodeInfo:
         """Drain (no new sessions, the current ones go on) or make ready again."""

@@ -1,0 +1,63 @@
+"""The node agent's shutdown is bounded whatever the registry's listener does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from signaling.node_agent import AgentSettings, NodeAgent
+from signaling.registry import MemoryRegistry, NodeInfo, SessionRecord
+
+
+class DeafListenerRegistry(MemoryRegistry):
+    """A registry whose control listener loses every cancellation (as a Redis read that
+    swallows one would): like ``RedisRegistry``'s, it ends only once the registry closes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancellations_ignored = 0
+
+    async def control_messages(self, node_id: str) -> AsyncIterator[dict[str, Any]]:
+        while not self._closed:
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                self.cancellations_ignored += 1
+        yield {}  # pragma: no cover - makes this an async generator
+
+
+class IdleNode:
+    def records(self) -> list[SessionRecord]:
+        return []
+
+    async def kill_session(self, session_id: str) -> None: ...
+
+    async def update_session(self, session_id: str, changes: dict[str, Any]) -> None: ...
+
+    async def disown_session(self, session_id: str) -> None: ...
+
+    def numbers(self) -> tuple[float, dict[str, Any]]:
+        return 0.0, {}
+
+
+def test_close_leaves_the_registry_even_when_the_listener_ignores_cancellation():
+    registry = DeafListenerRegistry()
+    info = NodeInfo(id="n1", address="127.0.0.1:1", rtmp_address="127.0.0.1:2", gpu="cpu", capacity=2)
+    agent = NodeAgent(registry, info, IdleNode(), AgentSettings(heartbeat_s=0.05, close_timeout_s=0.3))
+
+    async def scenario() -> tuple[bool, list[NodeInfo]]:
+        await agent.start()
+        assert [node.id for node in await registry.nodes()] == ["n1"]
+        await asyncio.sleep(0)  # the listener is waiting
+        closing = asyncio.ensure_future(agent.close())
+        done, _ = await asyncio.wait({closing}, timeout=30)  # the old close waited on the listener for ever
+        left = await registry.nodes()
+        await registry.close()  # the listener ends now, so the old close returns too
+        await closing
+        return bool(done), left
+
+    closed, nodes_left = asyncio.run(scenario())
+    assert closed, "NodeAgent.close waited on a listener that ignores cancellation"
+    assert nodes_left == []
+    assert registry.cancellations_ignored >= 1
