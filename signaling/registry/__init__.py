@@ -2,6 +2,7 @@
 ``RedisRegistry`` (cluster), and ``open_registry(url)`` to pick one from the config."""
 
 from signaling.registry.base import (
+    FaceLimitError,
     FaceRecord,
     NoCapacityError,
     NodeInfo,
@@ -28,6 +29,7 @@ def open_registry(url: str | None, *, ttl_s: float) -> Registry:
 
 
 __all__ = [
+    "FaceLimitError",
     "FaceRecord",
     "MemoryRegistry",
     "NoCapacityError",

@@ -32,6 +32,10 @@ class RegistryUnavailable(RegistryError):
     """The registry's store (Redis) cannot be reached; try again later (HTTP 503)."""
 
 
+class FaceLimitError(RegistryError):
+    """The owner already stores as many faces as ``put_face``'s ``owner_limit`` allows."""
+
+
 class NoCapacityError(RegistryError):
     """No live, ready node has room for another session (HTTP 503)."""
 
@@ -191,7 +195,10 @@ class Registry(abc.ABC):
     # -- faces ------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def put_face(self, face: FaceRecord) -> None: ...
+    async def put_face(self, face: FaceRecord, *, owner_limit: int | None = None) -> None:
+        """Store (or replace) a face. With ``owner_limit``, a new face whose owner already
+        has that many raises ``FaceLimitError``; checked and stored in one step, so nodes
+        uploading at once cannot overshoot it, and nobody else's face is ever evicted."""
 
     @abc.abstractmethod
     async def get_face(self, face_id: str) -> FaceRecord | None: ...

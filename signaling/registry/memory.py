@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any, get_args
 
 from signaling.registry.base import (
+    FaceLimitError,
     FaceRecord,
     NoCapacityError,
     NodeInfo,
@@ -215,7 +216,10 @@ class MemoryRegistry(Registry):
 
     # -- faces ------------------------------------------------------------------------------
 
-    async def put_face(self, face: FaceRecord) -> None:
+    async def put_face(self, face: FaceRecord, *, owner_limit: int | None = None) -> None:
+        if owner_limit is not None and face.id not in self._faces:
+            if sum(stored.owner == face.owner for stored in self._faces.values()) >= owner_limit:
+                raise FaceLimitError(f"{face.owner!r} already stores {owner_limit} faces")
         self._faces[face.id] = copy.copy(face)
 
     async def get_face(self, face_id: str) -> FaceRecord | None:

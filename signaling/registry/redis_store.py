@@ -11,6 +11,7 @@ Cluster slot and each Lua script touches one slot; ``P`` = ``swapcast:{namespace
 - ``P session:<id>``           hash of the ``SessionRecord`` fields (JSON values)
 - ``P sessions``, ``P orphans`` sets of all session ids / the orphaned ones
 - ``P face:<id>``, ``P faces``  hash of a face (raw bytes for the JPEG and source), set of ids
+- ``P owner_faces:<owner>``    set of one owner's face ids (its SCARD is checked against the limit)
 - ``P control:<node id>``      pub/sub channel of a node's control messages
 
 The same code runs on one Redis server and on a Redis Cluster (``_client`` picks the client
@@ -40,6 +41,7 @@ from redis.commands.core import AsyncScript
 
 from signaling.redis_client import UNREACHABLE, RedisClient, is_cluster_url, open_redis
 from signaling.registry.base import (
+    FaceLimitError,
     FaceRecord,
     NodeInfo,
     NodeState,
@@ -258,6 +260,34 @@ redis.call('HSET', key, 'state', ARGV[3])
 return 1
 """
 
+# ARGV: prefix, face id, owner, owner limit ('' = none), field/value pairs. 0 = the owner is
+# at the limit (nothing stored); 1 = stored. Replacing a face never counts against the limit.
+_PUT_FACE = """
+local P = ARGV[1]
+local key = P .. 'face:' .. ARGV[2]
+local mine = P .. 'owner_faces:' .. ARGV[3]
+local limit = tonumber(ARGV[4])
+local old = redis.call('HGET', key, 'owner')
+if limit and not old and redis.call('SCARD', mine) >= limit then return 0 end
+if old and old ~= ARGV[3] then redis.call('SREM', P .. 'owner_faces:' .. old, ARGV[2]) end
+redis.call('DEL', key)
+redis.call('HSET', key, unpack(ARGV, 5))
+redis.call('SADD', P .. 'faces', ARGV[2])
+redis.call('SADD', mine, ARGV[2])
+return 1
+"""
+
+# ARGV: prefix, face id. 1 when a face was removed.
+_DELETE_FACE = """
+local P = ARGV[1]
+local key = P .. 'face:' .. ARGV[2]
+local owner = redis.call('HGET', key, 'owner')
+redis.call('SREM', P .. 'faces', ARGV[2])
+if not owner then return redis.call('DEL', key) end
+redis.call('SREM', P .. 'owner_faces:' .. owner, ARGV[2])
+return redis.call('DEL', key)
+"""
+
 
 def _encode(fields: dict[str, Any]) -> dict[str, str]:
     """Each field's value as JSON (the scripts read node_id and state with cjson)."""
@@ -301,6 +331,8 @@ class RedisRegistry(Registry):
         self._reap = self._redis.register_script(_REAP)
         self._heartbeat = self._redis.register_script(_HEARTBEAT)
         self._set_state = self._redis.register_script(_SET_STATE)
+        self._put_face = self._redis.register_script(_PUT_FACE)
+        self._delete_face = self._redis.register_script(_DELETE_FACE)
         self._closed = False
 
     # -- helpers ----------------------------------------------------------------------------
@@ -320,7 +352,7 @@ class RedisRegistry(Registry):
         finally:
             self._turns.release()
 
-    async def _script(self, script: AsyncScript, *args: str | int) -> Any:
+    async def _script(self, script: AsyncScript, *args: str | int | bytes) -> Any:
         return await script(keys=[self._nodes_key], args=[self._prefix, *args])
 
     async def _records(self, session_ids: Iterable[bytes | str]) -> list[SessionRecord]:
@@ -433,16 +465,15 @@ class RedisRegistry(Registry):
     # -- faces ------------------------------------------------------------------------------
 
     @_reachable
-    async def put_face(self, face: FaceRecord) -> None:
+    async def put_face(self, face: FaceRecord, *, owner_limit: int | None = None) -> None:
         fields: dict[str, str | bytes] = {
             "name": face.name, "owner": face.owner, "created": repr(face.created),
             "thumbnail_jpeg": face.thumbnail_jpeg, "source": face.source,
         }
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self._key("face", face.id))
-            pipe.hset(self._key("face", face.id), mapping=fields)  # type: ignore[arg-type]
-            pipe.sadd(self._key("faces"), face.id)
-            await pipe.execute()
+        pairs = [item for name, value in fields.items() for item in (name, value)]
+        limit = "" if owner_limit is None else str(owner_limit)
+        if not await self._script(self._put_face, face.id, face.owner, limit, *pairs):
+            raise FaceLimitError(f"{face.owner!r} already stores {owner_limit} faces")
 
     @_reachable
     async def get_face(self, face_id: str) -> FaceRecord | None:
@@ -467,11 +498,7 @@ class RedisRegistry(Registry):
 
     @_reachable
     async def delete_face(self, face_id: str) -> bool:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self._key("face", face_id))
-            pipe.srem(self._key("faces"), face_id)
-            deleted, _ = await pipe.execute()
-        return bool(deleted)
+        return bool(await self._script(self._delete_face, face_id))
 
     # -- control messages ---------------------------------------------------------------------
 

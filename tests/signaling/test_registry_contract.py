@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from signaling.registry import (
+    FaceLimitError,
     FaceRecord,
     MemoryRegistry,
     NoCapacityError,
@@ -295,6 +296,27 @@ async def send_until_received(registry: Registry, node_id: str, got: list[dict[s
     while not got:
         await registry.send_control(node_id, {"kind": "drain", "to": node_id})
         await asyncio.sleep(0.02)
+
+
+def test_an_owner_at_the_face_limit_stores_no_more_and_evicts_nobody(make: MakeRegistry) -> None:
+    def face(face_id: str, owner: str, name: str = "x") -> FaceRecord:
+        return FaceRecord(id=face_id, name=name, thumbnail_jpeg=b"\xff\xd8", source=b"\x00", owner=owner)
+
+    async def scenario(registry: Registry) -> None:
+        await registry.put_face(face("b1", "bob"), owner_limit=2)
+        for face_id in ("a1", "a2"):
+            await registry.put_face(face(face_id, "ann"), owner_limit=2)
+        with pytest.raises(FaceLimitError):
+            await registry.put_face(face("a3", "ann"), owner_limit=2)
+        await registry.put_face(face("a1", "ann", name="renamed"), owner_limit=2)  # a replacement is no new face
+        await registry.put_face(face("b2", "bob"), owner_limit=2)
+        assert sorted(f.id for f in await registry.faces()) == ["a1", "a2", "b1", "b2"]
+        assert (await registry.get_face("a1")).name == "renamed"  # type: ignore[union-attr]
+        assert await registry.delete_face("a2")
+        await registry.put_face(face("a3", "ann"), owner_limit=2)  # room again after a delete
+        assert sorted(f.id for f in await registry.faces(owner="ann")) == ["a1", "a3"]
+
+    check(make, scenario)
 
 
 def test_control_messages_reach_only_their_node(make: MakeRegistry) -> None:
