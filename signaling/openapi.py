@@ -192,7 +192,7 @@ def _faces(b: _Builder) -> None:
          {"200": _ok("Faces", {"type": "array", "items": _ref("Face")})}, ("503",), forwarded=True)
     image = {"type": "string", "format": "binary"}
     b.op("post", "/api/v1/faces", "uploadFace", "Upload a source photo with exactly one face", "faces",
-         {"201": _ok("The face", _ref("Face"), headers=_location())}, ("400", "413", "415", "422", "503"),
+         {"201": _ok("The face", _ref("Face"), headers=_location())}, ("400", "409", "413", "415", "422", "503"),
          params=[{"name": "name", "in": "query", "schema": {"type": "string", "maxLength": 80},
                   "description": "display name (default: the file's name)"}],
          body={"image/jpeg": {"schema": image}, "image/png": {"schema": image}, "image/webp": {"schema": image},
@@ -200,7 +200,9 @@ def _faces(b: _Builder) -> None:
                "multipart/form-data": {"schema": {"type": "object", "required": ["image"],
                                                   "properties": {"image": image}}}},
          forwarded=True, description="The raw image as the body, or a multipart form with the field `image`; "
-                                     "at most 10 MB. The face id is usable on every node of the cluster.")
+                                     "at most 10 MB. The face id is usable on every node of the cluster. "
+                                     "409: the caller already keeps the most faces one user may (64); "
+                                     "delete one (DELETE /api/v1/faces/{face_id}) first.")
     name = {"type": "string", "minLength": 1, "maxLength": 80}
     b.op("patch", "/api/v1/faces/{face_id}", "renameFace", "Rename one of the caller's uploaded faces", "faces",
          {"200": _ok("The face", _ref("Face"))}, ("400", "403", "404", "503"), params=[_path_param("face_id")],

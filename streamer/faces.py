@@ -4,8 +4,9 @@ Two kinds of entries: the sample faces that ship inside installed wheels
 (``streamer.samples.SAMPLE_FACES``, registered lazily the first time they are needed) and
 faces uploaded over the API. Uploads are kept in the registry's face store (in-process on
 the embedded node, Redis in a cluster) as the engine's serialised source, so any node can
-use a face uploaded through another one without detecting it again; the newest
-``MAX_STORED_FACES`` are kept, and each node caches the ones it used last. Stream keys name
+use a face uploaded through another one without detecting it again. Each owner keeps at most
+``MAX_FACES_PER_OWNER`` (the next upload is a 409 until they delete one: evicting the oldest
+would let one user wipe everyone's faces); each node caches the ones it used last. Stream keys name
 a photo by path; those are registered on demand and cached, but never listed.
 
 Registration (detection, landmarks, identity, the swapper's own data) takes ~100 ms, so it
@@ -31,7 +32,7 @@ import numpy as np
 
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import ImageError, ManyFacesError, NoFaceError, SwapcastError
-from signaling.registry import FaceRecord, MemoryRegistry, Registry
+from signaling.registry import FaceLimitError, FaceRecord, MemoryRegistry, Registry
 from signaling.stream_keys import StreamConfig
 from streamer.samples import SAMPLE_FACES
 
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 4096  # per side
-MAX_STORED_FACES = 256  # uploads kept in the face store; the oldest is forgotten first
+MAX_FACES_PER_OWNER = 64  # uploads one user keeps in the face store; samples do not count
 MAX_CACHED_FACES = 64  # decoded uploads a node keeps in memory
 THUMBNAIL_SIZE = 160
 MAX_NAME_CHARS = 80
@@ -68,6 +69,12 @@ class NoFaceInImageError(FaceLibraryError, NoFaceError):
 
 class SeveralFacesError(FaceLibraryError, ManyFacesError):
     """The upload shows more than one face (a source must show exactly one)."""
+
+
+class TooManyFacesError(FaceLibraryError):
+    """The owner already keeps as many faces as allowed; deleting one makes room."""
+
+    status = 409
 
 
 class UnknownFaceError(FaceLibraryError):
@@ -144,9 +151,11 @@ def file_face_name(filename: str | None) -> str | None:
 
 
 class FaceLibrary:
-    def __init__(self, engine: FaceEngine, store: Registry | None = None) -> None:
+    def __init__(self, engine: FaceEngine, store: Registry | None = None,
+                 max_faces_per_owner: int = MAX_FACES_PER_OWNER) -> None:
         self.engine = engine
         self.store = store or MemoryRegistry()
+        self.max_faces_per_owner = max_faces_per_owner
         self._samples: dict[str, FaceEntry] = {}
         self._uploads: OrderedDict[str, FaceEntry] = OrderedDict()  # decoded uploads, most recent last
         self._by_path: dict[tuple[str, float], FaceEntry] = {}
@@ -186,14 +195,22 @@ class FaceLibrary:
         check_size(image_bytes)
         if name is not None:
             name = face_name(name)
+        if len(await self.store.faces(owner)) >= self.max_faces_per_owner:  # before the ~100 ms detection
+            raise self._full()
         entry = await self._run(self._register_upload, image_bytes, name, owner)
         data = await self._run(self.engine.source_to_bytes, entry.source)
-        await self.store.put_face(FaceRecord(entry.id, entry.name, entry.thumbnail_jpeg, data, owner=owner))
+        try:  # checked again where it is stored: another node may have stored one meanwhile
+            await self.store.put_face(FaceRecord(entry.id, entry.name, entry.thumbnail_jpeg, data, owner=owner),
+                                      owner_limit=self.max_faces_per_owner)
+        except FaceLimitError:
+            raise self._full() from None
         self._cache(entry)
-        stored = await self.store.faces()
-        for oldest in stored[: max(0, len(stored) - MAX_STORED_FACES)]:
-            await self.store.delete_face(oldest.id)
         return entry
+
+    def _full(self) -> TooManyFacesError:
+        return TooManyFacesError(
+            f"you already keep {self.max_faces_per_owner} faces, the most one user may; delete one "
+            "(DELETE /api/v1/faces/{face_id}) before uploading another")
 
     async def thumbnail(self, face_id: str) -> FaceThumbnail:
         """The face's thumbnail JPEG and owner, without decoding its source."""
