@@ -77,6 +77,7 @@ class LiveStream:
                        retry_max_s=settings.push_retry_max_s)
             for url in record.stream.push
         ]
+        self._final_push: list[dict] | None = None  # the destinations' last state, once closed
         self._record_target = record.stream.record
         swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}")
         self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, self.name,
@@ -204,19 +205,24 @@ class LiveStream:
             "publishing": self.publisher is not None,
             "publisher": self.publisher.remote if self.publisher else None,
             "players": len(self.players),
-            "push": [{"url": o.url, "connected": o.connected, "attempts": o.attempts, "error": o.last_error}
-                     for o in self.outputs if isinstance(o, PushOutput)],
+            "push": self._push_info() if self._final_push is None else self._final_push,
             "stats": self.worker.stats.snapshot(),
         }
 
+    def _push_info(self) -> list[dict]:
+        return [{"url": o.url, "connected": o.connected, "attempts": o.attempts, "error": o.last_error}
+                for o in self.outputs if isinstance(o, PushOutput)]
+
     async def close(self) -> None:
-        """End the stream and let go of everything it holds (outputs, cached frames, codecs)."""
+        """End the stream and let go of everything it holds (outputs, cached frames, codecs);
+        what its push destinations did stays readable in ``info()``."""
         try:
             if self.publisher is not None:
                 await self.publisher.close("stream closed")
             for output in [*self.outputs, *self.players]:
                 with contextlib.suppress(Exception):
                     await output.close()
+            self._final_push = self._push_info()
             self.outputs, self.players, self._gop = [], set(), []
             self._audio.close()
             await asyncio.gather(*self._closing, return_exceptions=True)
