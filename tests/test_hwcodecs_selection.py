@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import av
@@ -296,6 +297,9 @@ def test_the_swap_worker_runs_a_stream_on_forced_hardware_codecs_that_fall_back(
     worker.push(SequenceHeader(publisher.sequence_header))
     for sample in samples:
         worker.push(VideoSample(sample.data, sample.dts))
+    deadline = time.monotonic() + 60.0  # stop() drops what is still queued (a live stream's end): wait for output first
+    while worker.stats.frames_out < 1 and worker.failure is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     worker.stop(timeout=60.0)
     assert worker.stats.decode_errors == 0 and worker.stats.frames_out >= 1
     assert len(headers) == 1 and out[0].keyframe
