@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from signaling.registry import NodeInfo, Registry, RegistryError, RegistryUnavailable, SessionRecord
+from signaling.registry.base import cancel_requested
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,8 @@ class NodeAgent:
 
     async def _stop_loops(self) -> None:
         """Cancel the loops, again until they end, for at most ``close_timeout_s``: a loop
-        whose Redis read loses a cancellation (seen: the pub/sub listener reading on after
-        close) must not hold the node's shutdown for ever."""
+        whose Redis call lost its cancellation (see ``cancel_requested``) must not hold the
+        node's shutdown for ever."""
         pending = {task for task in self._tasks if not task.done()}
         deadline = time.monotonic() + self.settings.close_timeout_s
         while pending and time.monotonic() < deadline:
@@ -107,7 +108,7 @@ class NodeAgent:
     # -- the loops ---------------------------------------------------------------------------
 
     async def _beat_forever(self) -> None:
-        while True:
+        while not cancel_requested():
             await asyncio.sleep(self.settings.heartbeat_s)
             await self._beat()
 
@@ -167,6 +168,8 @@ class NodeAgent:
             "drain": lambda m: self._drained(),
         }
         async for message in self.registry.control_messages(self.node_id):
+            if cancel_requested():
+                return
             handler = handlers.get(str(message.get("kind")))
             if handler is None:
                 log.warning("ignoring unknown control message %r", message)

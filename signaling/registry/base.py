@@ -10,6 +10,7 @@ both. Every method is a coroutine; a registry that cannot reach its store raises
 from __future__ import annotations
 
 import abc
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -22,6 +23,15 @@ SessionProtocol = Literal["webrtc", "whip", "rtmp"]
 # placed: a node was chosen, media has not arrived yet; live: media flows on node_id;
 # orphaned: its node died and no live node had room yet (node_id is "")
 SessionState = Literal["placed", "live", "orphaned"]
+
+
+def cancel_requested() -> bool:
+    """True once the current task was cancelled, even if the CancelledError got lost on the
+    way: redis-py sends every command under ``asyncio.wait_for``, which on Python 3.11
+    returns normally when the cancellation lands just as the send completes, so a loop that
+    only waits for CancelledError runs on for ever (what made NodeAgent.close hang on Redis)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class RegistryError(SwapcastError):

@@ -50,6 +50,7 @@ from signaling.registry.base import (
     RegistryUnavailable,
     SessionRecord,
     UnknownSessionError,
+    cancel_requested,
     now,
 )
 from signaling.registry.memory import (
@@ -510,7 +511,7 @@ class RedisRegistry(Registry):
         """Pub/sub is fire-and-forget: messages sent during an outage are lost (the contract
         says best effort); the loop re-subscribes with a backoff of at most a second."""
         backoff = 0.05
-        while not self._closed:
+        while not self._closed and not cancel_requested():
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 # a keyed command first: on a cluster it (re)learns the slot's master, after a
@@ -518,7 +519,7 @@ class RedisRegistry(Registry):
                 await self._redis.exists(self._nodes_key)
                 await pubsub.subscribe(self._key("control", node_id))
                 backoff = 0.05
-                while not self._closed:
+                while not self._closed and not cancel_requested():
                     message = await pubsub.get_message(timeout=_MAX_BACKOFF_S)
                     if message is not None:
                         yield json.loads(message["data"])

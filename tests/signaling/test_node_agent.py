@@ -1,4 +1,6 @@
-"""The node agent's shutdown is bounded whatever the registry's listener does."""
+"""The node agent's shutdown is bounded whatever the registry does: a call that loses the
+cancellation (redis-py's sends under Python 3.11's ``asyncio.wait_for``) or a listener that
+ignores it."""
 
 from __future__ import annotations
 
@@ -25,6 +27,26 @@ class DeafListenerRegistry(MemoryRegistry):
             except asyncio.CancelledError:
                 self.cancellations_ignored += 1
         yield {}  # pragma: no cover - makes this an async generator
+
+
+class SwallowingHeartbeatRegistry(MemoryRegistry):
+    """A heartbeat that returns normally when cancelled, once, as a redis-py command does
+    when the cancellation lands just as ``asyncio.wait_for`` sees its send complete."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.beating = asyncio.Event()
+        self.swallowed = 0
+
+    async def heartbeat(self, node_id: str, **numbers: Any) -> bool:
+        if self.swallowed:
+            return await super().heartbeat(node_id, **numbers)
+        self.beating.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.swallowed += 1
+        return await super().heartbeat(node_id, **numbers)
 
 
 class IdleNode:
@@ -61,3 +83,21 @@ def test_close_leaves_the_registry_even_when_the_listener_ignores_cancellation()
     assert closed, "NodeAgent.close waited on a listener that ignores cancellation"
     assert nodes_left == []
     assert registry.cancellations_ignored >= 1
+
+
+def test_close_ends_a_loop_whose_registry_call_lost_the_cancellation():
+    registry = SwallowingHeartbeatRegistry()
+    info = NodeInfo(id="n1", address="127.0.0.1:1", capacity=2)
+    agent = NodeAgent(registry, info, IdleNode(), AgentSettings(heartbeat_s=0.01, close_timeout_s=3600))
+
+    async def scenario() -> tuple[bool, list[NodeInfo]]:
+        await agent.start()
+        await registry.beating.wait()  # a heartbeat is in flight
+        closing = asyncio.ensure_future(agent.close())
+        done, _ = await asyncio.wait({closing}, timeout=20)  # the old close waited for ever
+        return bool(done), await registry.nodes()
+
+    closed, nodes_left = asyncio.run(scenario())
+    assert registry.swallowed == 1
+    assert closed, "NodeAgent.close waited on a heartbeat loop that lost its cancellation"
+    assert nodes_left == []
