@@ -39,6 +39,9 @@ class Offer:
         return self.audio_direction in ("sendrecv", "recvonly")
 
 
+ICE_CANDIDATE_TYPES = ("host", "srflx", "prflx", "relay")  # RFC 8445
+
+
 def parse_offer(text: object, need: Need) -> Offer:
     if not isinstance(text, str) or not text.strip():
         raise BadRequestError("the offer SDP is missing or empty")
@@ -59,6 +62,12 @@ def parse_offer(text: object, need: Need) -> Offer:
     if bundle is not None and (len(mids) != len(description.media) or set(bundle) != set(mids)):
         # aiortc answers such an offer with a section that has no transport, then fails
         raise BadRequestError("malformed SDP: a=group:BUNDLE must name exactly the media sections' a=mid values")
+    for candidate in (c for m in description.media for c in m.ice_candidates):
+        # aioice drops other types itself but logs them through a format string that a
+        # stray "%" in the candidate breaks (a logging traceback per candidate)
+        if candidate.type not in ICE_CANDIDATE_TYPES or "%" in candidate.ip:
+            raise BadRequestError(f"malformed SDP: an a=candidate must be of type {', '.join(ICE_CANDIDATE_TYPES)} "
+                                  "with a plain address or .local name")
     video = [m for m in description.media if m.kind == "video" and m.port != 0]
     audio = [m for m in description.media if m.kind == "audio" and m.port != 0]
     if not video:

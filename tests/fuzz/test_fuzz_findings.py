@@ -64,7 +64,15 @@ def second_mid(sdp: str) -> str:
     return _join(head, sections)
 
 
-@pytest.mark.parametrize("damage", [flooded, audio_line_dropped, second_mid])
+def odd_candidate(sdp: str) -> str:
+    """The fuzzer's mutated candidate: an unknown type with a "%" in it (aioice's own log
+    line for it then fails with a logging traceback)."""
+    head, sections = _sections(sdp)
+    sections[0] = sections[0] + ["a=candidate:1 1 udp 2122260223 127.0.0.1 9 typ z%sz"]
+    return _join(head, sections)
+
+
+@pytest.mark.parametrize("damage", [flooded, audio_line_dropped, second_mid, odd_candidate])
 def test_offers_aiortc_cannot_answer_are_refused_before_any_peer_connection(offer, damage):
     with pytest.raises(BadRequestError):
         parse_offer(damage(offer), "send")

@@ -59,12 +59,16 @@ async def _alices_face_and_key(node: FuzzNode, alice: str, jpeg: bytes) -> tuple
 
 
 async def refresh(node: FuzzNode, fixtures: Fixtures) -> bool:
-    """Make alice's face and key again when the face store forgot her face (it keeps the
-    newest uploads of all users, and the upload layer adds many); whether it had to."""
-    answer = await node.request(b"GET", f"/api/v1/faces/{fixtures.face_id}/thumbnail.jpg".encode(),
-                                [(b"Authorization", b"Bearer " + fixtures.alice.encode())])
+    """Make alice's face and key again when her face is gone (the HTTP layer may delete it);
+    whether it had to. Her uploads are cleared first: the upload layer fills her quota."""
+    bearer = [(b"Authorization", b"Bearer " + fixtures.alice.encode())]
+    answer = await node.request(b"GET", f"/api/v1/faces/{fixtures.face_id}/thumbnail.jpg".encode(), bearer)
     if answer.status != 404:
         return False
+    listing = await node.request(b"GET", b"/api/v1/faces", bearer)
+    for face in json.loads(listing.body) if listing.status == 200 else []:
+        if face.get("owner"):  # hers (samples have none)
+            await node.request(b"DELETE", f"/api/v1/faces/{face['id']}".encode(), bearer)
     face, key = await _alices_face_and_key(node, fixtures.alice, fixtures.face_jpeg)
     fixtures.face_id, fixtures.stream_key, fixtures.play_token = face["id"], key["key"], str(key.get("play_token") or "")
     fixtures.remember("face", face["id"])
