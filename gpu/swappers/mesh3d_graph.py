@@ -26,25 +26,23 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
-OPSET = 16  # GridSample needs 16; its mode there is "bilinear" ("linear" is refused)
+from gpu.swappers.swap_graph import GraphNodes, swap_model, tensor
+
 LEVELS = 4  # Laplacian levels: S must be divisible by 2**LEVELS (crop sizes are multiples of 32)
 
 
 def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> onnx.ModelProto:
     """Build the graph; batch and spatial sizes are symbolic."""
-    nodes = []
+    nodes = GraphNodes()
+    node = nodes.add
     inits = [
         numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
         numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"),
         numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 2.0], dtype=np.float32), "double"),
         numpy_helper.from_array(np.zeros(0, dtype=np.float32), "no_roi"),
     ]
-
-    def node(op: str, inputs: list[str], output: str, **attrs) -> str:
-        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
-        return output
 
     def sample(texture: str) -> str:
         return node("GridSample", [texture, "grid"], f"{texture}_sampled", mode="bilinear", padding_mode="border", align_corners=0)
@@ -74,12 +72,9 @@ def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> 
     swapped_raw = node("Add", ["target", node("Mul", [change, "blend"], "blend_step")], "swapped_raw")
     node("Clip", [swapped_raw, "zero", "one"], "swapped")
 
-    def tensor(name: str, *shape: str | int) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
-
-    graph = helper.make_graph(
-        nodes,
+    return swap_model(
         name,
+        nodes,
         inputs=[
             tensor("target", "N", 3, "S", "S"),
             tensor("albedo", "N", 3, "T", "T"),
@@ -92,7 +87,3 @@ def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> 
         outputs=[tensor("swapped", "N", 3, "S", "S")],
         initializer=inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="swapcast")
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    return model

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
-OPSET = 16  # GridSample needs 16; its mode there is "bilinear" ("linear" is refused)
+from gpu.swappers.swap_graph import GraphNodes, swap_model, tensor
 
 # RGB -> YCbCr (BT.601, full range, offsets dropped): colour statistics are matched per
 # luma/chroma channel so skin tone follows the target without mixing in its texture.
@@ -39,7 +39,8 @@ def build_mesh_swap_graph(name: str = "mesh_swap") -> onnx.ModelProto:
     Colour statistics are taken on 4x-pooled images (means and spreads barely change, the
     cost drops 16x); the match itself is one 3x3 colour matrix + offset per row, so only
     the sampling, one small MatMul and the blend touch every pixel."""
-    nodes = []
+    nodes = GraphNodes()
+    node = nodes.add
     inverse = np.linalg.inv(_RGB_TO_YCC).astype(np.float32)
     inits = [
         numpy_helper.from_array(_RGB_TO_YCC.reshape(3, 3, 1, 1), "rgb_to_ycc_kernel"),
@@ -56,10 +57,6 @@ def build_mesh_swap_graph(name: str = "mesh_swap") -> onnx.ModelProto:
         numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
         numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"),
     ]
-
-    def node(op: str, inputs: list[str], output: str, **attrs) -> str:
-        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
-        return output
 
     def pooled(image: str) -> str:
         return node("AveragePool", [image], f"{image}_small", kernel_shape=[4, 4], strides=[4, 4])
@@ -102,12 +99,9 @@ def build_mesh_swap_graph(name: str = "mesh_swap") -> onnx.ModelProto:
     swapped_raw = node("Add", ["target", node("Mul", [node("Sub", [face, "target"], "face_delta"), alpha], "blend_step")], "swapped_raw")
     node("Clip", [swapped_raw, "zero", "one"], "swapped")
 
-    def tensor(name: str, *shape: str | int) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
-
-    graph = helper.make_graph(
-        nodes,
+    return swap_model(
         name,
+        nodes,
         inputs=[
             tensor("target", "N", 3, "S", "S"),
             tensor("source", "N", 3, "T", "T"),
@@ -119,7 +113,3 @@ def build_mesh_swap_graph(name: str = "mesh_swap") -> onnx.ModelProto:
         outputs=[tensor("swapped", "N", 3, "S", "S")],
         initializer=inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="swapcast")
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    return model
