@@ -28,6 +28,7 @@ from streamer.rtmp.client import RtmpPlayClient, RtmpPublishClient
 from streamer.rtmp.flv import VideoPacketType, build_video_tag
 from streamer.rtmp.handler import MediaMessage
 from streamer.samples import astronaut, grace_hopper, moving_face_frames
+from swapcast.benchmarks import proc
 from swapcast.local_cluster import free_port
 
 FPS = 30
@@ -83,14 +84,10 @@ class ServerProcess:
                 time.sleep(0.2)
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return proc.cpu_seconds(self.process.pid)
 
     def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        return proc.rss_mb(self.process.pid)
 
     def close(self) -> None:
         self.process.terminate()

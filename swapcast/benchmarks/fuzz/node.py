@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from signaling.auth import mint_token
+from swapcast.benchmarks import proc
 from swapcast.local_cluster import RedisServer, free_port
 
 SECRET = "swapcast-fuzz-" + "f" * 40  # the HS256 secret of the fuzzed node (the fuzzer signs tokens with it)
@@ -127,14 +128,10 @@ class FuzzNode:
 
     def cpu_s(self) -> float:
         """CPU seconds the node has used (user + system)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return proc.cpu_seconds(self.process.pid)
 
     def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        return proc.rss_mb(self.process.pid)
 
     def new_log_problems(self) -> list[str]:
         """Lines of the log written since the last call that say something went wrong, each
