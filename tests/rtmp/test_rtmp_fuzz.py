@@ -23,6 +23,7 @@ from streamer.rtmp.chunk import ChunkReader, ChunkWriter
 from streamer.rtmp.client import _ClientSession
 from streamer.rtmp.errors import RtmpProtocolError
 from streamer.rtmp.handshake import HANDSHAKE_SIZE, client_handshake, server_handshake
+from swapcast.benchmarks.fuzz.rtmp import AcceptAll
 
 EXAMPLES = int(os.environ.get("RTMP_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -244,19 +245,6 @@ class _Capture(logging.Handler):
         self.records.append(record)
 
 
-class _AcceptAll:
-    async def authorize_publish(self, app: str, name: str) -> None: ...
-
-    async def on_publish(self, publisher: Any) -> None:
-        async for _ in publisher.media():
-            pass
-
-    async def authorize_play(self, app: str, name: str) -> None: ...
-
-    async def on_play(self, player: Any) -> None:
-        await player.wait_closed()
-
-
 def _publish_preamble() -> bytes:
     writer = ChunkWriter()
     body = [
@@ -274,7 +262,7 @@ async def _session_against_server(payload: bytes) -> list[logging.LogRecord]:
     loggers = [logging.getLogger("streamer.rtmp"), logging.getLogger("asyncio")]
     for logger in loggers:
         logger.addHandler(capture)
-    server = RtmpServer(_AcceptAll(), port=0, stall_timeout=0.5)
+    server = RtmpServer(AcceptAll(), port=0, stall_timeout=0.5)
     await server.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)

@@ -47,8 +47,9 @@ class Recording:
         return [m for m in self.messages if m.type_id in (8, 9, 18)]
 
 
-class _Accept:
-    """The recording server's handler: accepts any publish and drains it."""
+class AcceptAll:
+    """An RTMP handler that accepts any publish (and drains it) and any play: the recording
+    server's, and the RTMP layers' own fuzz tests'."""
 
     async def authorize_publish(self, app: str, name: str) -> None: ...
 
@@ -69,7 +70,7 @@ async def record(name: str, timeout: float = 60.0) -> Recording | None:
         return None
     source, pix_fmt = RECORDINGS[name]
     logging.getLogger("streamer.rtmp").setLevel(logging.WARNING)  # the recording server's chatter is not the node's
-    server = RtmpServer(_Accept(), host="127.0.0.1", port=0, stall_timeout=5)
+    server = RtmpServer(AcceptAll(), host="127.0.0.1", port=0, stall_timeout=5)
     await server.start()
     sent = bytearray()
 
