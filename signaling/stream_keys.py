@@ -78,6 +78,13 @@ def rtmp_session_id(key: str) -> str:
     return "rtmp-" + hash_key(key)[:16]
 
 
+def play_handle(play_token: str) -> str:
+    """What a live session's registry record holds to find it by its play token: a one-way
+    hash, so the registry (and whoever can read it) never holds a token that plays the
+    stream, while a gateway that is handed the token finds the node that has it."""
+    return "ph-" + hashlib.sha256(f"swapcast-play-handle:{play_token}".encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
 def check_destination(url: str) -> str:
     if not url.startswith(("rtmp://", "rtmps://")) or len(url) < 10:
         raise StreamKeyError(f"push destination {url!r}: expected rtmp://host[:port]/app/key")

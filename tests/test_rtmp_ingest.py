@@ -15,7 +15,7 @@ import pytest
 from media_fixtures import camera_messages, publish, write_test_video
 
 from gpu.analysis.identity import identity_distance
-from signaling.stream_keys import StreamKeyStore, rtmp_session_id
+from signaling.stream_keys import StreamKeyStore, play_handle, rtmp_session_id
 from streamer.faces import FaceLibrary
 from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
@@ -338,6 +338,8 @@ def test_playing_needs_the_keys_play_token_not_its_id(engine, grace_image, face_
         async with Node(engine, tmp_path / "data") as node:
             key, record = node.keys.add("cam", face_file)
             client = await publish(node.url(key), camera_messages(grace_image, 10), close=False)
+            session = await node.ingest.registry.get_session(rtmp_session_id(key))
+            assert session.play_handle == play_handle(record.play_token)  # how a gateway finds this node
             refused = []
             for name in (record.key_id, rtmp_session_id(key), record.play_token[:-1], "pt_"):
                 with pytest.raises(RtmpClientError, match="NetStream.Play.StreamNotFound") as caught:

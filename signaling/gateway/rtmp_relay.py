@@ -24,7 +24,7 @@ from signaling.registry.base import (
     RegistryUnavailable,
     SessionRecord,
 )
-from signaling.stream_keys import rtmp_session_id
+from signaling.stream_keys import play_handle, rtmp_session_id
 from streamer.rtmp.client import RtmpClientError, RtmpPlayClient, RtmpPublishClient
 from streamer.rtmp.handler import Player, Publisher, PublishRejected
 
@@ -102,28 +102,34 @@ class RtmpRelay:
     # -- play -------------------------------------------------------------------------------------
 
     async def authorize_play(self, app: str, name: str) -> None:
-        """Plays go to the node that has the stream. Nodes play a stream by its session id
-        or by its key's public id; a player may also use the secret key. So the owner of the
-        session ``name`` names (either way) is asked first, then every node with an RTMP
-        session, since a key id cannot be mapped to a node here."""
+        """Plays go to the node that has the stream. Nodes play a stream only by its play
+        token, and a live RTMP session's record holds a one-way handle of that token, so
+        the gateway asks exactly the node(s) whose session carries it -- a made-up name
+        costs no node a connection. A node's own refusal reaches the player unchanged."""
         try:
             nodes = await self._play_candidates(name)
         except RegistryUnavailable as exc:
             raise PublishRejected(PLAY_FAILED, f"session registry unavailable ({exc}); try again shortly") from None
+        refusal = PublishRejected(PLAY_NOT_FOUND, f"no live stream {name!r}")
         for node in nodes:
             try:
                 client = await self._open(RtmpPlayClient, node, app, name)
-            except (PublishRejected, NodeUnreachable) as exc:
-                log.info("rtmp relay: play %s/%s not on node %s (%s)", app, _redact(name), node.id, exc)
+            except PublishRejected as exc:
+                log.info("rtmp relay: play %s/%s refused by node %s (%s)", app, _redact(name), node.id, exc)
+                refusal = exc
+                continue
+            except NodeUnreachable as exc:
+                log.info("rtmp relay: play %s/%s: node %s unreachable (%s)", app, _redact(name), node.id, exc)
+                refusal = PublishRejected(PLAY_FAILED, f"the stream's node {node.id} is unreachable; try again shortly")
                 continue
             self._plays[(app, name)].append(client)
             return
-        raise PublishRejected(PLAY_NOT_FOUND, f"no live stream {name!r}")
+        raise refusal
 
     async def _play_candidates(self, name: str) -> list[NodeInfo]:
-        named = [await self._registry.get_session(session_id) for session_id in (name, rtmp_session_id(name))]
-        rtmp = [s for s in await self._registry.sessions() if s.protocol == "rtmp"]
-        node_ids = dict.fromkeys(s.node_id for s in [*named, *rtmp] if s is not None and s.node_id)
+        handle = play_handle(name)
+        sessions = [s for s in await self._registry.sessions() if s.protocol == "rtmp" and s.play_handle == handle]
+        node_ids = dict.fromkeys(s.node_id for s in sessions if s.node_id)
         nodes = [await self._registry.node(node_id) for node_id in node_ids]
         return [node for node in nodes if node is not None]
 

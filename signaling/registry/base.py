@@ -96,6 +96,7 @@ class SessionRecord:
     options: dict[str, Any] = field(default_factory=dict)  # swap option overrides
     enabled: bool = True
     label: str | None = None  # e.g. the stream key's name
+    play_handle: str = ""  # RTMP: signaling.stream_keys.play_handle of the stream's play token
     state: SessionState = "placed"
     created: float = field(default_factory=now)
     updated: float = field(default_factory=now)

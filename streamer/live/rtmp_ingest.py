@@ -23,7 +23,7 @@ from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import SwapcastError
 from gpu.options import SwapOptions
 from signaling.registry import MemoryRegistry, Registry, RegistryUnavailable, SessionRecord
-from signaling.stream_keys import StreamKey, StreamKeyStore, rtmp_session_id
+from signaling.stream_keys import StreamKey, StreamKeyStore, play_handle, rtmp_session_id
 from streamer.live.flv_file import FlvFileWriter, recording_path
 from streamer.live.h264 import EncodedVideo
 from streamer.live.heap import release_freed_memory
@@ -262,7 +262,8 @@ class RtmpIngest:
 
     def _record(self, record: StreamKey, stream_key: str) -> SessionRecord:
         return SessionRecord(id=rtmp_session_id(stream_key), protocol="rtmp", node_id=self.node_id, owner=record.owner,
-                             options=dict(record.stream.swap), label=record.stream.name, state="live")
+                             options=dict(record.stream.swap), label=record.stream.name, state="live",
+                             play_handle=play_handle(record.play_token))
 
     async def on_publish(self, publisher: Publisher) -> None:
         record = self._keys.find(publisher.name)

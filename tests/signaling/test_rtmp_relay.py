@@ -20,7 +20,7 @@ from signaling.registry import (
     RegistryUnavailable,
     SessionRecord,
 )
-from signaling.stream_keys import rtmp_session_id
+from signaling.stream_keys import play_handle, rtmp_session_id
 from streamer.rtmp import amf0
 from streamer.rtmp.client import RtmpClientError, RtmpPlayClient, RtmpPublishClient
 from streamer.rtmp.handler import MediaMessage, Player, Publisher, PublishRejected
@@ -234,18 +234,24 @@ def test_a_play_is_relayed_from_the_node_that_has_the_stream():
         registry = MemoryRegistry(ttl_s=60)
         async with gateway(registry) as (url, nodes):
             playlist = stream(15)[1:]
-            other, owner = NodeHandler(set()), NodeHandler({"key-id-1", "rtmp-0123"}, playlist=playlist)
+            other, owner = NodeHandler({"pt_stale"}), NodeHandler({"pt_live"}, playlist=playlist)
             await nodes.add("node-a", other)
             await nodes.add("node-b", owner)
-            await registry.save_session(SessionRecord(id="rtmp-aaaa", protocol="rtmp", node_id="node-a", state="live"))
-            await registry.save_session(SessionRecord(id="rtmp-0123", protocol="rtmp", node_id="node-b", state="live"))
-            async with RtmpPlayClient(f"{url}/live/rtmp-0123", timeout=3) as player:  # by session id: its owner
+            await registry.save_session(SessionRecord(id="rtmp-aaaa", protocol="rtmp", node_id="node-a", state="live",
+                                                      play_handle=play_handle("pt_gone")))
+            await registry.save_session(SessionRecord(id="rtmp-0123", protocol="rtmp", node_id="node-b", state="live",
+                                                      play_handle=play_handle("pt_live")))
+            async with RtmpPlayClient(f"{url}/live/pt_live", timeout=3) as player:  # by play token: its node only
                 assert [message async for message in player.media()] == playlist
-            assert other.play_asks == []
-            async with RtmpPlayClient(f"{url}/live/key-id-1", timeout=3) as player:  # by key id: every RTMP node
-                assert [message async for message in player.media()] == playlist
-            assert other.play_asks == ["key-id-1"]
-            with pytest.raises(RtmpClientError, match="NetStream.Play.StreamNotFound"):
-                await RtmpPlayClient(f"{url}/live/unknown", timeout=3).connect()
+            assert (other.play_asks, owner.play_asks) == ([], ["pt_live"])
+            # a name no live session carries costs no node a connection
+            for name in ("unknown", "rtmp-0123", "pt_stale"):
+                with pytest.raises(RtmpClientError, match="NetStream.Play.StreamNotFound"):
+                    await RtmpPlayClient(f"{url}/live/{name}", timeout=3).connect()
+            assert (other.play_asks, owner.play_asks) == ([], ["pt_live"])
+            # the node's own refusal reaches the player as the node said it
+            with pytest.raises(RtmpClientError, match="no live stream 'pt_gone'") as refused:
+                await RtmpPlayClient(f"{url}/live/pt_gone", timeout=3).connect()
+            assert other.play_asks == ["pt_gone"] and refused.value.code == "NetStream.Play.StreamNotFound"
 
     run(scenario())
