@@ -74,6 +74,29 @@ class ServerConfig(_Section):
     log_format: Literal["text", "json"] = "text"  # json: one object per line, for log shippers
 
 
+class TlsConfig(_Section):
+    """HTTPS on the HTTP listener (node or gateway) and RTMPS beside RTMP, one certificate.
+    Browsers allow the camera only on a secure origin: a page opened from another machine
+    needs HTTPS, here or on a proxy in front (``auth.trusted_proxies``). SIGHUP reloads the
+    certificate without dropping sessions."""
+
+    cert_file: Path | None = Field(None, description="PEM certificate (chain allowed); with key_file, HTTP becomes HTTPS")
+    key_file: Path | None = Field(None, description="PEM private key of cert_file")
+    http_redirect_port: int | None = Field(None, ge=1, le=65535, description="plain-HTTP port that only redirects to HTTPS")
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        if self.http_redirect_port is not None and self.cert_file is None:
+            raise ValueError("http_redirect_port needs cert_file and key_file (it redirects to HTTPS)")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+
 class LiveConfig(_Section):
     """Real-time encoding of live sessions (RTMP re-publish, WebRTC)."""
 
@@ -95,6 +118,24 @@ class IceServer(_Section):
     credential: str | None = None
 
 
+class TurnConfig(_Section):
+    """TURN with time-limited credentials (coturn's REST-API scheme, ``use-auth-secret``):
+    each session's answer carries a username ``<expiry>:<user>`` and its HMAC under
+    ``shared_secret``, valid ``ttl_s``; the secret itself never reaches a client."""
+
+    urls: list[str] = Field([], description="turn:/turns: URLs browsers get, e.g. ['turn:turn.example.org:3478']")
+    shared_secret: str | None = Field(None, description="coturn's static-auth-secret")
+    ttl_s: int = Field(3600, ge=60, le=86400)
+
+    @model_validator(mode="after")
+    def _complete(self) -> TurnConfig:
+        if bool(self.urls) != bool(self.shared_secret):
+            raise ValueError("urls and shared_secret go together")
+        if any(not url.startswith(("turn:", "turns:")) for url in self.urls):
+            raise ValueError("urls must start with turn: or turns:")
+        return self
+
+
 class WebRtcConfig(_Section):
     max_sessions: int = Field(4, ge=1, le=256)  # more peers get HTTP 503
     codec: Literal["h264", "vp8"] = "h264"
@@ -103,12 +144,14 @@ class WebRtcConfig(_Section):
     # ICE host addresses offered to peers; empty = every interface (loopback for tests)
     host_addresses: list[str] = []
     ice_servers: list[IceServer] = []  # STUN/TURN, e.g. {urls: ["stun:stun.example.org:3478"]}
+    turn: TurnConfig = TurnConfig()  # browsers' TURN, credentials minted per session
 
 
 class RtmpConfig(_Section):
     port: int = Field(1935, ge=0, le=65535)  # 0 = any free port (tests)
     stall_timeout_s: float = Field(5.0, gt=0)
     chunk_size: int = Field(4096, ge=128, le=65536)
+    tls_port: int | None = Field(None, ge=0, le=65535, description="RTMPS port (tls.cert_file's certificate); 0 = any free")
 
 
 class PushConfig(_Section):
@@ -124,6 +167,9 @@ class PushConfig(_Section):
                                                      "'.example.com' for its subdomains")
     allowed_networks: list[str] = Field([], description="CIDRs users' keys may push to although not public, "
                                                         "e.g. ['127.0.0.1/32'] for a relay on the node")
+
+    ca_file: Path | None = Field(None, description="CA bundle rtmps:// destinations are verified against; "
+                                                   "default: the system's")
 
     @field_validator("allowed_networks")
     @classmethod
@@ -245,6 +291,7 @@ class Config(_Section):
     swap: SwapConfig = SwapConfig()
     encode: EncodeConfig = EncodeConfig()
     server: ServerConfig = ServerConfig()
+    tls: TlsConfig = TlsConfig()
     live: LiveConfig = LiveConfig()
     rtmp: RtmpConfig = RtmpConfig()
     push: PushConfig = PushConfig()
