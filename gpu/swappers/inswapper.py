@@ -33,7 +33,7 @@ from gpu.models.signatures import (
 )
 from gpu.options import SwapOptions
 from gpu.runners.base import Runner
-from gpu.swappers.base import FaceJob
+from gpu.swappers.base import FaceJob, KeepMask, keep_mask
 from gpu.types import Face
 
 CROP_SIZE = 128
@@ -66,7 +66,8 @@ class InswapperSwapper:
         latent = (embedding / np.linalg.norm(embedding)) @ self.emap.astype(np.float64)
         return (latent / np.linalg.norm(latent)).astype(np.float32)
 
-    def prepare(self, frame: np.ndarray, face: Face, source: np.ndarray, options: SwapOptions) -> FaceJob:
+    def prepare(self, frame: np.ndarray, face: Face, source: np.ndarray, options: SwapOptions,
+                keep: KeepMask | None = None) -> FaceJob:
         """Crop where the frame is (a CuPy frame: on the device); the mask is drawn on the
         host from the face box and moved there too."""
         xp = array_module(frame)
@@ -78,6 +79,9 @@ class InswapperSwapper:
             "source": xp.asarray(source, dtype=np.float32).astype(self._dtypes["source"]),
         }
         mask = paste_mask(face, matrix, CROP_SIZE, options.feather, options.mouth_mask) * np.float32(options.blend)
+        occluded = keep_mask(keep, crop, face, matrix)
+        if occluded is not None:
+            mask = mask * (1.0 - occluded)
         return FaceJob(feeds=feeds, matrix=matrix, context={"mask": xp.asarray(mask)})
 
     def finish(self, frame: np.ndarray, job: FaceJob, row: Sequence[np.ndarray]) -> None:

@@ -31,7 +31,7 @@ from gpu.errors import NoFaceError
 from gpu.kernels.ops import crop_faces, paste_faces
 from gpu.options import SwapOptions
 from gpu.runners.base import Runner
-from gpu.swappers.base import FaceJob
+from gpu.swappers.base import FaceJob, KeepMask, keep_mask
 from gpu.swappers.mesh_graph import build_mesh_swap_graph
 from gpu.types import Face
 
@@ -125,7 +125,8 @@ class MeshSwapper:
             triangles=triangles,
         )
 
-    def prepare(self, frame: np.ndarray, face: Face, source: MeshSource, options: SwapOptions) -> FaceJob:
+    def prepare(self, frame: np.ndarray, face: Face, source: MeshSource, options: SwapOptions,
+                keep: KeepMask | None = None) -> FaceJob:
         if face.mesh is None:
             raise ValueError("the mesh swapper needs target faces with a mesh")
         size = self.crop_size
@@ -134,7 +135,9 @@ class MeshSwapper:
         crop = crop_faces([frame], matrix[None], size)[0]
         points = transform_points(_with_ring(face.mesh), matrix)
         grid, covered = self._sampling_grid(points, source)
-        mask = xp.asarray(self._mask(points, covered, options))
+        mask = self._mask(points, covered, options)
+        occluded = keep_mask(keep, crop, face, matrix)
+        mask = xp.asarray(mask if occluded is None else mask * (1.0 - occluded))
         feeds = {
             "target": xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0,
             "source": source.texture_like(frame),

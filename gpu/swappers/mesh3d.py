@@ -43,7 +43,7 @@ from gpu.models.canonical_mesh import (
 )
 from gpu.options import SwapOptions
 from gpu.runners.base import Runner
-from gpu.swappers.base import FaceJob
+from gpu.swappers.base import FaceJob, KeepMask, keep_mask
 from gpu.swappers.mesh3d_geometry import (
     FACE_OUTLINE,
     LEFT_BROW,
@@ -277,7 +277,8 @@ class Mesh3dSwapper:
 
     # -- target ---------------------------------------------------------------------------
 
-    def prepare(self, frame: np.ndarray, face: Face, source: Mesh3dSource, options: SwapOptions) -> FaceJob:
+    def prepare(self, frame: np.ndarray, face: Face, source: Mesh3dSource, options: SwapOptions,
+                keep: KeepMask | None = None) -> FaceJob:
         if face.mesh is None or face.depth is None:
             raise ValueError("the mesh3d swapper needs target faces with a mesh and its depth")
         size = self.crop_size
@@ -297,15 +298,18 @@ class Mesh3dSwapper:
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        mask, keep = self._mask(uv, rendered, holes, options)
-        paste = self._paste_mask(mask) * (1.0 - keep)  # the kept openings stay the frame's own pixels, not resampled ones
+        mask, openings = self._mask(uv, rendered, holes, options)
+        occluded = keep_mask(keep, crop, face, matrix)
+        if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
+            mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
+        paste = self._paste_mask(mask) * (1.0 - openings)  # kept pixels stay the frame's own, not resampled ones
         feeds = {
             "target": xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0,
             "albedo": source.albedo_like(frame),
             "shading": xp.asarray(np.ascontiguousarray(shading.transpose(2, 0, 1))),
             "grid": xp.asarray(grid),
             "mask": xp.asarray(mask)[None],
-            "keep": xp.asarray(keep)[None],
+            "keep": xp.asarray(openings)[None],
             "blend": xp.full((1, 1, 1), options.blend, dtype=np.float32),
         }
         return FaceJob(feeds=feeds, matrix=matrix, context={"mask": xp.asarray(paste)})
