@@ -428,7 +428,11 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
                                           "sdp": string, "type": {"type": "string", "enum": ["offer"]}}},
         "PlacedSession": {"type": "object", "required": ["session_id", "state", "offer_url"], "properties": {
             "session_id": string, "state": {"type": "string", "enum": ["placed"]}, "node_id": string,
-            "offer_url": string}},
+            "offer_url": string,
+            "ice_servers": {"type": "array", "description": "RTCIceServer entries for this session's peer connection: "
+                            "STUN, and TURN with a username/credential that expire (webrtc.turn.ttl_s)",
+                            "items": {"type": "object", "required": ["urls"], "properties": {
+                                "urls": {"type": "array", "items": string}, "username": string, "credential": string}}}}},
         "Offer": {"type": "object", "required": ["sdp", "type"],
                   "properties": {"sdp": string, "type": {"type": "string", "enum": ["offer"]}}},
         "SdpAnswer": {"type": "object", "required": ["session_id", "sdp", "type"], "properties": {

@@ -10,7 +10,7 @@ placed in ``X-Swapcast-Session-Id``.
     PATCH  /api/v1/faces/{id}                     {name} -> 200 the face (uploads only)
     DELETE /api/v1/faces/{id}                     -> 204 (uploads only)
     GET    /api/v1/faces/{id}/thumbnail.jpg       Bearer token, or the signed ?expires=&sig= of the listing
-    POST   /api/v1/sessions                       {face_id, options} -> 201 {session_id, state: "placed", offer_url}
+    POST   /api/v1/sessions                       {face_id, options} -> 201 {session_id, state: "placed", offer_url, ice_servers}
                                                   {face_id, options, sdp, type: "offer"} -> 201 {session_id, sdp, type}
     POST   /api/v1/sessions/{id}/offer            {sdp, type: "offer"} -> 201 {session_id, sdp, type} (also a re-offer)
     POST   /api/v1/sessions/{id}/candidates       {candidate, sdpMid, sdpMLineIndex} -> 204 (trickle ICE; "" ends)
@@ -66,6 +66,8 @@ ALL_SESSIONS_KEY = web.AppKey("all_sessions", object)
 AUDIT_KEY = web.AppKey("audit_log", AuditLog)
 VERIFIER_KEY = web.AppKey("token_verifier", TokenVerifier)
 SIGNER_KEY = web.AppKey("url_signer", UrlSigner)
+# user -> the ICE servers a placed session's browser should use (STUN, time-limited TURN)
+ICE_SERVERS_KEY = web.AppKey("browser_ice_servers", Callable[[str], list[dict]])
 API_PREFIXES = ("/api/v1/", "/whip", "/whep")
 SDP = "application/sdp"
 SESSION_ID_HEADER = "X-Swapcast-Session-Id"
@@ -317,9 +319,10 @@ async def create_session(request: web.Request) -> web.Response:
     await _check_face(request, body.get("face_id"))
     if "sdp" not in body and "type" not in body:
         record = await manager.place(body.get("face_id"), body.get("options"), session_id=_placed_id(request), owner=owner)
+        ice_servers = request.app[ICE_SERVERS_KEY](owner) if ICE_SERVERS_KEY in request.app else []
         return web.json_response(
             {"session_id": record.id, "state": record.state, "node_id": record.node_id,
-             "offer_url": f"/api/v1/sessions/{record.id}/offer"},
+             "offer_url": f"/api/v1/sessions/{record.id}/offer", "ice_servers": ice_servers},
             status=201, headers={"Location": f"/api/v1/sessions/{record.id}"},
         )
     if body.get("type") != "offer":
