@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from streamer.rtmp.handler import MediaMessage
 from streamer.rtmp.handshake import client_handshake
 
 DEFAULT_PORT = 1935
+DEFAULT_TLS_PORT = 443  # rtmps:// without a port (the platforms' ingest)
 Resolver = Callable[[str, int], Awaitable[str]]
 _FLASH_VERSION = "FMLE/3.0 (compatible; swapcast)"
 _SAMPLE_ACCESS = amf0.encode("|RtmpSampleAccess")
@@ -48,42 +50,51 @@ def _refusal(what: str, args: list[Any]) -> RtmpClientError:
 
 @dataclass(frozen=True)
 class RtmpUrl:
-    """rtmp://host[:port]/app[/more]/name[?query]: the app is everything before the last
-    path segment, the stream name is the last segment plus the query (stream keys live there)."""
+    """rtmp[s]://host[:port]/app[/more]/name[?query]: the app is everything before the last
+    path segment, the stream name is the last segment plus the query (stream keys live there).
+    ``tls``: rtmps://, RTMP inside TLS."""
 
     host: str
     port: int
     app: str
     name: str
+    tls: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "rtmps" if self.tls else "rtmp"
 
     @property
     def tc_url(self) -> str:
-        return f"rtmp://{self.host}:{self.port}/{self.app}"
+        return f"{self.scheme}://{self.host}:{self.port}/{self.app}"
 
 
 def parse_rtmp_url(url: str) -> RtmpUrl:
     parts = urlsplit(url)
-    if parts.scheme != "rtmp":
-        raise RtmpClientError(f"not an rtmp:// URL: {url!r}")
+    if parts.scheme not in ("rtmp", "rtmps"):
+        raise RtmpClientError(f"not an rtmp:// or rtmps:// URL: {url!r}")
+    tls = parts.scheme == "rtmps"
     try:
-        port = parts.port or DEFAULT_PORT
+        port = parts.port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT)
     except ValueError:
         raise RtmpClientError(f"bad port in {url!r}") from None
     segments = [segment for segment in parts.path.split("/") if segment]
     if not parts.hostname or len(segments) < 2:
         raise RtmpClientError(f"RTMP URL needs a host, an app and a stream name: {url!r}")
     name = segments[-1] + (f"?{parts.query}" if parts.query else "")
-    return RtmpUrl(parts.hostname, port, "/".join(segments[:-1]), name)
+    return RtmpUrl(parts.hostname, port, "/".join(segments[:-1]), name, tls)
 
 
 class _ClientSession:
     """Socket, chunk I/O and the connect/createStream dialogue both clients share."""
 
     def __init__(self, url: str, *, timeout: float, chunk_size: int, flash_version: str,
-                 resolve: Resolver | None = None) -> None:
+                 resolve: Resolver | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.url = parse_rtmp_url(url)
         self.timeout = timeout
         self._resolve = resolve
+        # rtmps:// verifies the server's certificate and name (system CAs unless given)
+        self._tls = (tls or ssl.create_default_context()) if self.url.tls else None
         self._chunk_size = chunk_size
         self._flash_version = flash_version
         self._reader: asyncio.StreamReader | None = None
@@ -103,15 +114,21 @@ class _ClientSession:
             async with asyncio.timeout(self.timeout):
                 # the address a destination policy approved, not a second DNS answer
                 host = await self._resolve(url.host, url.port) if self._resolve is not None else url.host
-                self._reader, self._writer = await asyncio.open_connection(host, url.port)
+                self._reader, self._writer = await asyncio.open_connection(
+                    host, url.port, ssl=self._tls, server_hostname=url.host if self._tls else None)
                 await client_handshake(self._reader, self._writer, timeout=self.timeout)
         except TimeoutError:
             await self.abort()
-            raise RtmpClientError(f"rtmp://{url.host}:{url.port}: no answer within {self.timeout:g} s",
+            raise RtmpClientError(f"{url.scheme}://{url.host}:{url.port}: no answer within {self.timeout:g} s",
                                   unreachable=True) from None
+        except ssl.SSLCertVerificationError as exc:
+            await self.abort()
+            raise RtmpClientError(f"{url.scheme}://{url.host}:{url.port}: certificate not trusted: "
+                                  f"{exc.verify_message or exc.reason}", unreachable=True) from None
         except (OSError, RtmpProtocolError) as exc:
             await self.abort()
-            raise RtmpClientError(f"rtmp://{url.host}:{url.port}: cannot connect: {exc}", unreachable=True) from None
+            raise RtmpClientError(f"{url.scheme}://{url.host}:{url.port}: cannot connect: {exc}",
+                                  unreachable=True) from None
         self.send(msg.set_chunk_size(self._chunk_size))
         params = {
             "app": url.app,
@@ -255,12 +272,12 @@ class RtmpPublishClient:
 
     def __init__(
         self, url: str, *, timeout: float = 10.0, chunk_size: int = 4096, flash_version: str = _FLASH_VERSION,
-        resolve: Resolver | None = None,
+        resolve: Resolver | None = None, tls: ssl.SSLContext | None = None,
     ) -> None:
         """``resolve(host, port)`` picks the address to connect to and may refuse the host
         with an ``OSError`` (a push destination policy); without it the host is dialled as is."""
         self._session = _ClientSession(url, timeout=timeout, chunk_size=chunk_size, flash_version=flash_version,
-                                       resolve=resolve)
+                                       resolve=resolve, tls=tls)
         self._listener: asyncio.Task[None] | None = None
         self._failure: RtmpClientError | None = None
 
@@ -328,8 +345,9 @@ class RtmpPublishClient:
 class RtmpPlayClient:
     """Plays one stream: `await connect()`, then iterate `media()` until the server ends it."""
 
-    def __init__(self, url: str, *, timeout: float = 10.0, flash_version: str = "LNX 9,0,124,2") -> None:
-        self._session = _ClientSession(url, timeout=timeout, chunk_size=4096, flash_version=flash_version)
+    def __init__(self, url: str, *, timeout: float = 10.0, flash_version: str = "LNX 9,0,124,2",
+                 tls: ssl.SSLContext | None = None) -> None:
+        self._session = _ClientSession(url, timeout=timeout, chunk_size=4096, flash_version=flash_version, tls=tls)
         self._unwrap = TimestampUnwrapper()
 
     async def connect(self) -> None:

@@ -1,12 +1,15 @@
 """The RTMP listener: accepts TCP connections and runs one `RtmpConnection` per client.
 
 Each connection is its own task, so a peer that stalls or sends garbage only ever takes
-itself down; `close()` cancels and awaits every connection so no task outlives the server."""
+itself down; `close()` cancels and awaits every connection so no task outlives the server.
+With a TLS context it also listens for RTMPS on `tls_port`: the same connections after a
+TLS handshake, which asyncio runs per connection (a failed one ends only that client)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 
 from streamer.rtmp.connection import RtmpConnection
 from streamer.rtmp.handler import MediaMessage, Player, Publisher, PublishRejected, RtmpHandler
@@ -28,8 +31,13 @@ class RtmpServer:
         stall_timeout: float = 5.0,
         chunk_size: int = 4096,
         queue_size: int = 512,
+        tls: ssl.SSLContext | None = None,
+        tls_port: int = 0,
     ) -> None:
         self._handler = handler
+        self._tls = tls
+        self._requested_tls_port = tls_port
+        self._tls_server: asyncio.Server | None = None
         self._host = host
         self._requested_port = port
         self._stall_timeout = stall_timeout
@@ -47,12 +55,25 @@ class RtmpServer:
         return self._server.sockets[0].getsockname()[1]
 
     @property
+    def tls_port(self) -> int | None:
+        """The bound RTMPS port; None without a TLS context."""
+        if self._tls_server is None or not self._tls_server.sockets:
+            return None
+        return self._tls_server.sockets[0].getsockname()[1]
+
+    @property
     def connection_count(self) -> int:
         return len(self._connections)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self._host, self._requested_port)
         log.info("rtmp: listening on %s:%d", self._host, self.port)
+        if self._tls is not None:
+            self._tls_server = await asyncio.start_server(
+                self._accept, self._host, self._requested_tls_port, ssl=self._tls,
+                ssl_handshake_timeout=self._stall_timeout,
+            )
+            log.info("rtmps: listening on %s:%d", self._host, self.tls_port)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = RtmpConnection(
@@ -80,8 +101,9 @@ class RtmpServer:
         """Stop listening and close every connection; handlers get `grace` seconds to return
         (their media ends, `wait_closed` fires) before their tasks are cancelled."""
         self._closing = True
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
         for connection in self._connections.values():
             connection.close_now("server closing")
         tasks = list(self._connections)
@@ -90,9 +112,10 @@ class RtmpServer:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                await server.wait_closed()
+        self._server = self._tls_server = None
 
     async def __aenter__(self) -> RtmpServer:
         await self.start()
