@@ -51,6 +51,7 @@ from signaling.registry.base import (
     RegistryUnavailable,
     SessionProtocol,
     SessionRecord,
+    cancel_requested,
 )
 from streamer.metrics import GatewayMetrics, add_metrics_routes
 from streamer.rtmp.server import RtmpServer
@@ -345,7 +346,7 @@ class _Gateway:
         """Move the sessions of nodes that stopped beating. A failure is logged once per
         streak (a Redis outage would otherwise log four lines a second) and never stops it."""
         failing = False
-        while True:
+        while not cancel_requested():  # a Redis call may swallow the cancellation
             try:
                 moved = await self.registry.reap_dead_nodes()
             except Exception as exc:
@@ -433,6 +434,8 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
                 await app[RTMP_SERVER_KEY].close()
                 await relay.close()
             reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
             await asyncio.gather(reaper, return_exceptions=True)
             await gateway.client.close()
 

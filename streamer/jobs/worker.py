@@ -46,6 +46,7 @@ from signaling.jobs.settings import JobSettings
 from signaling.jobs.storage import JobStorage, JobStorageError
 from signaling.jobs.webhook import send_webhook
 from signaling.push_policy import PushPolicy
+from signaling.registry.base import cancel_requested
 from streamer.jobs.assemble import Expected, assemble
 from streamer.jobs.render import Abandoned, Encoding, render_chunk
 from streamer.jobs.sources import SourceFaces
@@ -100,7 +101,9 @@ class Lease:
         self._flag.set()
 
     async def _keep(self) -> None:
-        while True:
+        # not `while True`: a renew whose Redis call swallowed the cancellation (see
+        # cancel_requested) would keep __aexit__, and with it the worker, waiting for ever
+        while not cancel_requested():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), self.interval_s)
                 self._stop("stopping")
