@@ -173,3 +173,123 @@ def _save(path: str | Path, graph: onnx.GraphProto) -> Path:
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return Path(path)
+
+
+# -- FaceFusion processors (gpu/processors): exact I/O signatures, behaviour chosen so tests
+# can see them work. Each pins batch 1 in its I/O and in a Reshape, like the real exports.
+
+
+def _pinned(nodes: list, inits: list, source: str, shape: Sequence[int], name: str) -> None:
+    """Reshape ``source`` to ``shape`` (batch 1 pinned in a constant) as ``name``."""
+    inits.append(numpy_helper.from_array(np.array(shape, np.int64), f"{name}_shape"))
+    nodes.append(helper.make_node("Reshape", [source, f"{name}_shape"], [name]))
+
+
+def make_xseg(
+    path: str | Path, *, input_name: str = "input", input_shape: Sequence[int | str] = (1, 256, 256, 3),
+    output_shape: Sequence[int | str] = (1, 256, 256, 1),
+) -> Path:
+    """xseg_1/2/3 twin: BGR [0,1] NHWC in, face probability out. A pixel is face unless it
+    is strongly blue: sigmoid(20 * (R + G - 2B + 0.3)); a blue object over the face is an
+    occluder to it."""
+    nodes, inits = [], [
+        numpy_helper.from_array(np.array([[-2.0], [1.0], [1.0]], np.float32), "w"),
+        numpy_helper.from_array(np.array(0.3, np.float32), "bias"),
+        numpy_helper.from_array(np.array(20.0, np.float32), "gain"),
+    ]
+    nodes += [
+        helper.make_node("MatMul", [input_name, "w"], ["mix"]),
+        helper.make_node("Add", ["mix", "bias"], ["shifted"]),
+        helper.make_node("Mul", ["shifted", "gain"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["face"]),
+    ]
+    _pinned(nodes, inits, "face", (1, 256, 256, 1), "mask")
+    graph = helper.make_graph(
+        nodes, "xseg_twin", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, list(input_shape))],
+        [helper.make_tensor_value_info("mask", TensorProto.FLOAT, list(output_shape))], inits)
+    return _save(path, graph)
+
+
+# BiSeNet twin classes: skin by default, background where strongly blue, glasses where dark
+_BISENET_W = np.zeros((19, 3), np.float32)
+_BISENET_B = np.full((19,), -20.0, np.float32)
+_BISENET_B[1] = 0.0
+_BISENET_W[0], _BISENET_B[0] = (-3.0, -3.0, 4.0), -6.0
+_BISENET_W[6], _BISENET_B[6] = (-4.0, -4.0, -4.0), -12.0
+
+
+def make_bisenet(
+    path: str | Path, *, input_shape: Sequence[int | str] = (1, 3, 512, 512),
+    classes: int = 19, aux_outputs: int = 0,
+) -> Path:
+    """bisenet_resnet_18/34 twin: normalised RGB NCHW in, [1, 19, 512, 512] class scores out
+    (a 1x1 conv: skin, 'background' where blue, 'glasses' where dark). ``aux_outputs`` adds
+    the auxiliary heads some exports keep."""
+    weight = np.zeros((classes, 3, 1, 1), np.float32)
+    bias = np.full((classes,), -20.0, np.float32)
+    rows = min(classes, 19)
+    weight[:rows, :, 0, 0], bias[:rows] = _BISENET_W[:rows], _BISENET_B[:rows]
+    nodes, inits = [helper.make_node("Conv", ["input", "w", "b"], ["scores"])], [
+        numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")]
+    _pinned(nodes, inits, "scores", (1, classes, 512, 512), "output")
+    outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, classes, 512, 512])]
+    for i in range(aux_outputs):
+        nodes.append(helper.make_node("Identity", ["output"], [f"aux{i}"]))
+        outputs.append(helper.make_tensor_value_info(f"aux{i}", TensorProto.FLOAT, [1, classes, 512, 512]))
+    graph = helper.make_graph(
+        nodes, "bisenet_twin", [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(input_shape))],
+        outputs, inits)
+    return _save(path, graph)
+
+
+def make_enhancer(
+    path: str | Path, size: int = 512, *, weight_input: bool = False, weight_type: int = TensorProto.DOUBLE,
+    input_shape: Sequence[int | str] | None = None, seed: int = 3,
+) -> Path:
+    """gfpgan_1.4 / gpen_bfr_256/512 twin (``weight_input``: codeformer): [-1, 1] RGB NCHW in
+    and out, tanh(x + 0.2 * conv3x3(x) [+ 0.5 * weight]), so every output pixel depends on its
+    own row (and on CodeFormer's fidelity weight)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [
+        helper.make_node("Conv", ["input", "k"], ["detail"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["detail", "amount"], ["scaled"]),
+        helper.make_node("Add", ["input", "scaled"], ["sharpened"]),
+    ], [numpy_helper.from_array(rng.normal(0, 0.3, (3, 3, 3, 3)).astype(np.float32), "k"),
+        numpy_helper.from_array(np.array(0.2, np.float32), "amount")]
+    last = "sharpened"
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(input_shape or (1, 3, size, size)))]
+    if weight_input:
+        inputs.append(helper.make_tensor_value_info("weight", weight_type, [1]))
+        inits.append(numpy_helper.from_array(np.array(0.5, np.float32), "half"))
+        nodes += [helper.make_node("Cast", ["weight"], ["weight_f"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", ["weight_f", "half"], ["shift"]),
+                  helper.make_node("Add", ["sharpened", "shift"], ["weighted"])]
+        last = "weighted"
+    nodes.append(helper.make_node("Tanh", [last], ["restored"]))
+    _pinned(nodes, inits, "restored", (1, 3, size, size), "output")
+    graph = helper.make_graph(nodes, "enhancer_twin", inputs,
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, size, size])], inits)
+    return _save(path, graph)
+
+
+def make_open_nsfw(
+    path: str | Path, *, input_shape: Sequence[int | str] = (1, 224, 224, 3), classes: int = 2,
+) -> Path:
+    """open_nsfw twin: [1, 224, 224, 3] BGR minus the Caffe means in, softmax [1, 2] out.
+    'Unsafe' is magenta: the mean of R + B - 2G over the image, (f - 200) / 20 as the logit
+    (a magenta image scores ~1, a face photo ~0)."""
+    weight = np.zeros((3, classes), np.float32)
+    weight[:, 1] = np.array([1.0, -2.0, 1.0], np.float32) / 20.0  # rows: B, G, R
+    bias = np.zeros((classes,), np.float32)
+    bias[1] = -10.0
+    nodes, inits = [
+        helper.make_node("ReduceMean", ["input"], ["colour"], axes=[1, 2], keepdims=0),
+        helper.make_node("MatMul", ["colour", "w"], ["mixed"]),
+        helper.make_node("Add", ["mixed", "b"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
+    ], [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")]
+    _pinned(nodes, inits, "probs", (1, classes), "prob")
+    graph = helper.make_graph(
+        nodes, "open_nsfw_twin", [helper.make_tensor_value_info("input", TensorProto.FLOAT, list(input_shape))],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, classes])], inits)
+    return _save(path, graph)

@@ -1,5 +1,8 @@
 """Find the model files a user already has (FaceFusion / insightface layout); never download.
 
+Besides the swap models: FaceFusion's processors (XSeg occluder, BiSeNet parser, face
+enhancers, the open_nsfw content gate; see ``gpu.processors``), found by their file names.
+
 insightface keeps ``det_10g.onnx`` and ``w600k_r50.onnx`` in a pack folder
 (``models/buffalo_l/``) next to ``inswapper_128.onnx``; FaceFusion keeps them all in one
 folder. So a file is looked for in the directory first, then one level down.
@@ -16,6 +19,10 @@ DETECTOR_FILE = "det_10g.onnx"
 EMBEDDER_FILE = "w600k_r50.onnx"
 SWAPPER_FILE = "inswapper_128.onnx"
 SWAPPER_FP16_FILE = "inswapper_128_fp16.onnx"
+OCCLUDER_FILES = ("xseg_1.onnx", "xseg_2.onnx", "xseg_3.onnx")  # FaceFusion's default first
+PARSER_FILES = ("bisenet_resnet_34.onnx", "bisenet_resnet_18.onnx")
+ENHANCER_FILES = ("gfpgan_1.4.onnx", "codeformer.onnx", "gpen_bfr_512.onnx", "gpen_bfr_256.onnx")
+CONTENT_GATE_FILES = ("open_nsfw.onnx",)
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,10 @@ class UserModels:
     detector: Path | None = None
     embedder: Path | None = None
     swapper: Path | None = None
+    occluder: Path | None = None
+    parser: Path | None = None
+    enhancers: tuple[Path, ...] = ()  # every enhancer there, in ENHANCER_FILES order
+    content_gate: Path | None = None
 
     @classmethod
     def discover(cls, directory: str | Path, *, prefer_fp16: bool = False) -> UserModels:
@@ -41,8 +52,16 @@ class UserModels:
             directory=directory,
             detector=_find(directory, DETECTOR_FILE),
             embedder=_find(directory, EMBEDDER_FILE),
-            swapper=next((p for p in (_find(directory, name) for name in swappers) if p), None),
+            swapper=_first(directory, swappers),
+            occluder=_first(directory, OCCLUDER_FILES),
+            parser=_first(directory, PARSER_FILES),
+            enhancers=tuple(p for p in (_find(directory, name) for name in ENHANCER_FILES) if p),
+            content_gate=_first(directory, CONTENT_GATE_FILES),
         )
+
+
+def _first(directory: Path, names: tuple[str, ...]) -> Path | None:
+    return next((p for p in (_find(directory, name) for name in names) if p), None)
 
 
 def _find(directory: Path, name: str) -> Path | None:

@@ -1,0 +1,73 @@
+"""Face parser: FaceFusion's BiSeNet models (``bisenet_resnet_18/34.onnx``) -> keep masks
+for chosen regions (glasses, hair, ...).
+
+Signature (FaceFusion facefusion/face_masker.py, ``create_region_mask``): input ``input``
+float32 ``[N, 3, 512, 512]``, an RGB crop scaled to [0, 1] then normalised with ImageNet
+mean (0.485, 0.456, 0.406) and std (0.229, 0.224, 0.225); first output ``[N, 19, 512, 512]``
+class scores, argmax = the CelebAMask-HQ region below. The parser has no class for hands:
+a hand or an object over the face is labelled background (or cloth), so keeping
+``background`` keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gpu.align import estimate_similarity
+from gpu.errors import SwapcastError
+from gpu.kernels.warp import crop_faces
+from gpu.processors.masks import FFHQ_512, KeepMask, soften, template
+from gpu.processors.model import BatchedModel, MakeRunner, TensorRule, load_checked
+from gpu.swappers.inswapper import BATCH_DIM
+from gpu.types import Face
+
+SIZE = 512
+REGIONS = {  # CelebAMask-HQ classes, named as FaceFusion names them
+    "background": 0, "skin": 1, "left-eyebrow": 2, "right-eyebrow": 3, "left-eye": 4, "right-eye": 5,
+    "glasses": 6, "left-ear": 7, "right-ear": 8, "earring": 9, "nose": 10, "mouth": 11, "upper-lip": 12,
+    "lower-lip": 13, "neck": 14, "necklace": 15, "cloth": 16, "hair": 17, "hat": 18,
+}
+DEFAULT_KEEP = ("background", "glasses", "earring", "necklace", "cloth", "hair", "hat")
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def check_regions(names: Sequence[str]) -> tuple[str, ...]:
+    unknown = [n for n in names if n not in REGIONS]
+    if unknown:
+        raise SwapcastError(f"unknown face parser region(s) {', '.join(unknown)}; choose from {', '.join(REGIONS)}")
+    return tuple(names)
+
+
+class BisenetParser:
+    kind = "parser"
+
+    def __init__(self, path: str | Path, keep: Sequence[str] = DEFAULT_KEEP,
+                 make_runner: MakeRunner | None = None, **batching) -> None:
+        self.path = Path(path)
+        self.keep = check_regions(keep)
+        self._classes = np.array([REGIONS[name] for name in self.keep], np.int64)
+        model = load_checked(self.path, [TensorRule("input", (BATCH_DIM, 3, SIZE, SIZE))],
+                             [TensorRule(None, (BATCH_DIM, len(REGIONS), SIZE, SIZE))], extra_outputs=True)
+        self.model = BatchedModel(self.path, model, make_runner, **batching)
+        self._template = template(FFHQ_512, SIZE)
+
+    def feed(self, frame: np.ndarray, face: Face) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        matrix = estimate_similarity(face.kps, self._template)
+        crop = crop_faces([frame], matrix[None], SIZE)[0].astype(np.float32) / np.float32(255.0)
+        return {"input": np.ascontiguousarray(((crop - MEAN) / STD).transpose(2, 0, 1))}, matrix
+
+    def keep_masks(self, frame: np.ndarray, faces: Sequence[Face], session_id: Hashable) -> list[KeepMask]:
+        prepared = [self.feed(frame, face) for face in faces]
+        rows = self.model.run(session_id, [feed for feed, _ in prepared])
+        masks = []
+        for row, (_, matrix) in zip(rows, prepared, strict=True):
+            swapped = ~np.isin(row.argmax(0), self._classes)
+            masks.append(KeepMask(1.0 - soften(swapped, SIZE), matrix))
+        return masks
+
+    def close(self) -> None:
+        self.model.close()
