@@ -77,11 +77,14 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_engine(args: argparse.Namespace) -> int:
+    from gpu import threads
     from swapcast.benchmarks.engine import run_engine_benchmark
     from swapcast.commands.common import config_from_args
 
+    config = config_from_args(args)
+    threads.apply(config.threads.budget(config.engine.runner_threads))  # the node's pools, as `serve` sizes them
     return run_engine_benchmark(
-        config_from_args(args), frames=args.frames, report_dir=args.report, as_json=args.json,
+        config, frames=args.frames, report_dir=args.report, as_json=args.json,
         sessions=args.sessions, device=args.device, seconds=args.seconds, max_sessions=args.max_sessions,
         compare=args.compare,
     )

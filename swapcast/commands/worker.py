@@ -17,6 +17,7 @@ import signal
 import socket
 from typing import TYPE_CHECKING
 
+from gpu import threads
 from gpu.engine import FaceEngine
 from gpu.errors import SwapcastError
 from swapcast.commands.common import add_engine_flags, config_from_args
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     settings = JobSettings.from_config(config.jobs, config.server.data_dir)
     storage = _checked_storage(settings)
     name = args.name or f"{socket.gethostname()}-{os.getpid()}"
+    threads.apply(config.threads.budget(config.engine.runner_threads))  # before the engine loads, as in `serve`
     engine = FaceEngine(config.engine.settings())
     try:
         asyncio.run(_serve(config, config.cluster.redis_url, name, engine, settings, storage))
