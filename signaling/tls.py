@@ -66,8 +66,10 @@ def _load(context: ssl.SSLContext, cert_file: Path, key_file: Path) -> None:
         except FileNotFoundError:
             raise TlsError(f"TLS key file {key_file}: not found") from None
         except (OSError, ssl.SSLError) as exc:
-            what = "does not match the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else "cannot be used"
-            raise TlsError(f"TLS key file {key_file}: {what} ({_reason(exc)})") from None
+            if "KEY_VALUES_MISMATCH" in str(exc):
+                raise TlsError(f"TLS key file {key_file}: does not match the certificate {cert_file}") from None
+            what = "not a PEM private key" if "PEM lib" in str(exc) else f"cannot be used ({_reason(exc)})"
+            raise TlsError(f"TLS key file {key_file}: {what}") from None
 
 
 def _check_certificate(cert_file: Path) -> None:

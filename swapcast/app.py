@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from signaling.openapi import add_openapi_route
 from signaling.push_policy import PushPolicy
 from signaling.registry import NodeInfo, Registry, RegistryError, open_registry
 from signaling.stream_keys import StreamKeyStore
+from signaling.tls import CertificateReloader, client_context, serve_https_redirect, server_context
+from signaling.turn_credentials import TurnCredentials, browser_ice_servers
 from streamer.faces import FaceLibrary
 from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
@@ -45,7 +48,7 @@ from streamer.rtmp.server import RtmpServer
 from streamer.samples import SAMPLE_FACES
 from streamer.webrtc import routes as webrtc_routes
 from streamer.webrtc.manager import SessionManager
-from swapcast.config import Config
+from swapcast.config import Config, ConfigError
 
 WEB_ROOT = Path(web_pages.__file__).resolve().parent
 NODE_KEY = web.AppKey("node", object)
@@ -67,6 +70,7 @@ class Node:
     video_encoder: CodecChoice = SOFTWARE_ENCODE  # live.video_encoder, as chosen at start
     video_decoder: CodecChoice = SOFTWARE_DECODE  # live.video_decoder, as chosen at start
     agent: NodeAgent | None = None
+    tls: ssl.SSLContext | None = None  # HTTPS and RTMPS (config tls), shared by both listeners
     owns_registry: bool = True  # False when the caller shares one registry between nodes
     metrics: NodeMetrics = field(init=False)
 
@@ -158,6 +162,8 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     """The node's parts; ``engine`` and ``registry`` let tests share one loaded engine and
     run several in-process nodes on one registry."""
     live = config.live
+    tls = node_tls_context(config)  # before the models load: a bad certificate is a quick one-line error
+    push_tls = client_context(config.push.ca_file)
     # probes NVENC / NVDEC unless set to software; an unmeetable nvenc / nvdec stops the node
     # here, before the models load, as an unmeetable engine.device does
     video_encoder, video_decoder = choose_video_encoder(live.video_encoder), choose_video_decoder(live.video_decoder)
@@ -183,7 +189,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
             push_retry_initial_s=live.push_retry_initial_s,
             push_retry_max_s=live.push_retry_max_s,
         ),
-        lambda url: RtmpPublishClient(url, resolve=push_policy.resolver(keys, url)),  # checked at every connect
+        lambda url: RtmpPublishClient(url, resolve=push_policy.resolver(keys, url), tls=push_tls),  # checked at every connect
         faces,
         registry=registry,
         node_id=node_id,
@@ -192,11 +198,32 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     sessions.preview_stream = ingest.preview_jpeg
     rtmp_server = RtmpServer(
         ingest, host=config.server.host, port=config.rtmp.port, stall_timeout=config.rtmp.stall_timeout_s,
-        chunk_size=config.rtmp.chunk_size,
+        chunk_size=config.rtmp.chunk_size, tls=tls if config.rtmp.tls_port is not None else None,
+        tls_port=config.rtmp.tls_port or 0,
     )
     return Node(config=config, engine=engine, registry=registry, faces=faces, sessions=sessions,
                 rtmp_ingest=ingest, rtmp_server=rtmp_server, keys=keys, video_encoder=video_encoder,
-                video_decoder=video_decoder, owns_registry=shared is None)
+                video_decoder=video_decoder, tls=tls, owns_registry=shared is None)
+
+
+def node_tls_context(config: Config) -> ssl.SSLContext | None:
+    """The certificate of config ``tls`` (``TlsError`` naming the file when unusable)."""
+    if config.rtmp.tls_port is not None and not config.tls.enabled:
+        raise ConfigError("rtmp.tls_port (--rtmps-port) needs a certificate: set tls.cert_file and tls.key_file "
+                          "(--tls-cert, --tls-key)")
+    if not config.tls.enabled:
+        return None
+    return server_context(config.tls.cert_file, config.tls.key_file)
+
+
+def serve_tls(app: web.Application, tls: ssl.SSLContext | None, config: Config) -> None:
+    """HTTPS extras of a node or gateway: SIGHUP reloads the certificate; the optional
+    plain-HTTP port redirects to HTTPS."""
+    if tls is None:
+        return
+    CertificateReloader(tls, config.tls.cert_file, config.tls.key_file).reload_on_sighup(app)
+    if config.tls.http_redirect_port is not None:
+        serve_https_redirect(app, config.server.host, config.tls.http_redirect_port, config.server.port)
 
 
 def node_push_policy(config: Config) -> PushPolicy:
@@ -225,6 +252,9 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
     app = web.Application(middlewares=[auth.middleware])
     app[NODE_KEY] = node
     app[AUTH_KEY] = auth
+    turn = TurnCredentials.from_config(config.webrtc.turn)
+    app[webrtc_routes.ICE_SERVERS_KEY] = lambda user: browser_ice_servers(config.webrtc.ice_servers, turn, user)
+    serve_tls(app, node.tls, config)
 
     async def index(_: web.Request) -> web.FileResponse:
         return web.FileResponse(WEB_ROOT / "index.html")

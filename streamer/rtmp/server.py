@@ -55,6 +55,11 @@ class RtmpServer:
         return self._server.sockets[0].getsockname()[1]
 
     @property
+    def tls(self) -> bool:
+        """Whether it serves RTMPS too."""
+        return self._tls is not None
+
+    @property
     def tls_port(self) -> int | None:
         """The bound RTMPS port; None without a TLS context."""
         if self._tls_server is None or not self._tls_server.sockets:

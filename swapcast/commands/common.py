@@ -15,6 +15,21 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--fp16", action="store_true", default=None, help="prefer inswapper_128_fp16.onnx")
 
 
+def add_tls_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("TLS (config section tls; a remote browser needs HTTPS for its camera)")
+    group.add_argument("--tls-cert", metavar="PEM", help="certificate (chain): serve HTTPS; SIGHUP reloads it")
+    group.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    group.add_argument("--rtmps-port", type=int, help="also accept RTMPS (RTMP over TLS) here, same certificate (0 = any free)")
+    group.add_argument("--http-redirect-port", type=int, help="plain-HTTP port that only redirects to HTTPS")
+
+
+def tls_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    get = lambda name: getattr(args, name, None)  # noqa: E731 - flags absent from a command are None
+    return {"tls": {"cert_file": get("tls_cert"), "key_file": get("tls_key"),
+                    "http_redirect_port": get("http_redirect_port")},
+            "rtmp": {"tls_port": get("rtmps_port")}}
+
+
 def add_swap_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("swap options")
     group.add_argument("--faces", choices=["all", "largest", "reference"], help="which target faces to swap (default: all)")
@@ -45,11 +60,13 @@ def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def config_from_args(args: argparse.Namespace) -> Config:
     """Defaults < config file < environment < these flags."""
     get = lambda name: getattr(args, name, None)  # noqa: E731 - flags absent from a command are None
+    tls = tls_overrides(args)
     overrides: dict[str, Any] = {
         "engine": {"swapper": get("swapper"), "models_dir": get("models"), "prefer_fp16": get("fp16")},
         "swap": swap_overrides(args),
         "server": {"host": get("host"), "port": get("port")},
-        "rtmp": {"port": get("rtmp_port")},
+        "rtmp": {"port": get("rtmp_port"), **tls["rtmp"]},
+        "tls": tls["tls"],
         "cluster": {"redis_url": get("redis"), "advertise": get("advertise"), "node_id": get("node_id")},
     }
     return load_config(args.config, overrides=overrides)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from swapcast.commands.common import add_engine_flags, config_from_args
+from swapcast.commands.common import add_engine_flags, add_tls_flags, config_from_args
 from swapcast.config import ConfigError
 
 
@@ -19,6 +19,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="the address the gateway reaches this node at (default: --host:--port)")
     parser.add_argument("--node-id", help="this node's id in the cluster (default: hostname + random suffix)")
     add_engine_flags(parser)
+    add_tls_flags(parser)
     parser.set_defaults(run=run)
 
 
@@ -39,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
     uvloop.install()
     app = build_app(config)  # loads the face engine; refuses a live.video_encoder/decoder it cannot meet
     node = app[NODE_KEY]
-    base = f"http://{config.server.host}:{config.server.port}"
+    base = f"{'https' if node.tls else 'http'}://{config.server.host}:{config.server.port}"
+    rtmps = f"and rtmps://{config.server.host}:{config.rtmp.tls_port}/live/<stream key> " if node.rtmp_server.tls else ""
     print(f"swapcast serving on {base}/ and rtmp://{config.server.host}:{config.rtmp.port}/live/<stream key> "
-          "(Ctrl+C stops)", flush=True)
+          f"{rtmps}(Ctrl+C stops)", flush=True)
     print(f"live H.264: encode {node.video_encoder.describe()}; decode {node.video_decoder.describe()}", flush=True)
     print(f"threads: {budget.describe()}", flush=True)
     dev_token = app[AUTH_KEY].dev_token
@@ -52,6 +54,6 @@ def run(args: argparse.Namespace) -> int:
     threads.set_os_thread_name("event-loop")  # native threads started from here on inherit it
     # run_app turns SIGINT/SIGTERM into a graceful exit: the node's shutdown hook ends every
     # live session before the server stops
-    web.run_app(app, host=config.server.host, port=config.server.port, print=None,
+    web.run_app(app, host=config.server.host, port=config.server.port, print=None, ssl_context=node.tls,
                 access_log_class=RedactingAccessLogger)
     return 0
