@@ -23,10 +23,13 @@ from gpu.device import select_device
 from gpu.errors import ManyFacesError, ModelFileError, NoFaceError
 from gpu.models.builtin import BuiltinModels
 from gpu.source_codec import decode_source, encode_source
-from gpu.swappers.base import Swapper
+from gpu.swappers.base import KeepMask, Swapper
+from gpu.tracking.graph_tracker import GraphFaceTracker
+from gpu.tracking.graphs import TrackingGraphs
 from gpu.types import Face
 
 SwapperName = Literal["auto", "mesh", "mesh3d", "inswapper"]
+TrackerName = Literal["mediapipe", "graphs"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class EngineSettings:
     crop_size: int = 256  # mesh swapper's aligned crop (inswapper is fixed at 128)
     max_faces: int = 4  # per frame, when tracking video
     detector_range: BlazeFaceRange = "full"  # BlazeFace model of the whole-frame pass (the tiles: see gpu/analysis/detection.py)
+    tracker: TrackerName = "mediapipe"  # video tracking: mediapipe's own graphs, or the converted ones (gpu/tracking/)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when CuPy sees a GPU
     runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"  # auto: TensorRT > Torch on CUDA, else ONNX Runtime
     runner_threads: int = 0  # ONNX Runtime intra-op threads (0 = one per core, up to 4)
@@ -69,9 +73,14 @@ class FaceEngine:
         self._still_lock = threading.Lock()
         self.device = select_device(self.settings.device)  # CUDA requested but absent: a clear error
         self.swapper: Swapper = self._make_swapper()
+        # mask models (occluder, face parser) whose keep masks every swap honours, besides
+        # each stream's built-in occlusion estimate (see gpu.swappers.base.KeepMask)
+        self.keep_masks: tuple[KeepMask, ...] = ()
         self._batcher: MicroBatcher | None = None  # made on first use: an engine that never swaps starts no threads
         self._batcher_lock = threading.Lock()
         self._batch_params = (self.settings.max_batch, self.settings.max_queue_delay_ms)
+        self._tracking: TrackingGraphs | None = None  # made by the first graphs tracker
+        self._tracking_lock = threading.Lock()
 
     @property
     def batcher(self) -> MicroBatcher:
@@ -120,6 +129,10 @@ class FaceEngine:
             batcher, self._batcher = self._batcher, None
         if batcher is not None:
             batcher.close()
+        with self._tracking_lock:
+            tracking, self._tracking = self._tracking, None
+        if tracking is not None:
+            tracking.close()
 
     @property
     def detector_name(self) -> str:
@@ -230,8 +243,28 @@ class FaceEngine:
             raise ManyFacesError(f"{label}: face index {index} out of range, {len(faces)} face(s) found", len(faces))
         return faces[index]
 
-    def tracker(self, smoothing: bool = True) -> FaceTracker:
-        """A new per-stream tracker (each video stream needs its own state)."""
-        return FaceTracker(
-            max_faces=self.settings.max_faces, smoothing=smoothing, detector_range=self.settings.detector_range
-        )
+    @property
+    def tracking_graphs(self) -> TrackingGraphs:
+        """The node's converted tracking models with their runners and batchers (made on
+        first use, converted into ``engine_cache_dir`` when set)."""
+        with self._tracking_lock:
+            if self._tracking is None:
+                settings = self.settings
+                self._tracking = TrackingGraphs(self._runner_for, settings.engine_cache_dir,
+                                                settings.max_batch, settings.max_queue_delay_ms)
+            return self._tracking
+
+    def tracking_metrics(self) -> dict[str, Any] | None:
+        """The tracking batchers' numbers by model, None before the first graphs tracker."""
+        with self._tracking_lock:
+            tracking = self._tracking
+        return tracking.metrics() if tracking is not None else None
+
+    def tracker(self, smoothing: bool = True, backend: TrackerName | None = None) -> FaceTracker | GraphFaceTracker:
+        """A new per-stream tracker (each video stream needs its own state): ``backend``
+        (default ``settings.tracker``) picks mediapipe's graphs or the converted ones."""
+        settings = self.settings
+        if (backend or settings.tracker) == "graphs":
+            return GraphFaceTracker(self.tracking_graphs, max_faces=settings.max_faces, smoothing=smoothing,
+                                    detector_range=settings.detector_range)
+        return FaceTracker(max_faces=settings.max_faces, smoothing=smoothing, detector_range=settings.detector_range)

@@ -3,7 +3,8 @@ small faces) -> boxes and five ArcFace-order keypoints."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -11,6 +12,16 @@ from gpu.analysis.quiet import QuietGraph
 from gpu.types import Face
 
 BlazeFaceRange = Literal["short", "full"]
+Window = tuple[int, int, int, int]  # x0, y0, x1, y1 in frame pixels
+
+
+class WindowDetector(Protocol):
+    """A BlazeFace model run over views of a frame: mediapipe's graph
+    (``BlazeFaceDetector``) or the converted one (``gpu.tracking.graphs.GraphBlazeFace``)."""
+
+    def detect_windows(self, image: np.ndarray, windows: Sequence[Window]) -> list[list[Face]]: ...
+
+    def close(self) -> None: ...
 
 # BlazeFace has one mouth point (the centre); the ArcFace template's mouth corners sit
 # 0.83 of an eye distance apart, so they are placed along the eye line from that centre.
@@ -43,15 +54,25 @@ class BlazeFaceDetector:
                 dtype=np.float32,
             )
             points = np.array([[p.x * width, p.y * height] for p in data.relative_keypoints], dtype=np.float32)
-            faces.append(Face(box=box, kps=_five_from_blazeface(points), score=float(detection.score[0])))
+            faces.append(Face(box=box, kps=five_from_blazeface(points), score=float(detection.score[0])))
         faces.sort(key=lambda face: face.score, reverse=True)
         return faces
+
+    def detect_windows(self, image: np.ndarray, windows: Sequence[Window]) -> list[list[Face]]:
+        """Faces in each window (x0, y0, x1, y1) of ``image``, in ``image`` pixels: one
+        graph run per window (mediapipe's graph takes one image at a time)."""
+        found = []
+        for x0, y0, x1, y1 in windows:
+            offset = np.array([x0, y0], dtype=np.float32)
+            faces = self.detect(np.ascontiguousarray(image[y0:y1, x0:x1]))
+            found.append([Face(box=f.box + np.tile(offset, 2), kps=f.kps + offset, score=f.score) for f in faces])
+        return found
 
     def close(self) -> None:
         self._graph.close()
 
 
-def _five_from_blazeface(points: np.ndarray) -> np.ndarray:
+def five_from_blazeface(points: np.ndarray) -> np.ndarray:
     """BlazeFace's six points (eyes, nose, mouth centre, ears) -> ArcFace's five."""
     eye_a, eye_b, nose, mouth = points[0], points[1], points[2], points[3]
     left, right = (eye_a, eye_b) if eye_a[0] <= eye_b[0] else (eye_b, eye_a)

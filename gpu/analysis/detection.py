@@ -15,13 +15,13 @@ tilt does break is the mesh, which ``face_mesh`` runs on a region turned upright
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
-from gpu.analysis.blazeface import BlazeFaceDetector, BlazeFaceRange
+from gpu.analysis.blazeface import BlazeFaceDetector, BlazeFaceRange, WindowDetector
 from gpu.types import Face
 
 # Short range finds faces from ~0.13-0.16 of its view's side upward (measured on the
@@ -55,6 +55,10 @@ def roll_of(kps: np.ndarray) -> float:
     """Head roll in degrees from five keypoints: the eye line's angle (y down), 0 = upright."""
     dx, dy = kps[1] - kps[0]
     return float(np.degrees(np.arctan2(dy, dx)))
+
+
+def box_contains(box: np.ndarray, point: np.ndarray) -> bool:
+    return bool(box[0] <= point[0] <= box[2] and box[1] <= point[1] <= box[3])
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -146,11 +150,15 @@ class FaceFinder:
     tiles up) it costs ~85 ms of CPU more per 1280x886 photo and found one face fewer."""
 
     def __init__(self, whole_frame: BlazeFaceRange = "full", min_face: int = 40, hog: bool = False,
-                 min_score: float = 0.5, finest: BlazeFaceRange = "short") -> None:
+                 min_score: float = 0.5, finest: BlazeFaceRange = "short",
+                 detectors: Mapping[BlazeFaceRange, WindowDetector] | None = None) -> None:
+        """``detectors``: the BlazeFace models by range (default: mediapipe's own graphs)."""
         self.whole_frame = whole_frame
         self.min_face = min_face
         self.finest = finest
-        self._models = {name: BlazeFaceDetector(name, min_score) for name in ("short", "full")}
+        self._models = dict(detectors) if detectors is not None else {
+            name: BlazeFaceDetector(name, min_score) for name in ("short", "full")
+        }
         self._hog = _hog_detector() if hog else None
 
     def views(self, width: int, height: int) -> list[View]:
@@ -166,17 +174,15 @@ class FaceFinder:
         return weighted_nms(candidates)
 
     def run(self, image: np.ndarray, views: Iterable[View]) -> list[Face]:
-        """Unmerged candidates from ``views``, in frame coordinates."""
+        """Unmerged candidates from ``views``, in frame coordinates; the views of one model
+        go to it together (the converted graphs run them as one batch)."""
+        views = list(views)
         found = []
-        for view in views:
-            found.extend(self._run_view(image, view))
+        for model, detector in self._models.items():
+            windows = [view.window for view in views if view.model == model]
+            if windows:
+                found.extend(face for faces in detector.detect_windows(image, windows) for face in faces)
         return found
-
-    def _run_view(self, image: np.ndarray, view: View) -> list[Face]:
-        x0, y0, x1, y1 = view.window
-        faces = self._models[view.model].detect(np.ascontiguousarray(image[y0:y1, x0:x1]))
-        offset = np.array([x0, y0], dtype=np.float32)
-        return [Face(box=f.box + np.tile(offset, 2), kps=f.kps + offset, score=f.score) for f in faces]
 
     def _hog_faces(self, image: np.ndarray) -> list[Face]:
         height, width = image.shape[:2]

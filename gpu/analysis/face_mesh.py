@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 
 from gpu.analysis.blazeface import BlazeFaceRange
-from gpu.analysis.detection import FaceFinder, SweepSchedule, box_iou, roll_of, weighted_nms
+from gpu.analysis.detection import FaceFinder, SweepSchedule, box_contains, box_iou, roll_of, weighted_nms
 from gpu.analysis.landmarks import five_points
 from gpu.analysis.quiet import QuietGraph
 from gpu.analysis.smoothing import OneEuroFilter
@@ -154,10 +154,6 @@ class FaceMesh:
         self._graph.close()
 
 
-def _contains(box: np.ndarray, point: np.ndarray) -> bool:
-    return bool(box[0] <= point[0] <= box[2] and box[1] <= point[1] <= box[3])
-
-
 @dataclass
 class _Track:
     track_id: int
@@ -170,6 +166,11 @@ class _Track:
 # Track ids are unique in the process, not per stream: per-track state kept by the node's
 # shared swapper (a track's neutral shape) must never mix two sessions' faces.
 _TRACK_IDS = count(1)
+
+
+def new_track_id() -> int:
+    """The next process-unique track id (every tracker backend takes its ids here)."""
+    return next(_TRACK_IDS)
 
 
 class FaceTracker:
@@ -222,7 +223,7 @@ class FaceTracker:
         for detection in weighted_nms(self._finder.run(frame, views)):
             if len(tracks) + len(found) >= self.max_faces:
                 break
-            if any(_contains(t.box, detection.center) for t in [*tracks, *found]):
+            if any(box_contains(t.box, detection.center) for t in [*tracks, *found]):
                 continue
             graph = self._spare_graphs.pop() if self._spare_graphs else _mesh_graph(tracking=True)
             mesh = mesh_in_region(graph, frame, detection.box, roll_of(detection.kps))
@@ -230,7 +231,7 @@ class FaceTracker:
                 self._spare_graphs.append(graph)
                 continue
             box = np.concatenate([mesh[:, :2].min(0), mesh[:, :2].max(0)])
-            found.append(_Track(next(_TRACK_IDS), box, graph, OneEuroFilter(), mesh))
+            found.append(_Track(new_track_id(), box, graph, OneEuroFilter(), mesh))
         return found
 
     def _without_duplicates(self, tracks: list[_Track]) -> list[_Track]:
