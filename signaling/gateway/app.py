@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ class GatewaySettings:
     rtmp_port: int | None = None  # None: no RTMP relay; 0: any free port
     rtmp_connect_timeout_s: float = 5.0
     rtmp_stall_timeout_s: float = 5.0
+    rtmp_tls: ssl.SSLContext | None = None  # RTMPS beside the relay's RTMP (config tls)
+    rtmp_tls_port: int = 0
 
 
 @dataclass
@@ -425,7 +428,8 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
             relay = RtmpRelay(registry, connect_timeout_s=settings.rtmp_connect_timeout_s,
                               retries=settings.node_retries)
             app[RTMP_SERVER_KEY] = RtmpServer(relay, host=settings.rtmp_host, port=settings.rtmp_port,
-                                              stall_timeout=settings.rtmp_stall_timeout_s)
+                                              stall_timeout=settings.rtmp_stall_timeout_s, tls=settings.rtmp_tls,
+                                              tls_port=settings.rtmp_tls_port)
             await app[RTMP_SERVER_KEY].start()
         try:
             yield

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from swapcast.commands.common import add_tls_flags, tls_overrides
 from swapcast.config import Config, ConfigError, load_config, redacted_url
 
 
@@ -16,14 +17,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--rtmp-port", type=int, help="RTMP port relayed to the nodes (default 1935, 0 = any free)")
     # also accepted after the command; SUPPRESS keeps a --config given before it
     parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help="YAML config file")
+    add_tls_flags(parser)
     parser.set_defaults(run=run)
 
 
 def gateway_config(args: argparse.Namespace) -> Config:
     """Defaults < config file < environment < flags; a gateway without Redis is an error."""
+    tls = tls_overrides(args)
     config = load_config(args.config, overrides={
         "server": {"host": args.host, "port": args.port},
-        "rtmp": {"port": args.rtmp_port},
+        "rtmp": {"port": args.rtmp_port, **tls["rtmp"]},
+        "tls": tls["tls"],
         "cluster": {"redis_url": args.redis},
     })
     if not config.cluster.redis_url:
@@ -38,20 +42,26 @@ def run(args: argparse.Namespace) -> int:
     from signaling.auth.wiring import api_auth
     from signaling.gateway import RTMP_SERVER_KEY, GatewaySettings, build_gateway_app
     from signaling.registry import open_registry
-    from swapcast.app import is_public
+    from swapcast.app import is_public, node_tls_context, serve_tls
     from swapcast.logs import RedactingAccessLogger
 
     config = gateway_config(args)
+    tls = node_tls_context(config)  # a bad certificate: one line naming the file
     host, port = config.server.host, config.server.port
     auth = api_auth(config.auth, host=host, cluster=True, data_dir=config.server.data_dir, is_public=is_public)
     registry = open_registry(config.cluster.redis_url, ttl_s=config.cluster.node_ttl_s)
     app = build_gateway_app(registry, GatewaySettings(
         rtmp_host=host, rtmp_port=config.rtmp.port, rtmp_stall_timeout_s=config.rtmp.stall_timeout_s,
+        rtmp_tls=tls if config.rtmp.tls_port is not None else None, rtmp_tls_port=config.rtmp.tls_port or 0,
     ), auth)
+    serve_tls(app, tls, config)
+    scheme = "https" if tls else "http"
 
     def announce(_: str) -> None:
+        rtmp = app[RTMP_SERVER_KEY]
+        rtmps = f" and rtmps://{host}:{rtmp.tls_port}/live/<stream key>" if rtmp.tls_port is not None else ""
         print(
-            f"swapcast gateway on http://{host}:{port}/ and rtmp://{host}:{app[RTMP_SERVER_KEY].port}/live/<stream key>, "
+            f"swapcast gateway on {scheme}://{host}:{port}/ and rtmp://{host}:{rtmp.port}/live/<stream key>{rtmps}, "
             f"registry {redacted_url(config.cluster.redis_url)} (Ctrl+C stops)",
             flush=True,
         )
@@ -63,5 +73,5 @@ def run(args: argparse.Namespace) -> int:
     uvloop.install()
     # run_app prints once every listener is up, and turns SIGINT/SIGTERM into a graceful
     # exit: the RTMP relay and the reaper stop, then the registry closes
-    web.run_app(app, host=host, port=port, print=announce, access_log_class=RedactingAccessLogger)
+    web.run_app(app, host=host, port=port, print=announce, ssl_context=tls, access_log_class=RedactingAccessLogger)
     return 0
