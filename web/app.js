@@ -74,6 +74,18 @@ function setStatus(stateName, text) {
 
 el.messageClose.addEventListener('click', clearMessage);
 
+// Browsers give the camera only to secure origins (https://, or localhost on this machine):
+// opened over plain HTTP from elsewhere, getUserMedia does not even exist. Say so up front.
+const secureOrigin = () => window.isSecureContext && Boolean(navigator.mediaDevices && navigator.mediaDevices.getUserMedia);
+const INSECURE_ORIGIN_MESSAGE = `This page was opened over plain HTTP (${location.origin}), which browsers do not `
+  + 'treat as a secure origin, so they do not allow the camera here. Open it over https:// (start swapcast serve '
+  + 'with --tls-cert and --tls-key, or put an HTTPS proxy in front), or at http://localhost on the server itself.';
+
+function refuseInsecureOrigin() {
+  showMessage(INSECURE_ORIGIN_MESSAGE);
+  setStatus('error', 'HTTPS needed');
+}
+
 function cameraErrorMessage(err) {
   switch (err && err.name) {
     case 'NotAllowedError':
@@ -397,16 +409,15 @@ function setBusy(busy) {
 
 async function start() {
   if (state.busy || state.live) return;
+  if (!secureOrigin()) {
+    refuseInsecureOrigin();
+    return;
+  }
   const generation = ++state.generation;
   clearMessage();
   setBusy(true);
   setStatus('connecting', 'Starting camera…');
   try {
-    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
-      const err = new Error('this page must be opened over HTTPS (or on localhost) to use the camera');
-      err.name = 'SecurityError';
-      throw err;
-    }
     const camera = await navigator.mediaDevices.getUserMedia({
       video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } },
       audio: false,
@@ -511,3 +522,4 @@ window.swapcast = {
 
 showBlend();
 loadFaces();
+if (!secureOrigin()) refuseInsecureOrigin();

@@ -331,8 +331,8 @@ export async function tuneSender(sender, { maxBitrateKbps = 2500, degradationPre
  */
 export class LiveSwap {
   constructor(client, {
-    onTrack, onState, onEnded, onReconnecting, iceServers = [], codec = 'video/H264', maxBitrateKbps = 2500,
-    stallMs = 1000, maxReconnects = 8,
+    onTrack, onState, onEnded, onReconnecting, iceServers = [], iceTransportPolicy = 'all', codec = 'video/H264',
+    maxBitrateKbps = 2500, stallMs = 1000, maxReconnects = 8,
   } = {}) {
     this.client = client;
     this.onTrack = onTrack || (() => {});
@@ -340,6 +340,8 @@ export class LiveSwap {
     this.onEnded = onEnded || (() => {});
     this.onReconnecting = onReconnecting || (() => {});
     this.iceServers = iceServers;
+    this.iceTransportPolicy = iceTransportPolicy; // 'relay': media only through TURN
+    this.sessionIceServers = []; // from the server with the session: STUN, time-limited TURN
     this.codec = codec;
     this.maxBitrateKbps = maxBitrateKbps;
     this.stallMs = stallMs;
@@ -368,6 +370,7 @@ export class LiveSwap {
     this._camera = cameraStream;
     const placed = await this.client.createSession({ faceId, options });
     this.sessionId = placed.session_id;
+    this.sessionIceServers = placed.ice_servers || [];
     if (this._stopped) {
       this.client.deleteSession(placed.session_id).catch(() => {});
       throw new Error('stopped');
@@ -384,7 +387,10 @@ export class LiveSwap {
    *  POST the offer, apply the answer, then watch that swapped video keeps coming. */
   async _connect() {
     this._closePeer();
-    const pc = new RTCPeerConnection({ iceServers: this.iceServers });
+    const pc = new RTCPeerConnection({
+      iceServers: [...this.iceServers, ...this.sessionIceServers],
+      iceTransportPolicy: this.iceTransportPolicy,
+    });
     this.pc = pc;
     const camera = this._camera;
     const transceiver = pc.addTransceiver(camera.getVideoTracks()[0], {
