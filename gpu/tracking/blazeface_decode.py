@@ -15,7 +15,7 @@ Public API (coordinates: tensor-normalised [0, 1] until ``to_frame``):
 - ``letterbox_matrices(windows, size)`` -> (N, 2, 3) frame -> tensor pixels for square
   views of ``windows`` (x0, y0, x1, y1), centred and padded as mediapipe letterboxes;
 - ``detector_input(frames, windows, spec)`` -> (N, 3, S, S) float32 model input (zero
-  border, scaled to the spec's value range) on the frames' device;
+  border, scaled to the spec's value range) on the frames' device; ``windows`` integer;
 - ``decode(boxes, scores, spec, min_score)`` -> per row a ``Detections`` (boxes xyxy,
   keypoints (K, 6, 2), scores), suppressed by ``weighted_nms``;
 - ``to_frame(detections, window)`` -> the same in frame pixels.
@@ -45,14 +45,17 @@ class DetectorSpec:
     size: int  # square input side, pixels
     strides: tuple[int, ...]
     interpolated_scale_aspect_ratio: float
+    min_score: float  # the graph's own TensorsToDetections threshold: anchors under it join no cluster
     value_range: tuple[float, float] = (-1.0, 1.0)
     min_scale: float = 0.1484375
     max_scale: float = 0.75
     anchor_offset: float = 0.5
 
 
-SHORT_RANGE = DetectorSpec("face_detection_short_range.tflite", 128, (8, 16, 16, 16), 1.0)
-FULL_RANGE = DetectorSpec("face_detection_full_range_sparse.tflite", 192, (4,), 0.0)
+SHORT_RANGE = DetectorSpec("face_detection_short_range.tflite", 128, (8, 16, 16, 16), 1.0, 0.5)
+# Full range keeps 0.6 whatever min_detection_confidence asks (measured against mediapipe's
+# FaceDetection on the sample faces: with 0.5 the weighted boxes move by up to 1.8 px).
+FULL_RANGE = DetectorSpec("face_detection_full_range_sparse.tflite", 192, (4,), 0.0, 0.6)
 
 
 @dataclass
@@ -108,29 +111,34 @@ def letterbox_matrices(windows: np.ndarray, size: int) -> np.ndarray:
 
 def detector_input(frames: Sequence[Any], windows: np.ndarray, spec: DetectorSpec) -> Any:
     """(N, 3, S, S) float32 input for ``spec``'s model: ``frames[i]`` seen through
-    ``windows[i]``, letterboxed with a zero border (pixels outside the window are zeroed,
-    as mediapipe's BORDER_ZERO does), scaled to ``spec.value_range``."""
-    windows = np.asarray(windows, dtype=np.float64).reshape(-1, 4)
-    matrices = letterbox_matrices(windows, spec.size)
-    crops = ops.crop_faces(frames, matrices, spec.size)
-    xp = array_module(crops)
-    # the window's edges in tensor pixels: outside them the letterbox is border, not image
-    low = np.einsum("nij,nj->ni", matrices[:, :, :2], windows[:, :2]) + matrices[:, :, 2]
-    high = np.einsum("nij,nj->ni", matrices[:, :, :2], windows[:, 2:]) + matrices[:, :, 2]
-    pixel = xp.arange(spec.size, dtype=xp.float32) + 0.5
-    inside_x = (pixel[None, :] > xp.asarray(low[:, None, 0])) & (pixel[None, :] < xp.asarray(high[:, None, 0]))
-    inside_y = (pixel[None, :] > xp.asarray(low[:, None, 1])) & (pixel[None, :] < xp.asarray(high[:, None, 1]))
-    inside = inside_y[:, :, None] & inside_x[:, None, :]
+    ``windows[i]`` (integer pixels), letterboxed as mediapipe's ImageToTensor does with
+    BORDER_ZERO, scaled to ``spec.value_range``.
+
+    The crop kernel replicates the edge; where a bilinear sample reaches past the window,
+    its only neighbour inside is that edge pixel, so the zero border's value is the
+    replicated one times the sample's coverage of the window (exact, separable)."""
+    windows = np.asarray(windows, dtype=np.int64).reshape(-1, 4)
+    views = [frame[y0:y1, x0:x1] for frame, (x0, y0, x1, y1) in zip(frames, windows, strict=True)]
+    xp = array_module(views[0]) if views else np
+    views = [xp.ascontiguousarray(view) for view in views]
+    sizes = windows[:, 2:] - windows[:, :2]  # (width, height) per view
+    matrices = letterbox_matrices(np.concatenate([np.zeros_like(sizes), sizes], axis=1), spec.size)
+    crops = ops.crop_faces(views, matrices, spec.size)
+    pixel = np.arange(spec.size, dtype=np.float64)
+    source = (pixel[None, None, :] - matrices[:, :, 2, None]) / matrices[:, 0, 0, None, None]  # (N, 2, S): x, y
+    beyond = np.maximum(np.maximum(-source, source - (sizes[:, :, None] - 1)), 0)
+    coverage = np.clip(1 - beyond, 0, 1).astype(np.float32)
+    weight = xp.asarray(coverage[:, 1, :, None] * coverage[:, 0, None, :])  # (N, S, S)
     lo, hi = spec.value_range
-    tensor = crops.astype(xp.float32) * xp.float32((hi - lo) / 255.0) + xp.float32(lo)
-    tensor = xp.where(inside[..., None], tensor, xp.float32(lo))
+    tensor = crops.astype(xp.float32) * (weight[..., None] * xp.float32((hi - lo) / 255.0)) + xp.float32(lo)
     return xp.ascontiguousarray(tensor.transpose(0, 3, 1, 2))
 
 
 def decode(boxes: Any, scores: Any, spec: DetectorSpec, min_score: float = 0.5, iou: float = NMS_IOU) -> list[Detections]:
     """Per row of the model's outputs (``boxes`` [N, A, 16], ``scores`` [N, A, 1]; NumPy or
     CuPy), the faces mediapipe would report: anchor decode, sigmoid scores over
-    ``min_score``, weighted suppression. Tensor-normalised coordinates."""
+    ``min_score`` (and over the graph's own ``spec.min_score``), weighted suppression.
+    Tensor-normalised coordinates."""
     xp = array_module(boxes)
     anchors = xp.asarray(ssd_anchors(spec))
     raw = boxes.reshape(boxes.shape[0], -1, 4 + 2 * KEYPOINTS)
@@ -143,7 +151,7 @@ def decode(boxes: Any, scores: Any, spec: DetectorSpec, min_score: float = 0.5, 
     half = raw[..., 2:4] / spec.size / 2
     corners = xp.concatenate([centre - half, centre + half], axis=-1)
     keypoints = raw[..., 4:].reshape(raw.shape[0], raw.shape[1], KEYPOINTS, 2) / spec.size + anchors[:, None, :]
-    keep = probability >= min_score
+    keep = probability >= max(min_score, spec.min_score)
     rows, columns = (to_host(index) for index in xp.nonzero(keep))
     chosen = (to_host(corners[keep]), to_host(keypoints[keep]), to_host(probability[keep]))
     return [weighted_nms(*(part[rows == row] for part in chosen), iou=iou) for row in range(raw.shape[0])]
