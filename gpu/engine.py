@@ -22,6 +22,7 @@ from gpu.batcher import MicroBatcher
 from gpu.device import select_device
 from gpu.errors import ManyFacesError, ModelFileError, NoFaceError
 from gpu.models.builtin import BuiltinModels
+from gpu.processors import Processors, ProcessorSettings
 from gpu.source_codec import decode_source, encode_source
 from gpu.swappers.base import KeepMask, Swapper
 from gpu.tracking.graph_tracker import GraphFaceTracker
@@ -47,6 +48,7 @@ class EngineSettings:
     max_batch: int = 32  # micro-batcher: rows per runner call
     max_queue_delay_ms: float = 4.0  # micro-batcher: longest wait of the oldest row before a batch ships
     engine_cache_dir: Path | None = None  # TensorRT engine + timing caches (default: <data_dir>/engines)
+    processors: ProcessorSettings = ProcessorSettings()  # occluder, parser, enhancer, content gate (user models)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,10 @@ class FaceEngine:
         self._still_lock = threading.Lock()
         self.device = select_device(self.settings.device)  # CUDA requested but absent: a clear error
         self.swapper: Swapper = self._make_swapper()
+        # FaceFusion's other processors found in the models folder, each with a batcher of its own
+        self.processors = Processors.load(self._user_models(), self.settings.processors, self._runner_for,
+                                          max_batch=self.settings.max_batch,
+                                          max_queue_delay_ms=self.settings.max_queue_delay_ms)
         # mask models (occluder, face parser) whose keep masks every swap honours, besides
         # each stream's built-in occlusion estimate (see gpu.swappers.base.KeepMask)
         self.keep_masks: tuple[KeepMask, ...] = ()
@@ -129,6 +135,7 @@ class FaceEngine:
             batcher, self._batcher = self._batcher, None
         if batcher is not None:
             batcher.close()
+        self.processors.close()
         with self._tracking_lock:
             tracking, self._tracking = self._tracking, None
         if tracking is not None:
@@ -212,7 +219,10 @@ class FaceEngine:
 
     def register_source(self, image: np.ndarray, index: int | None = None, label: str = "source image") -> SourceFace:
         """Pick the source face (the only one, or ``index`` counted from the largest) and
-        prepare everything the swapper needs, once."""
+        prepare everything the swapper needs, once. A loaded content gate checks the photo
+        first (``ContentRefused`` above its threshold)."""
+        if self.processors.gate is not None:
+            self.processors.gate.check(image, label, "source")
         face = self.pick_face(image, index, label)
         if face.mesh is None and self.swapper.name in ("mesh", "mesh3d"):
             raise NoFaceError(f"{label}: a face was detected but its landmarks could not be found; use a clearer, frontal photo")

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpu.engine import EngineSettings
 from gpu.errors import SwapcastError
 from gpu.options import SwapOptions
+from gpu.processors import ProcessorSettings
+from gpu.processors.parser import DEFAULT_KEEP, REGIONS
 from gpu.threads import ThreadBudget
 
 ENV_PREFIX = "SWAPCAST_"
@@ -30,6 +32,34 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ProcessorsConfig(_Section):
+    """FaceFusion's processors from ``engine.models_dir`` (``gpu/processors``): each one is used
+    when its file is there (xseg_*, bisenet_resnet_*, gfpgan_1.4 / codeformer / gpen_bfr_*,
+    open_nsfw) and not turned off here."""
+
+    occluder: bool = True
+    parser: bool = True
+    parser_keep: list[str] = Field(list(DEFAULT_KEEP), description="face parser regions where the target stays")
+    enhancer: Literal["auto", "live", "off"] = Field("auto", description="auto: offline jobs and swap; live: live sessions too")
+    enhancer_model: Literal["auto", "gfpgan_1.4", "codeformer", "gpen_bfr_512", "gpen_bfr_256"] = "auto"
+    enhancer_blend: float = Field(0.8, ge=0, le=1)
+    enhancer_weight: float = Field(0.5, ge=0, le=1, description="CodeFormer fidelity (0 = most restored)")
+    content_gate: bool = True
+    content_threshold: float = Field(0.8, gt=0, le=1)
+    content_sample_s: float = Field(1.0, gt=0, le=60, description="streams: one frame checked per this many seconds")
+
+    @field_validator("parser_keep")
+    @classmethod
+    def _regions(cls, regions: list[str]) -> list[str]:
+        unknown = [r for r in regions if r not in REGIONS]
+        if unknown:
+            raise ValueError(f"unknown region(s) {', '.join(unknown)}; choose from {', '.join(REGIONS)}")
+        return regions
+
+    def settings(self) -> ProcessorSettings:
+        return ProcessorSettings(**{**self.model_dump(), "parser_keep": tuple(self.parser_keep)})
+
+
 class EngineConfig(_Section):
     swapper: Literal["auto", "mesh", "mesh3d", "inswapper"] = "auto"
     models_dir: Path | None = Field(None, description="folder with det_10g / w600k_r50 / inswapper_128 .onnx files")
@@ -37,15 +67,17 @@ class EngineConfig(_Section):
     crop_size: int = Field(256, ge=64, le=1024, multiple_of=32)
     max_faces: int = Field(4, ge=1, le=16)
     detector_range: Literal["short", "full"] = "full"
+    tracker: Literal["mediapipe", "graphs"] = Field("mediapipe", description="video tracking: mediapipe's own graphs, or the converted ones batched across sessions")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"
     runner_threads: int = Field(0, ge=0, le=64)
     max_batch: int = Field(32, ge=1, le=256)
     max_queue_delay_ms: float = Field(4.0, ge=0, le=100)
     engine_cache_dir: Path | None = None
+    processors: ProcessorsConfig = ProcessorsConfig()
 
     def settings(self) -> EngineSettings:
-        return EngineSettings(**self.model_dump())
+        return EngineSettings(**self.model_dump(exclude={"processors"}), processors=self.processors.settings())
 
 
 class SwapConfig(_Section):

@@ -28,7 +28,9 @@ BGR_MEAN = np.array([104.0, 117.0, 123.0], np.float32)
 
 
 class ContentRefused(SwapcastError):
-    """The content gate refused an image: the message says what and the score."""
+    """The content gate refused an image: the message says what and the score (HTTP 422)."""
+
+    status = 422
 
     def __init__(self, message: str, score: float) -> None:
         super().__init__(message)
