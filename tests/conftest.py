@@ -101,3 +101,14 @@ def identity_of(engine):
         return engine.identity(image, faces[0])
 
     return identity
+
+
+@pytest.fixture(scope="session")
+def tracking_graphs():
+    """The converted tracking models on ONNX Runtime (CPU, 1 thread), as a CPU node runs them."""
+    from gpu.runners.select import make_runner
+    from gpu.tracking.graphs import TrackingGraphs
+
+    graphs = TrackingGraphs(lambda model, name: make_runner(model, device="cpu", runner="onnxruntime", name=name, threads=1))
+    yield graphs
+    graphs.close()
