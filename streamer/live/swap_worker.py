@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import av
 import numpy as np
 
+from gpu.processors.content_gate import ContentRefused
 from streamer.live.h264 import EncodedVideo, FrameSizeError, H264Decoder, H264Encoder
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, scale_threads
 from streamer.pipeline.failure_log import FailureLog
@@ -214,8 +215,9 @@ class LiveSwapWorker:
                     self._swap_and_encode(*newest)
         except Exception as exc:
             # the publisher is told this: the stream's own fault in words, never our internals
-            self.failure = str(exc) if isinstance(exc, FrameSizeError) else "internal error; publish again to start afresh"
-            if isinstance(exc, FrameSizeError):
+            stream_fault = isinstance(exc, (FrameSizeError, ContentRefused))
+            self.failure = str(exc) if stream_fault else "internal error; publish again to start afresh"
+            if stream_fault:
                 log.warning("stream %s: %s", self._name, self.failure)
             else:
                 log.exception("stream %s: the swap thread failed", self._name)
@@ -262,6 +264,8 @@ class LiveSwapWorker:
         pts = int(frame.pts)
         try:
             stages = self.swapper.process(rgb, pts / 1000.0)
+        except ContentRefused:
+            raise  # the content gate ends the stream (the publisher is told why)
         except Exception:  # a swap bug must not end the broadcast: the frame goes out unswapped
             self._swap_failures.failed()
             self.stats.swap_errors += 1
