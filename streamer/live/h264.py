@@ -21,8 +21,8 @@ from streamer.media.hwcodecs import (
     CodecChoice,
     SoftwareFallback,
     nvenc_live_options,
-    scale_threads,
 )
+from streamer.media.yuv import i420_frame, rgb_to_i420
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
 
 MS = Fraction(1, 1000)
@@ -123,8 +123,7 @@ class H264Encoder(SoftwareFallback):
         self.sequence_header: bytes | None = None  # avcC, from the latest keyframe's SPS/PPS
 
     def encode(self, rgb: np.ndarray, pts: int) -> list[EncodedVideo]:
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[: self.height, : self.width]), format="rgb24")
-        frame = frame.reformat(format="yuv420p", threads=scale_threads())
+        frame = i420_frame(rgb_to_i420(rgb[: self.height, : self.width]))
         frame.pts, frame.time_base = pts, MS
         if self._last_keyframe is None or pts - self._last_keyframe >= self.keyframe_interval_ms:
             frame.pict_type = PictureType.I

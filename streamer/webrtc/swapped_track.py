@@ -26,11 +26,13 @@ import cv2
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from gpu.processors.content_gate import ContentRefused
 from streamer.live.h264 import FrameSizeError, check_frame_size
 from streamer.live.heap import release_freed_memory
 from streamer.live.swap_worker import LiveStats
 from streamer.media.hwcodecs import scale_threads
 from streamer.media.images import jpeg_preview
+from streamer.media.yuv import i420_frame, rgb_to_i420
 from streamer.pipeline.failure_log import FailureLog
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
 
@@ -129,9 +131,9 @@ class SwappedVideo:
         try:
             await self._work_on_frames()
         except Exception as exc:  # the session cannot go on: end it, never leave it without a worker
-            self.failure = str(exc) if isinstance(exc, FrameSizeError) else "internal error; start a new session"
-            log.warning("session %s: the swap worker stopped: %s", self.name, self.failure,
-                        exc_info=not isinstance(exc, FrameSizeError))
+            session_fault = isinstance(exc, (FrameSizeError, ContentRefused))
+            self.failure = str(exc) if session_fault else "internal error; start a new session"
+            log.warning("session %s: the swap worker stopped: %s", self.name, self.failure, exc_info=not session_fault)
             if self._on_source_end is not None:
                 self._on_source_end()
 
@@ -172,11 +174,13 @@ class SwappedVideo:
         seconds = float((frame.pts or 0) * (frame.time_base or Fraction(1, 90000)))
         try:
             stages = swapper.process(rgb, seconds)
+        except ContentRefused:
+            raise  # the content gate ends the session (its failure says why)
         except Exception:  # a swap bug must not end the session: the frame goes out unswapped
             self._swap_failures.failed()
             self.stats.swap_errors += 1
             return _i420(frame), StageTimes()
-        return av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p", threads=scale_threads()).to_ndarray(), stages
+        return rgb_to_i420(rgb), stages
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -189,7 +193,7 @@ class SwappedVideo:
         if self._closed:
             raise MediaStreamError
         yuv, pts, time_base = self._latest
-        frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+        frame = i420_frame(yuv)
         frame.pts = pts
         frame.time_base = time_base
         return self._sequence, frame
