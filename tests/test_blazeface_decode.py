@@ -10,8 +10,11 @@ from gpu.analysis.blazeface import BlazeFaceDetector
 from gpu.tracking import blazeface_decode
 from gpu.tracking.blazeface_decode import FULL_RANGE, SHORT_RANGE, weighted_nms
 
-BOX_TOLERANCE_PX = 0.25  # measured: up to 0.10 px (full range, a 1024 px frame seen at 192 px), short ~1e-3
-SCORE_TOLERANCE = 3e-3  # measured: up to 1.0e-3 (full range), short ~1e-6
+# mediapipe crops with warpPerspective, whose fixed-point rounding differs from the crop
+# kernel's warpAffine by one level on ~0.1 % of the pixels at non-integer scales (full range:
+# a 1024 px frame seen at 192 px); at integer scales the inputs are equal to 1e-7.
+BOX_TOLERANCE_PX = 0.25  # measured: up to 0.21 px (full range), short range ~1e-3
+SCORE_TOLERANCE = 1e-2  # measured: up to 5.1e-3 (full range), short range ~1e-6
 
 
 def test_anchors_are_one_per_model_output_row() -> None:
