@@ -1,0 +1,187 @@
+"""Find the watermark in frames that were re-encoded, rescaled or cropped.
+
+1. Whiten each luma frame (subtract a blur: the picture is mostly low frequencies, the
+   pattern is not) and clip outliers (edges).
+2. The tile's period (it changes with any rescale) comes from the autocorrelation of the
+   whitened frames: peaks at one tile along x and along y; a few candidates are kept.
+3. For each candidate, resample so a tile is exactly 32 cells of 4 px and fold every tile of
+   every frame onto one 128x128 tile (the picture averages away, the pattern adds up).
+4. Circular cross-correlation with the key's sync layer gives the crop offset; its peak
+   against the rest of the surface (a z-score) says whether the mark is there.
+5. The aligned fold's cells, times the key's carrier, are the coded bits' soft values:
+   Viterbi decodes them and the CRC-16 must match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from gpu.watermark import ecc
+from gpu.watermark.pattern import CELLS, CELLS_PER_HEIGHT, MESSAGE_BITS, WatermarkKey, cell_size, render
+
+FOLD_CELL_PX = 4
+TILE_PX = CELLS * FOLD_CELL_PX
+SYNC_Z_MIN = 7.0  # the sync peak must stand this many deviations above the surface
+MAX_FRAMES = 150
+PERIOD_FRAMES = 12  # frames whose spectra estimate the tile period
+CANDIDATES = 3
+# whitening, in cells of an unscaled frame: subtract a blur this wide, divide by the local
+# contrast over this wide (edges and texture weigh no more than flat areas); the floor keeps
+# noise in flat areas from being amplified
+WHITEN_SIGMA = 0.7
+LOCAL_SIGMA = 2.0
+LOCAL_FLOOR = 1.0
+
+
+@dataclass(frozen=True)
+class Detection:
+    found: bool  # sync peak above SYNC_Z_MIN and the payload's CRC matched
+    sync_z: float  # height of the sync peak in deviations of the correlation surface
+    message: np.ndarray | None  # MESSAGE_BITS bits when the CRC matched
+    chip_agreement: float  # share of coded bits whose raw sign agrees with the decoded message
+    frames: int
+    tile_px: tuple[float, float]  # (x, y) tile period found in the analysed picture
+    offset: tuple[int, int]  # (x, y) of the tile grid in the analysed picture, modulo one tile
+
+
+class Detector:
+    """Feed luma frames of one picture size (others are ignored), then ask ``result()``."""
+
+    def __init__(self, key: WatermarkKey, *, max_frames: int = MAX_FRAMES) -> None:
+        self.key = key
+        self.max_frames = max_frames
+        self._frames: list[np.ndarray] = []
+        self._sync = render(key.sync, TILE_PX, TILE_PX, FOLD_CELL_PX)
+
+    @property
+    def frames(self) -> int:
+        return len(self._frames)
+
+    def add(self, luma: np.ndarray) -> bool:
+        """One (H, W) luma frame (uint8 or float); False once enough frames are in."""
+        if len(self._frames) >= self.max_frames:
+            return False
+        if self._frames and luma.shape != self._frames[0].shape:
+            return True
+        self._frames.append(np.ascontiguousarray(luma, dtype=np.uint8))
+        return len(self._frames) < self.max_frames
+
+    def result(self) -> Detection:
+        if not self._frames:
+            return Detection(False, 0.0, None, 0.0, 0, (0.0, 0.0), (0, 0))
+        height, width = self._frames[0].shape
+        whitened = [_whiten(f) for f in self._frames]
+        best: Detection | None = None
+        for period_x, period_y in _periods(whitened, height, width):
+            detection = self._try(whitened, period_x, period_y)
+            if best is None or detection.sync_z > best.sync_z:
+                best = detection
+            if detection.found:
+                break
+        return best
+
+    def _try(self, whitened: list[np.ndarray], period_x: float, period_y: float) -> Detection:
+        fold = np.zeros((TILE_PX, TILE_PX), dtype=np.float64)
+        for frame in whitened:
+            fold += _fold(frame, period_x, period_y)
+        correlation = _circular_correlation(fold, self._sync)
+        dy, dx = np.unravel_index(int(np.argmax(correlation)), correlation.shape)
+        sync_z = _peak_z(correlation, dy, dx)
+        aligned = np.roll(fold, (-dy, -dx), axis=(0, 1))
+        cells = aligned.reshape(CELLS, FOLD_CELL_PX, CELLS, FOLD_CELL_PX).mean(axis=(1, 3))
+        cells -= self.key.sync * np.sum(cells * self.key.sync) / np.sum(self.key.sync**2)
+        chips = np.bincount(self.key.assignment.ravel(), weights=(cells * self.key.carrier).ravel(),
+                            minlength=ecc.coded_length(MESSAGE_BITS))
+        chips /= np.std(chips) + 1e-12
+        decoded = ecc.decode(chips, MESSAGE_BITS)
+        crc_ok = bool(np.array_equal(ecc.crc16(decoded[:-16]), decoded[-16:]))
+        agreement = float(np.mean((chips < 0) == ecc.encode(decoded).astype(bool)))
+        found = sync_z >= SYNC_Z_MIN and crc_ok
+        offset = (int(round(dx * period_x / TILE_PX)), int(round(dy * period_y / TILE_PX)))
+        return Detection(found, float(sync_z), decoded if found else None, agreement, len(whitened),
+                         (float(period_x), float(period_y)), offset)
+
+
+def _whiten(luma: np.ndarray) -> np.ndarray:
+    frame = luma.astype(np.float32)
+    cell = max(1.5, frame.shape[0] / CELLS_PER_HEIGHT)
+    residual = frame - cv2.GaussianBlur(frame, (0, 0), WHITEN_SIGMA * cell)
+    local = np.sqrt(cv2.GaussianBlur(residual * residual, (0, 0), LOCAL_SIGMA * cell)) + LOCAL_FLOOR
+    return residual / local
+
+
+def _periods(whitened: list[np.ndarray], height: int, width: int) -> list[tuple[float, float]]:
+    """Candidate tile periods (x, y) in pixels: the strongest autocorrelation peaks along each
+    axis, best first, then the period an unscaled picture of this height would have."""
+    power = np.zeros((height, width), dtype=np.float64)
+    step = max(1, len(whitened) // PERIOD_FRAMES)
+    for frame in whitened[::step][:PERIOD_FRAMES]:
+        spectrum = cv2.dft(frame - frame.mean(), flags=cv2.DFT_COMPLEX_OUTPUT)
+        power += spectrum[..., 0] ** 2 + spectrum[..., 1] ** 2
+    auto = np.real(np.fft.ifft2(power))
+    auto /= auto[0, 0] + 1e-12
+    lowest = int(CELLS * 1.8)
+    along_x = _peaks(auto[0, :] + auto[1, :] + auto[-1, :], lowest, width // 2)
+    along_y = _peaks(auto[:, 0] + auto[:, 1] + auto[:, -1], lowest, height // 2)
+    candidates = []
+    for px in along_x[:CANDIDATES]:
+        for py in along_y[:CANDIDATES]:
+            if 0.7 < px / py < 1.45:  # a tile is square; allow 16:9 <-> 4:3 anamorphic resizes
+                candidates.append((px, py))
+    nominal = CELLS * cell_size(height)
+    candidates.sort(key=lambda p: abs(p[0] / p[1] - 1.0))
+    return [*candidates[: CANDIDATES + 1], (nominal, nominal)]
+
+
+def _peaks(profile: np.ndarray, lowest: int, highest: int) -> list[float]:
+    """Lags of the most prominent narrow peaks in [lowest, highest), refined to sub-pixel.
+    The tile's peak is a few pixels wide and comes back at twice the lag; what is left of
+    the picture correlates broadly, so each lag is scored against its surroundings."""
+    if highest <= lowest + 2:
+        return []
+    baseline = np.array([np.median(profile[max(0, i - 12): i + 13]) for i in range(len(profile))])
+    spread = 1.4826 * np.median(np.abs(profile - baseline)[lowest:]) + 1e-12
+    prominence = (profile - baseline) / spread
+    score = prominence.copy()
+    doubled = np.arange(len(profile)) * 2
+    inside = doubled < len(profile)
+    score[inside] += np.maximum(prominence[doubled[inside]], prominence[np.minimum(doubled[inside] + 1, len(profile) - 1)])
+    window = score[lowest:highest]
+    inner = np.flatnonzero((window[1:-1] > window[:-2]) & (window[1:-1] >= window[2:])) + 1
+    order = inner[np.argsort(window[inner])[::-1]][:CANDIDATES]
+    lags = []
+    for i in order:
+        left, centre, right = profile[lowest + i - 1], profile[lowest + i], profile[lowest + i + 1]
+        curvature = left - 2 * centre + right
+        shift = 0.5 * (left - right) / curvature if curvature < 0 else 0.0
+        lags.append(lowest + i + float(np.clip(shift, -0.5, 0.5)))
+    return lags
+
+
+def _fold(frame: np.ndarray, period_x: float, period_y: float) -> np.ndarray:
+    """Resample so one period is TILE_PX pixels and sum all tiles onto one."""
+    height, width = frame.shape
+    new_w, new_h = max(1, round(width * TILE_PX / period_x)), max(1, round(height * TILE_PX / period_y))
+    scaled = cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_AREA if new_w < width else cv2.INTER_LINEAR)
+    padded = np.zeros((-(-new_h // TILE_PX) * TILE_PX, -(-new_w // TILE_PX) * TILE_PX), dtype=np.float32)
+    padded[:new_h, :new_w] = scaled
+    return padded.reshape(padded.shape[0] // TILE_PX, TILE_PX, padded.shape[1] // TILE_PX, TILE_PX).sum(axis=(0, 2))
+
+
+def _circular_correlation(fold: np.ndarray, template: np.ndarray) -> np.ndarray:
+    return np.real(np.fft.ifft2(np.fft.fft2(fold) * np.conj(np.fft.fft2(template))))
+
+
+def _peak_z(surface: np.ndarray, dy: int, dx: int) -> float:
+    """The peak against the surface away from it (the smooth pattern makes a peak a few
+    pixels wide), in robust deviations."""
+    mask = np.ones_like(surface, dtype=bool)
+    ys = (np.arange(-6, 7) + dy) % surface.shape[0]
+    xs = (np.arange(-6, 7) + dx) % surface.shape[1]
+    mask[np.ix_(ys, xs)] = False
+    rest = surface[mask]
+    spread = 1.4826 * float(np.median(np.abs(rest - np.median(rest)))) + 1e-12
+    return (float(surface[dy, dx]) - float(np.median(rest))) / spread
