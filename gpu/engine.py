@@ -81,7 +81,7 @@ class FaceEngine:
                                           max_queue_delay_ms=self.settings.max_queue_delay_ms)
         # mask models (occluder, face parser) whose keep masks every swap honours, besides
         # each stream's built-in occlusion estimate (see gpu.swappers.base.KeepMask)
-        self.keep_masks: tuple[KeepMask, ...] = ()
+        self.keep_masks: tuple[KeepMask, ...] = self.processors.keep_masks
         self._batcher: MicroBatcher | None = None  # made on first use: an engine that never swaps starts no threads
         self._batcher_lock = threading.Lock()
         self._batch_params = (self.settings.max_batch, self.settings.max_queue_delay_ms)

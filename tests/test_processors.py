@@ -152,7 +152,7 @@ def test_codeformer_weight_is_baked_into_the_graph(models: Path) -> None:
 def test_occluder_keeps_an_object_over_the_face(processors: Processors) -> None:
     frame = astronaut()
     frame[PATCH] = (20, 40, 230)  # a blue object over mouth and chin
-    [keep] = processors.occluder.keep_masks(frame, [ASTRONAUT], "t")
+    [keep] = processors.occluder.frame_keep_masks(frame, [ASTRONAUT], "t")
     in_frame = keep.in_frame(frame.shape)
     inner = in_frame[PATCH][4:-4, 4:-4]
     assert inner.min() > 0.95  # the object stays the target's
@@ -165,9 +165,9 @@ def test_parser_keeps_chosen_regions_only(models: Path) -> None:
     frame[100:108, 195:255] = 5  # a dark bar across the eyes: 'glasses' to the twin
     kept = BisenetParser(models / "bisenet_resnet_34.onnx", keep=("glasses",))
     swapped = BisenetParser(models / "bisenet_resnet_34.onnx", keep=("hair",))
-    glasses = kept.keep_masks(frame, [ASTRONAUT], "t")[0].in_frame(frame.shape)
+    glasses = kept.frame_keep_masks(frame, [ASTRONAUT], "t")[0].in_frame(frame.shape)
     assert glasses[102:106, 205:245].min() > 0.9 and glasses[120:128, 205:245].max() < 0.05
-    assert swapped.keep_masks(frame, [ASTRONAUT], "t")[0].in_frame(frame.shape)[102:106, 205:245].max() < 0.05
+    assert swapped.frame_keep_masks(frame, [ASTRONAUT], "t")[0].in_frame(frame.shape)[102:106, 205:245].max() < 0.05
     kept.close()
     swapped.close()
 
@@ -175,7 +175,7 @@ def test_parser_keeps_chosen_regions_only(models: Path) -> None:
 def test_enhancer_changes_the_face_by_blend_and_spares_kept_pixels(processors: Processors) -> None:
     frame = astronaut()
     frame[PATCH] = (20, 40, 230)
-    keep = processors.keep_masks(frame, [ASTRONAUT], "t")
+    keep = processors.frame_keep_masks(frame, [ASTRONAUT], "t")
     untouched = frame.copy()
     processors.enhancer.enhance(frame, [ASTRONAUT], "t", blend=0.0)
     assert np.array_equal(frame, untouched)
@@ -197,3 +197,31 @@ def test_content_gate_refuses_above_threshold_and_counts(models: Path) -> None:
     assert gate.score_of(future.result(5)) > 0.99
     assert gate.refusals() == {"face_upload": 1}
     gate.close()
+
+
+def test_mask_models_are_keep_mask_hooks_a_swap_honours(models: Path, processors: Processors, tmp_path: Path) -> None:
+    """Through the swappers' KeepMask hook (the inswapper twin's 128 px crop): the answer
+    matches the mask made on the whole frame, and the object's pixels survive the swap."""
+    from gpu.analysis.arcface import ArcFaceEmbedder
+    from gpu.kernels.warp import crop_faces
+    from gpu.options import SwapOptions
+    from gpu.swappers.base import any_of, run_jobs
+    from gpu.swappers.inswapper import InswapperSwapper
+    from model_twins import make_arcface, make_inswapper
+
+    swapper = InswapperSwapper(make_inswapper(tmp_path / "inswapper_128.onnx"),
+                               ArcFaceEmbedder(make_arcface(tmp_path / "w600k_r50.onnx")))
+    frame = astronaut()
+    frame[PATCH] = (20, 40, 230)
+    original = frame.copy()
+    keep = any_of(*processors.keep_masks)
+    job = swapper.prepare(frame, ASTRONAUT, np.full(512, 512 ** -0.5, np.float32), SwapOptions(), keep)
+    crop = crop_faces([frame], job.matrix[None], 128)[0]
+    from_hook = processors.occluder(crop, ASTRONAUT, job.matrix)
+    from_frame = processors.occluder.frame_keep_masks(frame, [ASTRONAUT], "t")[0].in_crop(job.matrix, 128)
+    assert from_hook.shape == (128, 128) and np.abs(from_hook - from_frame)[16:-16, 16:-16].mean() < 0.02
+    [row] = run_jobs(swapper.runner, [job])
+    swapper.finish(frame, job, row)
+    patch_kept = np.all(frame[PATCH] == original[PATCH], axis=2)[3:-3, 3:-3]
+    assert patch_kept.mean() >= 0.95
+    assert np.abs(frame[108:118, 205:215].astype(int) - original[108:118, 205:215]).mean() > 5  # skin swapped

@@ -23,7 +23,7 @@ import numpy as np
 from gpu.errors import ModelFileError
 from gpu.processors.content_gate import ContentGate
 from gpu.processors.enhancer import ENHANCERS, FaceEnhancer
-from gpu.processors.masks import KeepMask, union
+from gpu.processors.masks import CropMask, MaskProcessor, union
 from gpu.processors.model import MakeRunner
 from gpu.processors.occluder import XsegOccluder
 from gpu.processors.parser import DEFAULT_KEEP, BisenetParser, check_regions
@@ -80,16 +80,18 @@ class Processors:
         return [p for p in (self.occluder, self.parser, self.enhancer, self.gate) if p is not None]
 
     @property
-    def masks(self) -> bool:
-        return self.occluder is not None or self.parser is not None
+    def keep_masks(self) -> tuple[MaskProcessor, ...]:
+        """The loaded mask models as the swappers' ``KeepMask`` hooks (``gpu.swappers.base``)."""
+        return tuple(p for p in (self.occluder, self.parser) if p is not None)
 
-    def keep_masks(self, frame: np.ndarray, faces: Sequence[Face], session_id: Hashable) -> list[KeepMask | None]:
-        """Per face, where the target stays (occluder and parser together); None per face
-        when neither is loaded. ``frame`` is a host array."""
-        keep: list[KeepMask | None] = [None] * len(faces)
-        for processor in (self.occluder, self.parser):
-            if processor is not None and faces:
-                keep = [union(a, b) for a, b in zip(keep, processor.keep_masks(frame, faces, session_id), strict=True)]
+    def frame_keep_masks(self, frame: np.ndarray, faces: Sequence[Face], session_id: Hashable) -> list[CropMask | None]:
+        """Per face of a host frame, where the target stays (occluder and parser together);
+        None per face when neither is loaded."""
+        keep: list[CropMask | None] = [None] * len(faces)
+        for processor in self.keep_masks:
+            if faces:
+                answers = processor.frame_keep_masks(frame, faces, session_id)
+                keep = [union(a, b) for a, b in zip(keep, answers, strict=True)]
         return keep
 
     def enhance_live(self) -> bool:

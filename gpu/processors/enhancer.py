@@ -23,7 +23,7 @@ from gpu.align import estimate_similarity
 from gpu.errors import ModelFileError
 from gpu.kernels.warp import crop_faces, paste_back
 from gpu.models.user_models import ENHANCER_FILES
-from gpu.processors.masks import ARCFACE_128, FFHQ_512, KeepMask, template
+from gpu.processors.masks import ARCFACE_128, FFHQ_512, CropMask, template
 from gpu.processors.model import BatchedModel, MakeRunner, TensorRule, bake_input, load_checked
 from gpu.swappers.inswapper import BATCH_DIM
 from gpu.types import Face
@@ -66,7 +66,7 @@ class FaceEnhancer:
         return {"input": np.ascontiguousarray(scaled.transpose(2, 0, 1))}, matrix
 
     def enhance(self, frame: np.ndarray, faces: Sequence[Face], session_id: Hashable, blend: float,
-                keep: Sequence[KeepMask | None] | None = None) -> None:
+                keep: Sequence[CropMask | None] | None = None) -> None:
         """Enhance ``faces`` of the host ``frame`` in place."""
         if not faces or blend <= 0:
             return

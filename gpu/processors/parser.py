@@ -11,18 +11,15 @@ a hand or an object over the face is labelled background (or cloth), so keeping
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from gpu.align import estimate_similarity
 from gpu.errors import SwapcastError
-from gpu.kernels.warp import crop_faces
-from gpu.processors.masks import FFHQ_512, KeepMask, soften, template
+from gpu.processors.masks import FFHQ_512, MaskProcessor, soften, template
 from gpu.processors.model import BatchedModel, MakeRunner, TensorRule, load_checked
 from gpu.swappers.inswapper import BATCH_DIM
-from gpu.types import Face
 
 SIZE = 512
 REGIONS = {  # CelebAMask-HQ classes, named as FaceFusion names them
@@ -42,8 +39,9 @@ def check_regions(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
-class BisenetParser:
+class BisenetParser(MaskProcessor):
     kind = "parser"
+    size = SIZE
 
     def __init__(self, path: str | Path, keep: Sequence[str] = DEFAULT_KEEP,
                  make_runner: MakeRunner | None = None, **batching) -> None:
@@ -55,19 +53,10 @@ class BisenetParser:
         self.model = BatchedModel(self.path, model, make_runner, **batching)
         self._template = template(FFHQ_512, SIZE)
 
-    def feed(self, frame: np.ndarray, face: Face) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        matrix = estimate_similarity(face.kps, self._template)
-        crop = crop_faces([frame], matrix[None], SIZE)[0].astype(np.float32) / np.float32(255.0)
-        return {"input": np.ascontiguousarray(((crop - MEAN) / STD).transpose(2, 0, 1))}, matrix
+    def feed_crop(self, crop: np.ndarray) -> dict[str, np.ndarray]:
+        scaled = crop.astype(np.float32) / np.float32(255.0)
+        return {"input": np.ascontiguousarray(((scaled - MEAN) / STD).transpose(2, 0, 1))}
 
-    def keep_masks(self, frame: np.ndarray, faces: Sequence[Face], session_id: Hashable) -> list[KeepMask]:
-        prepared = [self.feed(frame, face) for face in faces]
-        rows = self.model.run(session_id, [feed for feed, _ in prepared])
-        masks = []
-        for row, (_, matrix) in zip(rows, prepared, strict=True):
-            swapped = ~np.isin(row.argmax(0), self._classes)
-            masks.append(KeepMask(1.0 - soften(swapped, SIZE), matrix))
-        return masks
-
-    def close(self) -> None:
-        self.model.close()
+    def keep_of(self, row: np.ndarray) -> np.ndarray:
+        swapped = ~np.isin(row.argmax(0), self._classes)
+        return 1.0 - soften(swapped, SIZE)
