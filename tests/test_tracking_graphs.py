@@ -1,0 +1,83 @@
+"""The node's tracking graphs: rows of several sessions share runner calls and each gets
+its own answer; the Torch runner (the GPU path's code, here fp32 on the CPU) answers as
+ONNX Runtime does."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from gpu.runners.select import make_runner
+from gpu.tracking import face_roi
+from gpu.tracking.graphs import TrackingGraphs
+from streamer.samples import moving_face_frames
+
+
+def _graphs(runner: str, delay_ms: float = 4.0) -> TrackingGraphs:
+    return TrackingGraphs(lambda model, name: make_runner(model, device="cpu", runner=runner, name=name, threads=1),
+                          max_queue_delay_ms=delay_ms)
+
+
+@pytest.fixture(scope="module")
+def frames(grace_image) -> list[np.ndarray]:
+    return moving_face_frames(grace_image, 4, (640, 480), seed=2)
+
+
+def _rois(graphs: TrackingGraphs, frames: list[np.ndarray]) -> np.ndarray:
+    rois = []
+    for frame in frames:
+        (faces,) = graphs.detect("setup", "full", frame, [(0, 0, 640, 480)])
+        rois.append(face_roi.roi_from_detection(faces[0].box[None], faces[0].kps[None])[0])
+    return np.stack(rois)
+
+
+def test_rows_of_several_sessions_share_a_batch_and_equal_rows_run_alone(frames, tracking_graphs) -> None:
+    rois = _rois(tracking_graphs, frames)
+    alone = [tracking_graphs.landmarks("alone", [frame], roi[None]) for frame, roi in zip(frames, rois, strict=True)]
+    graphs = _graphs("onnxruntime", delay_ms=200.0)  # long enough for all four sessions to join
+    sessions = [f"session-{k}" for k in range(len(frames))]
+    for session in sessions:
+        graphs.attach(session)
+    results: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    start = threading.Barrier(len(frames))
+
+    def session_main(k: int) -> None:
+        start.wait()
+        results[k] = graphs.landmarks(sessions[k], [frames[k]], rois[k][None])
+
+    try:
+        threads = [threading.Thread(target=session_main, args=(k,)) for k in range(len(frames))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        metrics = graphs.metrics()["landmarks"]
+    finally:
+        graphs.close()
+    assert metrics["rows"] == len(frames) and metrics["batches"] < len(frames), metrics
+    for k, (points, presence) in enumerate(alone):
+        np.testing.assert_allclose(results[k][0], points, atol=1e-3)
+        np.testing.assert_allclose(results[k][1], presence, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_torch_runner_tracks_like_onnx_runtime(frames, tracking_graphs) -> None:
+    torch_graphs = _graphs("torch")
+    try:
+        rois = _rois(tracking_graphs, frames)
+        expected = tracking_graphs.landmarks("ort", frames, rois)
+        got = torch_graphs.landmarks("torch", frames, rois)
+        np.testing.assert_allclose(got[0], expected[0], atol=0.01)  # frame pixels
+        np.testing.assert_allclose(got[1], expected[1], atol=1e-3)
+        windows = [(0, 0, 640, 480), (320, 0, 640, 320)]
+        for model in ("short", "full"):
+            for theirs, mine in zip(tracking_graphs.detect("ort", model, frames[0], windows),
+                                    torch_graphs.detect("torch", model, frames[0], windows), strict=True):
+                assert len(mine) == len(theirs)
+                for a, b in zip(theirs, mine, strict=True):
+                    np.testing.assert_allclose(b.box, a.box, atol=0.05)
+                    assert abs(a.score - b.score) < 1e-3
+    finally:
+        torch_graphs.close()
