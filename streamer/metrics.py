@@ -111,13 +111,16 @@ class HttpMetrics:
 class NodeMetrics(HttpMetrics):
     """A node's metrics. ``sessions`` lists the node's sessions as the API describes them
     (``protocol``, ``state``, ``stats`` with ``fps_in``/``fps_out``); ``batch_metrics`` is
-    ``FaceEngine.batch_metrics``."""
+    ``FaceEngine.batch_metrics``; ``content_refusals`` counts the content gate's refusals by
+    where (``Processors.refusals``)."""
 
     def __init__(self, sessions: Callable[[], Awaitable[list[dict[str, Any]]]],
-                 batch_metrics: Callable[[], Mapping[str, Any] | None]) -> None:
+                 batch_metrics: Callable[[], Mapping[str, Any] | None],
+                 content_refusals: Callable[[], Mapping[str, int]] = dict) -> None:
         super().__init__()
         self._list_sessions = sessions
         self._batch_metrics = batch_metrics
+        self._content_refusals = content_refusals
         self._sessions: list[dict[str, Any]] = []
         r = self.registry
         self.stage_seconds = Histogram("swapcast_stage_seconds", "Per-stage time of each swapped frame",
@@ -153,6 +156,12 @@ class NodeMetrics(HttpMetrics):
                 fps.add_metric([protocol, direction], sum(float(stats.get(f"fps_{direction}") or 0.0) for stats in mine))
         yield fps
         yield from _batcher_metrics(self._batch_metrics())
+        refusals = CounterMetricFamily("swapcast_content_refusals", "Images the content gate refused: source "
+                                       "photos, and sampled frames of streams and jobs", labels=["where"])
+        counted = {"source": 0, "frame": 0, **self._content_refusals()}
+        for where, count in sorted(counted.items()):
+            refusals.add_metric([where], float(count))
+        yield refusals
 
 
 class StreamObserver:

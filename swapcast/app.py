@@ -75,7 +75,7 @@ class Node:
     metrics: NodeMetrics = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = NodeMetrics(self.live_sessions, self.engine.batch_metrics)
+        self.metrics = NodeMetrics(self.live_sessions, self.engine.batch_metrics, self.engine.processors.refusals)
         self.sessions.observe_stats = self.rtmp_ingest.observe_stats = self.metrics.stream_observer
 
     @property

@@ -188,14 +188,14 @@ def test_enhancer_changes_the_face_by_blend_and_spares_kept_pixels(processors: P
 
 def test_content_gate_refuses_above_threshold_and_counts(models: Path) -> None:
     gate = ContentGate(models / "open_nsfw.onnx", threshold=0.8)
-    assert gate.check(astronaut(), "source image", "face_upload") < 0.1
+    assert gate.check(astronaut(), "source image", "source") < 0.1
     magenta = np.zeros((300, 200, 3), np.uint8)
     magenta[..., 0] = magenta[..., 2] = 255
     with pytest.raises(ContentRefused, match=r"source image was refused by the content gate \(open_nsfw.onnx score 1.00 > threshold 0.80\)"):
-        gate.check(magenta, "source image", "face_upload")
+        gate.check(magenta, "source image", "source")
     future = gate.submit(magenta, "live-1")
     assert gate.score_of(future.result(5)) > 0.99
-    assert gate.refusals() == {"face_upload": 1}
+    assert gate.refusals() == {"source": 1}
     gate.close()
 
 

@@ -113,6 +113,10 @@ class Processors:
             entries.append(entry)
         return entries
 
+    def refusals(self) -> dict[str, int]:
+        """The content gate's refusals by where (``source``, ``frame``); empty without a gate."""
+        return self.gate.refusals() if self.gate is not None else {}
+
     def metrics(self) -> dict[str, Any]:
         return {p.kind: p.model.metrics() for p in self.loaded}
 

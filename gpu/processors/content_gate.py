@@ -48,7 +48,7 @@ class ContentGate:
                              [TensorRule(None, (BATCH_DIM, 2))])
         self.model = BatchedModel(self.path, model, make_runner, **batching)
         self._lock = threading.Lock()
-        self._refusals: Counter[str] = Counter()  # by where: face_upload, live, job, swap
+        self._refusals: Counter[str] = Counter()  # by where: source (registration), frame (sampled stream or job frames)
 
     @staticmethod
     def feed(image: np.ndarray) -> dict[str, np.ndarray]:
