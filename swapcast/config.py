@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from gpu.engine import EngineSettings
 from gpu.errors import SwapcastError
@@ -317,6 +317,37 @@ class ThreadsConfig(_Section):
                                codec_threads=self.codec, torch_threads=self.torch)
 
 
+class ProvenanceConfig(_Section):
+    """What marks the node's output as synthetic: an invisible watermark in every swapped
+    frame (on by default) and, with a certificate, signed C2PA Content Credentials on files.
+    ``key`` (env ``SWAPCAST_PROVENANCE__KEY``) is never printed or logged; unset, the public
+    default key is used, which anyone can verify with."""
+
+    watermark: bool = True
+    key: SecretStr | None = Field(None, description="watermark key; unset = swapcast's public key")
+    strength: float = Field(3.0, gt=0, le=8, description="RMS of the mark in luma code values (3 ~ 42 dB PSNR)")
+    issuer: int = Field(0, ge=0, le=65535, description="number carried by the watermark")
+    issuer_name: str = Field("swapcast", min_length=1, max_length=200, description="issuer named in C2PA manifests")
+    c2pa_cert: Path | None = Field(None, description="PEM signing certificate followed by its chain")
+    c2pa_key: Path | None = Field(None, description="PEM private key of c2pa_cert")
+    c2pa_trust_anchors: Path | None = Field(None, description="PEM CA certificates the verifier trusts")
+
+    @model_validator(mode="after")
+    def _cert_and_key_together(self) -> ProvenanceConfig:
+        if (self.c2pa_cert is None) != (self.c2pa_key is None):
+            raise ValueError("c2pa_cert and c2pa_key go together")
+        return self
+
+    def settings(self):
+        from streamer.provenance.marker import PUBLIC_KEY, ProvenanceSettings
+
+        key = self.key.get_secret_value().encode() if self.key is not None and self.key.get_secret_value() else PUBLIC_KEY
+        return ProvenanceSettings(
+            watermark=self.watermark, key=key, strength=self.strength, issuer=self.issuer, issuer_name=self.issuer_name,
+            c2pa_cert=self.c2pa_cert, c2pa_key=self.c2pa_key, c2pa_trust_anchors=self.c2pa_trust_anchors,
+        )
+
+
 class Config(_Section):
     engine: EngineConfig = EngineConfig()
     threads: ThreadsConfig = ThreadsConfig()
@@ -331,6 +362,7 @@ class Config(_Section):
     cluster: ClusterConfig = ClusterConfig()
     jobs: JobsConfig = JobsConfig()
     auth: AuthConfig = AuthConfig()
+    provenance: ProvenanceConfig = ProvenanceConfig()
 
 
 class ConfigError(SwapcastError):
