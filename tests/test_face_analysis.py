@@ -8,6 +8,7 @@ from gpu.analysis.face_mesh import FaceMesh, FaceTracker
 from gpu.analysis.identity import SAME_PERSON_DISTANCE, identity_distance
 from gpu.analysis.landmarks import five_points
 from gpu.models.builtin import BuiltinModels
+from gpu.tracking.graph_tracker import GraphFaceTracker
 from streamer.samples import moving_face_frames
 
 
@@ -55,23 +56,32 @@ def test_face_mesh_on_a_region_without_a_face_finds_no_face(grace_image):
     assert FaceMesh().landmarks(blank, detection) is None
 
 
-def test_tracker_keeps_one_id_for_a_moving_face(grace_image):
-    tracker = FaceTracker(max_faces=2)
+@pytest.fixture(params=["mediapipe", "graphs"])
+def make_tracker(request):
+    """Either tracker backend (``engine.tracker``), built with the given arguments."""
+    if request.param == "graphs":
+        graphs = request.getfixturevalue("tracking_graphs")
+        return lambda **kwargs: GraphFaceTracker(graphs, **kwargs)
+    return FaceTracker
+
+
+def test_tracker_keeps_one_id_for_a_moving_face(grace_image, make_tracker):
+    tracker = make_tracker(max_faces=2)
     ids = [tuple(f.track_id for f in tracker.process(frame, i / 30)) for i, frame in enumerate(moving_face_frames(grace_image, 20, (480, 360)))]
     assert all(len(frame_ids) == 1 for frame_ids in ids)
     assert len(set(ids)) == 1
 
 
-def test_tracker_finds_small_faces_far_from_the_camera(grace_image):
+def test_tracker_finds_small_faces_far_from_the_camera(grace_image, make_tracker):
     canvas = np.full((720, 1280, 3), 100, np.uint8)
     small = grace_image[::5, ::5]  # a ~40 px face in a 720p frame
     canvas[300 : 300 + small.shape[0], 900 : 900 + small.shape[1]] = small
-    faces = FaceTracker().process(canvas, 0.0)
+    faces = make_tracker().process(canvas, 0.0)
     assert len(faces) == 1 and 900 < faces[0].center[0] < 900 + small.shape[1]
 
 
-def test_tracker_gives_two_faces_two_ids_and_forgets_them(two_faces):
-    tracker = FaceTracker(max_faces=4)
+def test_tracker_gives_two_faces_two_ids_and_forgets_them(two_faces, make_tracker):
+    tracker = make_tracker(max_faces=4)
     first = tracker.process(two_faces, 0.0)
     second = tracker.process(two_faces, 1 / 30)
     assert len(first) == 2 and len({f.track_id for f in first}) == 2
@@ -80,12 +90,12 @@ def test_tracker_gives_two_faces_two_ids_and_forgets_them(two_faces):
     assert {f.track_id for f in tracker.process(two_faces, 3 / 30)}.isdisjoint({f.track_id for f in first})
 
 
-def test_smoothing_steadies_a_still_face_under_noise(grace_image):
+def test_smoothing_steadies_a_still_face_under_noise(grace_image, make_tracker):
     rng = np.random.default_rng(3)
     frames = [np.clip(grace_image + rng.normal(0, 3, grace_image.shape), 0, 255).astype(np.uint8) for _ in range(40)]
 
     def jitter(smoothing: bool) -> float:
-        tracker = FaceTracker(smoothing=smoothing)
+        tracker = make_tracker(smoothing=smoothing)
         points = np.stack([tracker.process(f, i / 30)[0].mesh for i, f in enumerate(frames)][10:])
         return float(np.sqrt(((points - points.mean(0)) ** 2).sum(-1).mean(0)).mean())
 

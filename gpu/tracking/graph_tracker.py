@@ -3,7 +3,8 @@
 Behaves as ``gpu.analysis.face_mesh.FaceTracker`` does (the detector's sweep spread over
 frames, faces down to 40 px, One Euro smoothing per track, process-unique track ids, mesh
 and depth filled) but runs no mediapipe graph: each track's ROI follows its previous mesh
-(mediapipe's own tracking rule), a new face's ROI comes from its detection, and all of a
+(mediapipe's own tracking rule), a new face's ROI comes from its detection (seen again by
+short range in a region around it, as ``FaceTracker``'s mesh graph sees it), and all of a
 frame's landmark crops go to the node's landmark batcher in one request, where they share
 runner calls with every other session's."""
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from gpu.analysis.blazeface import BlazeFaceRange
 from gpu.analysis.detection import FaceFinder, SweepSchedule, box_contains, box_iou, weighted_nms
-from gpu.analysis.face_mesh import face_from_mesh, new_track_id, plausible_mesh
+from gpu.analysis.face_mesh import REGION_SCALE, face_from_mesh, new_track_id, plausible_mesh
 from gpu.analysis.smoothing import OneEuroFilter
 from gpu.tracking import face_roi
 from gpu.tracking.graphs import GraphBlazeFace, TrackingGraphs
@@ -68,8 +69,8 @@ class GraphFaceTracker:
         candidates = self._candidates(frame)
         rois = [face_roi.roi_from_landmarks(track.mesh[None]) for track in self._tracks]
         if candidates:
-            boxes = np.stack([face.box for face in candidates])
-            rois.append(face_roi.roi_from_detection(boxes, np.stack([face.kps for face in candidates])))
+            seen = self._seen_closer(frame, candidates)
+            rois.append(face_roi.roi_from_detection(np.stack([f.box for f in seen]), np.stack([f.kps for f in seen])))
         tracks = []
         if rois:
             stacked = np.concatenate(rois)
@@ -102,12 +103,35 @@ class GraphFaceTracker:
                 found.append(detection)
         return found
 
+    def _seen_closer(self, frame: np.ndarray, candidates: list[Face]) -> list[Face]:
+        """Each candidate as short range sees it in a square region of ``REGION_SCALE`` x its
+        box (what ``FaceTracker``'s mesh graph does on its region): a face found small in a
+        tile has keypoints too coarse to turn its ROI by; in its region it fills the view.
+        A candidate short range does not find there keeps its own detection."""
+        height, width = frame.shape[:2]
+        windows = [_region(face.box, width, height) for face in candidates]
+        found = self._graphs.detect(self._session, "short", frame, windows)
+        seen = []
+        for face, in_region in zip(candidates, found, strict=True):
+            inside = [f for f in in_region if box_contains(face.box, f.center)]
+            seen.append(max(inside, key=lambda f: f.score) if inside else face)
+        return seen
+
     def close(self) -> None:
         """Leave the node's batchers (the graphs themselves are the engine's)."""
         if not self._closed:
             self._closed = True
             self._graphs.detach(self._session)
         self._tracks = []
+
+
+def _region(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:
+    """The square of ``REGION_SCALE`` x the box's long side about its centre, in the frame."""
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    half = max(box[2] - box[0], box[3] - box[1]) * REGION_SCALE / 2
+    x0, y0 = max(0, int(cx - half)), max(0, int(cy - half))
+    x1, y1 = min(width, int(np.ceil(cx + half))), min(height, int(np.ceil(cy + half)))
+    return x0, y0, max(x1, x0 + 1), max(y1, y0 + 1)
 
 
 def _without_duplicates(tracks: list[_Track]) -> list[_Track]:
