@@ -43,6 +43,7 @@ from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, choose_video_decoder, choose_video_encoder
 from streamer.metrics import NodeMetrics, add_metrics_routes
+from streamer.provenance.routes import add_provenance_routes
 from streamer.rtmp.client import RtmpPublishClient
 from streamer.rtmp.server import RtmpServer
 from streamer.samples import SAMPLE_FACES
@@ -175,6 +176,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     faces = FaceLibrary(engine, registry)
     keys = StreamKeyStore(config.server.data_dir)
     push_policy = node_push_policy(config)
+    provenance = config.provenance.settings()  # the watermark on every swapped frame, live or recorded
     sessions = SessionManager(
         engine, faces, webrtc=config.webrtc, swap_defaults=config.swap, live=config.live, stream_keys=keys,
         registry=registry, node_id=node_id, capacity=cluster.capacity or None,
@@ -188,6 +190,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
                             video_encoder=video_encoder, video_decoder=video_decoder),
             push_retry_initial_s=live.push_retry_initial_s,
             push_retry_max_s=live.push_retry_max_s,
+            provenance=provenance,
         ),
         lambda url: RtmpPublishClient(url, resolve=push_policy.resolver(keys, url), tls=push_tls),  # checked at every connect
         faces,
@@ -195,6 +198,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
         node_id=node_id,
     )
     sessions.kill_stream = ingest.kill
+    sessions.provenance = provenance
     sessions.preview_stream = ingest.preview_jpeg
     rtmp_server = RtmpServer(
         ingest, host=config.server.host, port=config.rtmp.port, stall_timeout=config.rtmp.stall_timeout_s,
@@ -316,6 +320,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
                                   face_checker(SAMPLE_FACES, node.registry), node_push_policy(config))
     add_job_routes(app, jobs)
     add_metrics_routes(app, node.metrics)
+    add_provenance_routes(app, config.provenance.settings())
     add_openapi_route(app, gateway=False)
 
     async def visible_sessions(request: web.Request) -> list[dict]:

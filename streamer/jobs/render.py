@@ -54,12 +54,14 @@ def render_chunk(
     stopped: Callable[[], bool],
     label: str,
     session_id: str,
+    marker: Callable[[np.ndarray], None] | None = None,
 ) -> TranscodeReport:
     """Swap every frame of ``chunk`` into ``output`` (same timestamps, H.264). ``stopped`` is
     polled after each frame (``Abandoned``). ``label`` names the chunk in errors, e.g. "the
     video between 3.0 s and 6.0 s": damaged data becomes a ``VideoError`` saying where."""
 
-    swapper = FrameSwapper(engine, source, options, session_id=session_id, batch_timeout_s=BATCH_TIMEOUT_S)
+    swapper = FrameSwapper(engine, source, options, session_id=session_id, batch_timeout_s=BATCH_TIMEOUT_S,
+                           marker=marker)
 
     def swap(frame: np.ndarray, seconds: float) -> np.ndarray:
         swapper.process(frame, seconds)

@@ -52,6 +52,8 @@ from streamer.jobs.render import Abandoned, Encoding, render_chunk
 from streamer.jobs.sources import SourceFaces
 from streamer.jobs.split import SplitResult, split_video
 from streamer.media.errors import VideoError
+from streamer.provenance.credentials import ContentCredentials
+from streamer.provenance.marker import ProvenanceSettings
 
 log = logging.getLogger(__name__)
 SCRATCH_SWEEP_S = 300.0
@@ -64,6 +66,7 @@ class WorkerSettings:
     encoding: Encoding
     name: str  # the consumer name in the streams' group; unique per worker process
     push_policy: PushPolicy = PushPolicy()  # where users' webhooks may point, checked again at send
+    provenance: ProvenanceSettings | None = None  # watermark in every frame, C2PA on the output
 
 
 class Lease:
@@ -302,6 +305,7 @@ class Worker:
                 expected_frames=chunk.frames, encoding=self.settings.encoding, stopped=lease.stopped,
                 label=f"{job.input_name} between {chunk.start_s:.1f} s and {end:.1f} s",
                 session_id=f"{job.id}-{chunk.index}",
+                marker=self.settings.provenance.marker(job.id) if self.settings.provenance is not None else None,
             )
             self.storage.put_file(output, rendered)
 
@@ -322,6 +326,8 @@ class Worker:
                 fetch(job.input_path, scratch), [fetch(self._rendered(job.id, c.index), scratch) for c in chunks],
                 scratch, expected,
             )
+            if self.settings.provenance is not None:
+                ContentCredentials(self.settings.provenance).sign(result.path, stream_id=job.id, title=job.input_name)
             # each attempt stores under its own name: if a reclaimed attempt races this one,
             # the one that does not complete the job deletes its own file, never the winner's
             key = f"{job.id}/{secrets.token_hex(4)}-{result.path.name}"

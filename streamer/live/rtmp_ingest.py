@@ -33,6 +33,7 @@ from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, ObserveSt
 from streamer.faces import FaceLibrary
 from streamer.media.images import jpeg_preview
 from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.provenance.marker import ProvenanceSettings
 from streamer.rtmp import amf0
 from streamer.rtmp.errors import RtmpProtocolError
 from streamer.rtmp.flv import VideoPacketType, build_video_tag, is_video_keyframe, parse_video_tag
@@ -50,6 +51,7 @@ class IngestSettings:
     push_retry_initial_s: float = 1.0
     push_retry_max_s: float = 30.0
     resume_window_s: float = 30.0
+    provenance: ProvenanceSettings | None = None  # watermarks swapped frames (re-publish, recording, play)
 
 
 class LiveStream:
@@ -79,7 +81,8 @@ class LiveStream:
         ]
         self._final_push: list[dict] | None = None  # the destinations' last state, once closed
         self._record_target = record.stream.record
-        swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}")
+        marker = settings.provenance.marker(record.key_id) if settings.provenance is not None else None
+        swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}", marker=marker)
         self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, self.name,
                                      on_failure=self._from_worker_failure)
         self.teardown: asyncio.Task[None] | None = None  # ends the stream when no publisher comes back

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -38,13 +39,14 @@ class StageTimes:
     prepare: float = 0.0
     run: float = 0.0
     paste: float = 0.0
+    mark: float = 0.0  # the provenance watermark
     faces_seen: int = 0
     faces_swapped: int = 0
     dropped_by_batcher: int = 0  # 1 when the batcher refused (or timed out) this frame's faces
 
     @property
     def total(self) -> float:
-        return self.track + self.identity + self.prepare + self.run + self.paste
+        return self.track + self.identity + self.prepare + self.run + self.paste + self.mark
 
 
 @dataclass
@@ -56,6 +58,7 @@ class FrameSwapper:
     enabled: bool = True
     session_id: str | None = None  # the batcher's fairness and backpressure unit (default: unique per instance)
     batch_timeout_s: float = 2.0  # a frame whose faces wait longer than this goes on unswapped
+    marker: Callable[[np.ndarray], None] | None = None  # watermarks every frame out (streamer.provenance)
 
     def __post_init__(self) -> None:
         if self.options.face_selection == "reference" and self.reference is None:
@@ -95,7 +98,7 @@ class FrameSwapper:
         faces = self._tracker.process(frame, timestamp)
         times.track = _ms_since(started)
         self._forget_ended_tracks(faces)
-        return self._swap(frame, faces, times)
+        return self._marked(frame, self._swap(frame, faces, times))
 
     def process_still(self, image: np.ndarray) -> StageTimes:
         """Swap faces in one still image in place (detector + mesh, no tracking)."""
@@ -107,7 +110,16 @@ class FrameSwapper:
             faces = [f for f in faces if f.mesh is not None]
         for number, face in enumerate(faces):
             face.track_id = -(number + 1)  # still images: identities are never reused
-        return self._swap(image, faces, times)
+        return self._marked(image, self._swap(image, faces, times))
+
+    def _marked(self, frame: np.ndarray, times: StageTimes) -> StageTimes:
+        """A frame with a swapped face leaves marked, the whole picture (the detector finds
+        the mark anywhere and accumulates it over frames); an untouched frame stays as it came."""
+        if self.marker is not None and times.faces_swapped:
+            started = time.perf_counter()
+            self.marker(frame)
+            times.mark = _ms_since(started)
+        return times
 
     def _swap(self, frame: np.ndarray, faces: list[Face], times: StageTimes) -> StageTimes:
         times.faces_seen = len(faces)

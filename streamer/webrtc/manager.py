@@ -33,6 +33,7 @@ from signaling.stream_keys import StreamKeyStore, hash_key
 from streamer.faces import FaceEntry, FaceLibrary
 from streamer.live.swap_worker import ObserveStats
 from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.provenance.marker import ProvenanceSettings
 from streamer.webrtc import encoders, ice
 from streamer.webrtc.delayed_audio import DelayedAudio
 from streamer.webrtc.errors import (
@@ -73,6 +74,7 @@ class SessionManager:
         # RTMP session must stop the stream itself, not only forget its record
         self.kill_stream: Callable[[str], Awaitable[bool]] | None = None
         self.preview_stream: Callable[[str], bytes | None] | None = None  # an RTMP stream's newest picture
+        self.provenance: ProvenanceSettings | None = None  # watermarks swapped frames (set by the composition root)
         self.faces = faces
         self.webrtc = webrtc
         self.swap_defaults = swap_defaults
@@ -257,7 +259,8 @@ class SessionManager:
                 session.video.stats.observer = self.observe_stats(protocol)
             engine, source, options = self.engine, face.source, swap.options()
             batch_id = f"{protocol}-{session.id}"  # the batcher's fairness unit, named in its metrics
-            await session.video.start_swapper(lambda: FrameSwapper(engine, source, options, session_id=batch_id))
+            marker = self.provenance.marker(session.id) if self.provenance is not None else None
+            await session.video.start_swapper(lambda: FrameSwapper(engine, source, options, session_id=batch_id, marker=marker))
 
             send_back = protocol == "webrtc" and offer.peer_receives_video
             video = pc.addTransceiver("video", direction="sendrecv" if send_back else "recvonly")

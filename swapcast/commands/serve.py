@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
           f"{rtmps}(Ctrl+C stops)", flush=True)
     print(f"live H.264: encode {node.video_encoder.describe()}; decode {node.video_decoder.describe()}", flush=True)
     print(f"threads: {budget.describe()}", flush=True)
+    print(config.provenance.settings().describe(), flush=True)
     dev_token = app[AUTH_KEY].dev_token
     if dev_token:  # development mode: loopback, no auth configured
         print(f"development mode (loopback, no auth configured): open {base}/#token={dev_token}\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,8 @@ from gpu.errors import ImageError, SwapcastError
 from streamer.media.images import is_image_path, is_video_path, read_image, write_image
 from streamer.media.transcode import transcode_video
 from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.provenance.credentials import ContentCredentials
+from streamer.provenance.payload import stream_hash
 from swapcast.commands.common import add_engine_flags, add_swap_flags, config_from_args
 from swapcast.progress import ProgressBar
 
@@ -50,12 +53,18 @@ def run(args: argparse.Namespace) -> int:
     if reference_image is not None:
         face = engine.pick_face(reference_image, None, label=f"reference {args.reference}")
         reference = engine.identity(reference_image, face)
-    swapper = FrameSwapper(engine, source, options, reference=reference)
+    provenance = config.provenance.settings()
+    credentials = ContentCredentials(provenance)
+    job_id = f"swap-{secrets.token_hex(6)}"  # what the watermark's stream hash is made from
+    print(f"{provenance.describe()}; this run is {job_id} (stream hash {stream_hash(job_id):06x})", file=sys.stderr)
+    swapper = FrameSwapper(engine, source, options, reference=reference, marker=provenance.marker(job_id))
 
     started = time.perf_counter()
     if target_image is not None:
         times = swapper.process_still(target_image)
         write_image(output, target_image)
+        if times.faces_swapped:
+            credentials.sign(output, stream_id=job_id)
         print(f"{output}: {times.faces_swapped} of {times.faces_seen} face(s) swapped in {time.perf_counter() - started:.2f} s")
         return 0
 
@@ -69,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             target, output, swap_frame, codec=config.encode.codec, preset=config.encode.preset,
             crf=config.encode.crf, progress=bar.update,
         )
+    credentials.sign(output, stream_id=job_id)
     fps = report.frames_out / report.seconds if report.seconds > 0 else 0.0
     audio = f", audio {report.audio_codec}" if report.audio_codec else ", no audio"
     print(f"{output}: {report.frames_out} frames ({report.width}x{report.height}, {report.duration_s:.2f} s{audio}) at {fps:.1f} frames/s")

@@ -96,13 +96,15 @@ async def _serve(
         queue, engine, SourceFaces(engine, registry, storage),
         WorkerSettings(jobs=settings, swap=config.swap.options(), name=name,
                        push_policy=PushPolicy.from_lists(config.push.allowed_hosts, config.push.allowed_networks),
-                       encoding=Encoding(codec=encode.codec, preset=encode.preset, crf=encode.crf)),
+                       encoding=Encoding(codec=encode.codec, preset=encode.preset, crf=encode.crf),
+                       provenance=config.provenance.settings()),
         storage,
     )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, worker.stop)
     print(f"swapcast worker {name}: rendering jobs from {url}, storage {storage.where} (Ctrl+C stops)", flush=True)
+    print(config.provenance.settings().describe(), flush=True)
     try:
         await worker.run()
     finally:
