@@ -132,7 +132,7 @@ if [ "$DRY" = 1 ]; then
   step pipeline-bench 150 120 "$PY" -m gpu.pipeline_bench --carry "$CARRY" --device cpu --small --sessions 1,2 \
     --seconds 0.2 --min-ticks 2 --warmup 1 --ring-frames 12 --variants 2 --budget-s 120 --json "$OUT/pipeline-bench.json"
   step gpu-tests-collect 120 60 "${PYTEST[@]}" --collect-only -m gpu tests/gpu tests/test_kernels.py tests/test_runners.py
-  step bench-gpu 120 0 "$PY" -m gpu.runners.bench --device cpu --small --seconds 0.3 --sessions 4 --json "$OUT/bench-gpu.json"
+  step bench-gpu 120 0 "$PY" -m gpu.runners.bench --device cpu --small --seconds 0.2 --sessions 2 --batches 1,4 --json "$OUT/bench-gpu.json"
 else
   # the headline first; its own --budget-s keeps it inside the step's limit
   allowed=$(( $(left) - 170 ))

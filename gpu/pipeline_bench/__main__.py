@@ -34,7 +34,7 @@ from gpu.device import DeviceInfo, select_device
 from gpu.options import SwapOptions
 from gpu.pipeline_bench.pipeline import NodeTick, Swap, host_rings
 from gpu.pipeline_bench.scene import Head, load_heads, render_rings
-from gpu.pipeline_bench.stages import STAGES, InswapperStage, Mesh3dStage, Tracking, infer
+from gpu.pipeline_bench.stages import STAGES, InswapperStage, Mesh3dStage, infer, make_tracking
 from gpu.runners.bench import CAPACITY_P99_MS
 from gpu.runners.select import make_runner
 from gpu.tracking import face_roi
@@ -218,11 +218,8 @@ class Bench:
         self.rings, self.truth = host_rings(rings, self.cuda), [ring.boxes for ring in rings]
         self.report["scene"] = {"frame": "1280x720 I420", "variants": args.variants, "ring_frames": args.ring_frames,
                                 "heads": [h.name for h in self.heads], "render_s": round(time.perf_counter() - started, 2)}
-        detector_file = _one(carry / "models", "face_detection_full_range_sparse-*.onnx")
-        landmark_file = _one(carry / "models", "face_landmark-*.onnx")
-        self.detector = self.runner(detector_file, "face_detection_full_range")
-        self.landmarker = self.runner(landmark_file, "face_landmark")
-        self.tracking = Tracking(self.detector, self.landmarker, args.detect_every)
+        self.tracking = make_tracking(carry / "models", self.runner, args.detect_every)
+        self.detector, self.landmarker = self.tracking.detector, self.tracking.landmarker
 
     def swap_stage(self, name: str, sessions: int) -> Swap:
         if name == "synthetic_inswapper":
@@ -343,13 +340,6 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
             "tracking_iou": row["tracking_iou"],
         }
     return out
-
-
-def _one(folder: Path, pattern: str) -> Path:
-    found = sorted(folder.glob(pattern))
-    if not found:
-        raise FileNotFoundError(f"no {pattern} in {folder}: run scripts/fetch-gpu-wheels.sh here and carry its folder")
-    return found[-1]
 
 
 def main(argv: list[str] | None = None) -> int:

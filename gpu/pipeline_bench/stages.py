@@ -16,8 +16,9 @@ the CPU): the node's own pieces, not copies.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -162,6 +163,22 @@ class Tracking:
                 box = np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)
                 faces[s] = Face(box=box, kps=five_points(mesh), mesh=mesh, depth=np.ascontiguousarray(points[i, :, 2]), track_id=s)
         return faces
+
+
+def converted_model(folder: Path, stem: str) -> Path:
+    """The converted model ``stem`` in ``folder`` (``swapcast models convert`` names them
+    ``<stem>-<hash>-c<version>.onnx``)."""
+    found = sorted(folder.glob(f"{stem}-*.onnx"))
+    if not found:
+        raise FileNotFoundError(f"no converted {stem} in {folder}: run scripts/fetch-gpu-wheels.sh here and carry its folder")
+    return found[-1]
+
+
+def make_tracking(models: Path, make_runner: Callable[[Path, str], Runner], detect_every: int) -> Tracking:
+    """Tracking through the converted full-range detector and landmark model in ``models``."""
+    detector = make_runner(converted_model(models, "face_detection_full_range_sparse"), "face_detection_full_range")
+    landmarker = make_runner(converted_model(models, "face_landmark"), "face_landmark")
+    return Tracking(detector, landmarker, detect_every)
 
 
 class InswapperStage:
