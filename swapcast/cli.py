@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         jobs,
         keys,
         models,
+        provenance,
         score,
         serve,
         swap,
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text, or one JSON object per line (default: server.log_format of the config: "
                              "file, env SWAPCAST_SERVER__LOG_FORMAT)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, gateway, worker, jobs, swap, score, keys, token, bench, doctor, models):
+    for module in (serve, gateway, worker, jobs, swap, score, provenance, keys, token, bench, doctor, models):
         module.register(commands)
     return parser
 
