@@ -201,6 +201,7 @@ def _faces(b: _Builder) -> None:
                                                   "properties": {"image": image}}}},
          forwarded=True, description="The raw image as the body, or a multipart form with the field `image`; "
                                      "at most 10 MB. The face id is usable on every node of the cluster. "
+                                     "422: no face, several faces, or the content gate refused the photo. "
                                      "409: the caller already keeps the most faces one user may (64); "
                                      "delete one (DELETE /api/v1/faces/{face_id}) first.")
     name = {"type": "string", "minLength": 1, "maxLength": 80}
@@ -312,6 +313,11 @@ def _keys(b: _Builder) -> None:
 
 
 def _nodes(b: _Builder) -> None:
+    b.op("get", "/api/v1/processors", "listProcessors", "The face processors the answering node loaded", "nodes",
+         {"200": _ok("Processors", {"type": "array", "items": _ref("Processor")})}, forwarded=True,
+         description="FaceFusion models found in the node's models folder: occluder (XSeg) and parser (BiSeNet) "
+                     "keep what covers a face, the enhancer restores swapped faces (offline jobs; live sessions "
+                     "when live is true), the content gate refuses source photos and streams over its threshold.")
     b.op("get", "/api/v1/nodes", "listNodes", "Live nodes of the cluster (admin)", "nodes",
          {"200": _ok("Nodes", {"type": "array", "items": _ref("Node")})}, ("403", "503"))
     for action, summary in (("drain", "No new sessions on the node; its sessions go on (admin)"),
@@ -445,7 +451,14 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
         "Node": {"type": "object", "required": ["id", "address", "state", "capacity", "load"], "properties": {
             "id": string, "address": string, "rtmp_address": string, "gpu": string, "capacity": integer,
             "state": {"type": "string", "enum": ["ready", "draining"]}, "load": integer, "queue_delay_ms": number,
-            "stats": {"type": "object"}, "started": number, "last_seen": number}},
+            "stats": {"type": "object"}, "started": number, "last_seen": number,
+            "processors": {"type": "array", "items": _ref("Processor")}}},
+        "Processor": {"type": "object", "required": ["kind", "model"], "properties": {
+            "kind": {"type": "string", "enum": ["occluder", "parser", "enhancer", "content_gate"]},
+            "model": {"type": "string", "description": "the file's name without .onnx, e.g. xseg_1, gfpgan_1.4"},
+            "keep_regions": {"type": "array", "items": string, "description": "parser: regions that stay the target's"},
+            "blend": number, "live": boolean, "size": integer, "weight": number,
+            "threshold": number, "sample_s": number}},
         "StreamKey": {"type": "object", "required": ["key_id", "name", "created", "revoked", "owner"], "properties": {
             "key_id": string, "name": string, "face_id": _nullable(string), "owner": string, "created": number,
             "revoked": _nullable(number), "active": boolean, "push": {"type": "array", "items": string},

@@ -98,6 +98,7 @@ class Node:
             id=self.node_id, address=address, rtmp_address=f"{host}:{self.rtmp_server.port}",
             gpu=self.engine.device.name if self.engine.device.is_cuda else "cpu",
             capacity=cluster.capacity or self.config.webrtc.max_sessions,
+            processors=self.engine.processors.describe(),
         )
 
     async def shutdown(self, _: web.Application | None = None) -> None:

@@ -101,7 +101,7 @@ class Processors:
         """One entry per loaded processor (doctor, the API's options, the dashboard)."""
         entries = []
         for processor in self.loaded:
-            entry: dict[str, Any] = {"kind": processor.kind, "model": processor.path.stem, "file": str(processor.path)}
+            entry: dict[str, Any] = {"kind": processor.kind, "model": processor.path.stem}
             if processor is self.parser:
                 entry["keep_regions"] = list(self.parser.keep)
             if processor is self.enhancer:

@@ -72,6 +72,7 @@ class NodeInfo:
     load: int = 0
     queue_delay_ms: float = 0.0  # the batcher's recent queue delay
     stats: dict[str, Any] = field(default_factory=dict)  # free-form live numbers (fps, busy %)
+    processors: list[dict[str, Any]] = field(default_factory=list)  # gpu.processors.Processors.describe()
     started: float = field(default_factory=now)
     last_seen: float = field(default_factory=now)
 

@@ -142,6 +142,7 @@ def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrar
     r.add_patch("/api/v1/faces/{face_id}", rename_face)
     r.add_delete("/api/v1/faces/{face_id}", delete_face)
     r.add_get("/api/v1/faces/{face_id}/thumbnail.jpg", face_thumbnail)
+    r.add_get("/api/v1/processors", list_processors)
     r.add_get("/api/v1/sessions", list_sessions)
     r.add_post("/api/v1/sessions", create_session)
     r.add_post("/api/v1/sessions/{session_id}/offer", offer_session)
@@ -202,6 +203,11 @@ async def list_faces(request: web.Request) -> web.Response:
     faces = await request.app[FACES_KEY].list()
     return web.json_response([face_json(request, entry) for entry in faces
                               if _shared(entry.owner) or caller.may_access(entry.owner)])
+
+
+async def list_processors(request: web.Request) -> web.Response:
+    """The FaceFusion processors this node loaded from its models folder (gpu/processors)."""
+    return web.json_response(request.app[FACES_KEY].engine.processors.describe())
 
 
 async def upload_face(request: web.Request) -> web.Response:
