@@ -232,7 +232,7 @@ const NODE_TONE = { ready: 'ok', draining: 'warn' };
 
 function createNodeRow(node) {
   const row = make('tr');
-  const c = cells(row, ['id', 'state', 'gpu', 'load', 'queue', 'sessions', 'fps', 'busy', 'seen', 'actions']);
+  const c = cells(row, ['id', 'state', 'gpu', 'processors', 'load', 'queue', 'sessions', 'fps', 'busy', 'seen', 'actions']);
   c.id.append(make('span', { className: 'mono strong' }), make('span', { className: 'sub mono' }));
   c.load.append(
     make('span', { className: 'bar', 'aria-hidden': 'true' }, [make('span', { className: 'bar-fill' })]),
@@ -248,6 +248,16 @@ function createNodeRow(node) {
   return row;
 }
 
+// the FaceFusion models a node loaded from its models folder (GET /api/v1/processors)
+function processorsText(processors) {
+  if (!Array.isArray(processors) || !processors.length) return '–';
+  return processors.map((p) => {
+    if (p.kind === 'enhancer') return `enhancer ${p.model} (${p.live ? 'live too' : 'offline'})`;
+    if (p.kind === 'content_gate') return `gate ${p.model} > ${fmt(p.threshold, 2)}`;
+    return `${p.kind} ${p.model}`;
+  }).join(' · ');
+}
+
 function updateNodeRow(row, node) {
   const c = row.cellsByName;
   const stats = node.stats || {};
@@ -256,6 +266,7 @@ function updateNodeRow(row, node) {
   setText(c.id.children[1], node.address || '');
   setBadge(c.state, node.state || '–', NODE_TONE[node.state] || 'muted');
   setText(c.gpu, node.gpu || '–');
+  setText(c.processors, processorsText(node.processors));
   const capacity = isNum(node.capacity) && node.capacity > 0 ? node.capacity : null;
   const load = isNum(node.load) ? node.load : 0;
   const share = capacity ? Math.min(1, load / capacity) : 0;
