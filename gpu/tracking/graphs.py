@@ -63,6 +63,10 @@ class TrackingGraphs:
         """Each model's batcher numbers (``MicroBatcher.metrics``), by model."""
         return {name: batcher.metrics() for name, batcher in self._batchers.items()}
 
+    def reset_metrics(self) -> None:
+        for batcher in self._batchers.values():
+            batcher.reset_metrics()
+
     def landmarks(self, session: Hashable, frames: Sequence[Any], rois: Any) -> tuple[np.ndarray, np.ndarray]:
         """(N, 468, 3) mesh points in frame pixels and (N,) face-presence probabilities of
         the faces in ``rois`` (N, 4; see ``face_roi``), face ``i`` in ``frames[i]``."""

@@ -8,7 +8,11 @@ With ``--sessions N`` it measures the node's micro-batcher instead: N concurrent
 single-face sessions (one thread and one ``FrameSwapper`` each, as fast as they can go)
 through the batcher and through the same batcher with batching off (max_batch=1), side by
 side; then the capacity ramp: 1, 2, 4, ... sessions paced at 30 fps (newest frame only,
-older ones dropped) until p99 latency exceeds 60 ms or frames drop."""
+older ones dropped) until p99 latency exceeds 60 ms or frames drop.
+
+With ``--trackers mediapipe,graphs`` it compares the video tracker backends instead
+(``swapcast.benchmarks.tracking``): tracking ms per frame at 1 and 4 sessions, landmark
+error against mediapipe and the pose set's ground truth."""
 
 from __future__ import annotations
 
@@ -18,15 +22,16 @@ import resource
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import cv2
 import numpy as np
 
 from gpu.analysis.identity import identity_distance
-from gpu.engine import FaceEngine
+from gpu.engine import FaceEngine, TrackerName
 from gpu.errors import SwapcastError
 from gpu.runners.bench import CAPACITY_P99_MS  # one bar for both capacity benchmarks
 from gpu.swappers.base import stack_feeds
@@ -56,14 +61,29 @@ def run_engine_benchmark(
     seconds: float = 6.0,
     max_sessions: int = 64,
     compare: str | None = None,
+    trackers: Sequence[str] | None = None,
 ) -> int:
+    """``trackers`` (``--trackers``): compare those tracker backends instead (see
+    ``swapcast.benchmarks.tracking``)."""
     device_info = _check_device(device)
     settings = config.engine.settings()
     if device != "auto":
         settings = replace(settings, device=device)
+    if trackers is not None:
+        unknown = [name for name in trackers if name not in get_args(TrackerName)]
+        if unknown or not trackers:
+            raise SwapcastError(f"--trackers: unknown tracker(s) {', '.join(unknown) or '(none given)'}; "
+                                f"choose from {', '.join(get_args(TrackerName))}")
     engine = FaceEngine(settings)
     other = FaceEngine(replace(settings, swapper=compare)) if compare is not None and sessions is None else None
     try:
+        if trackers is not None:
+            from swapcast.benchmarks.tracking import run_tracking_benchmark
+
+            report = run_tracking_benchmark(engine, trackers, seconds)
+            if as_json:
+                print(json.dumps(report))
+            return 0
         if sessions is not None:
             return _run_sessions_benchmark(engine, config, device_info, sessions, seconds, max_sessions, as_json)
         return _run_frame_benchmark(engine, config, frames, report_dir, as_json, other)
@@ -367,7 +387,7 @@ def _session_swappers(engine: FaceEngine, source, options, clips, count: int) ->
     return swappers
 
 
-def _run_sessions(count: int, body) -> float:
+def run_session_threads(count: int, body) -> float:
     """Start ``body(k, t0)`` on one thread per session at the same instant; wall seconds."""
     start = threading.Barrier(count + 1)
     t0_box: list[float] = []
@@ -396,7 +416,7 @@ def _measure_sessions(engine: FaceEngine, swappers, body, latencies: list[list[f
     """Run ``body`` on one thread per session with fresh batcher metrics, close the
     swappers, and summarise every session's latencies: (wall s, batcher metrics, summary)."""
     engine.batcher.reset_metrics()
-    wall = _run_sessions(len(swappers), body)
+    wall = run_session_threads(len(swappers), body)
     batcher = engine.batcher.metrics()
     for swapper in swappers:
         swapper.close()
