@@ -225,3 +225,13 @@ def test_mask_models_are_keep_mask_hooks_a_swap_honours(models: Path, processors
     patch_kept = np.all(frame[PATCH] == original[PATCH], axis=2)[3:-3, 3:-3]
     assert patch_kept.mean() >= 0.95
     assert np.abs(frame[108:118, 205:215].astype(int) - original[108:118, 205:215]).mean() > 5  # skin swapped
+
+
+def test_doctor_says_what_each_processor_does(processors: Processors) -> None:
+    from swapcast.commands.doctor import processor_lines
+
+    lines = "\n".join(processor_lines(processors.describe()))
+    assert "occluder      xseg_1: what covers a face stays the target's" in lines
+    assert "enhancer      gfpgan_1.4: 512 px, blend 0.8; offline jobs and swap" in lines
+    assert "content_gate  open_nsfw: refuses above 0.8" in lines
+    assert processor_lines([]) == ["processors    none (no occluder, parser, enhancer or content gate file in the models folder)"]

@@ -50,17 +50,41 @@ def run(args: argparse.Namespace) -> int:
         from gpu.models.user_models import UserModels
 
         found = UserModels.discover(config.engine.models_dir, prefer_fp16=config.engine.prefer_fp16)
-        for role in ("detector", "embedder", "swapper"):
+        for role in ("detector", "embedder", "swapper", "occluder", "parser", "content_gate"):
             print(f"user model    {role:18} {getattr(found, role) or 'not found'}")
+        print(f"user model    {'enhancers':18} {', '.join(map(str, found.enhancers)) or 'not found'}")
     try:
         from gpu.engine import FaceEngine
 
         engine = FaceEngine(config.engine.settings())
         print(f"engine        swapper={engine.swapper.name}, still-image detector={engine.detector_name}")
+        for line in processor_lines(engine.processors.describe()):
+            print(line)
     except SwapcastError as exc:
         print(f"engine        cannot start: {exc}")
         return 2
     return 2 if unmet else 0
+
+
+def processor_lines(described: list[dict]) -> list[str]:
+    """What each loaded processor will do (``Processors.describe``)."""
+    if not described:
+        return ["processors    none (no occluder, parser, enhancer or content gate file in the models folder)"]
+    lines = []
+    for entry in described:
+        kind, model = entry["kind"], entry["model"]
+        if kind == "parser":
+            what = f"keeps {', '.join(entry['keep_regions'])}"
+        elif kind == "enhancer":
+            weight = f", weight {entry['weight']}" if "weight" in entry else ""
+            what = (f"{entry['size']} px, blend {entry['blend']}{weight}; offline jobs and swap"
+                    + (" and live sessions" if entry["live"] else " (live sessions: engine.processors.enhancer: live)"))
+        elif kind == "content_gate":
+            what = f"refuses above {entry['threshold']}, one frame per {entry['sample_s']} s of streams and jobs"
+        else:
+            what = "what covers a face stays the target's"
+        lines.append(f"processor     {kind:13} {model}: {what}")
+    return lines
 
 
 def gpu_stack_lines() -> list[str]:
