@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 FaceSelection = Literal["all", "largest", "reference"]
+Occlusion = Literal["auto", "off"]
 
 
 @dataclass(frozen=True)
@@ -19,3 +20,4 @@ class SwapOptions:
     feather: float = 0.06  # mask edge softness, as a fraction of the face crop size
     colour_match: bool = True  # match the swapped skin's colour statistics to the target
     smoothing: bool = True  # temporal smoothing of landmarks (no jitter on a still face)
+    occlusion: Occlusion = "auto"  # auto: what is in front of a face (hand, cup, glasses) stays the target's

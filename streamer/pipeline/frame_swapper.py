@@ -17,16 +17,18 @@ import itertools
 import time
 import weakref
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from gpu.analysis.identity import identity_distance
+from gpu.analysis.occlusion import OcclusionEstimator
 from gpu.batcher import BatcherBusy, MicroBatcher
 from gpu.device import to_device, to_host
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
-from gpu.swappers.base import run_jobs
+from gpu.swappers.base import KeepMask, any_of, run_jobs
 from gpu.types import Face
 
 
@@ -39,6 +41,7 @@ class StageTimes:
     prepare: float = 0.0
     run: float = 0.0
     paste: float = 0.0
+    enhance: float = 0.0  # the face enhancer (user model), on the swapped faces
     mark: float = 0.0  # the provenance watermark
     faces_seen: int = 0
     faces_swapped: int = 0
@@ -46,7 +49,7 @@ class StageTimes:
 
     @property
     def total(self) -> float:
-        return self.track + self.identity + self.prepare + self.run + self.paste + self.mark
+        return self.track + self.identity + self.prepare + self.run + self.paste + self.enhance + self.mark
 
 
 @dataclass
@@ -59,6 +62,7 @@ class FrameSwapper:
     session_id: str | None = None  # the batcher's fairness and backpressure unit (default: unique per instance)
     batch_timeout_s: float = 2.0  # a frame whose faces wait longer than this goes on unswapped
     marker: Callable[[np.ndarray], None] | None = None  # watermarks every frame out (streamer.provenance)
+    offline: bool = False  # a file (job, `swapcast swap`): the enhancer runs by default, content checks are waited for
 
     def __post_init__(self) -> None:
         if self.options.face_selection == "reference" and self.reference is None:
@@ -67,7 +71,10 @@ class FrameSwapper:
             self.session_id = f"stream-{next(_stream_ids)}"
         self._tracker = self.engine.tracker(smoothing=self.options.smoothing)
         self._track_identity: dict[int, np.ndarray] = {}
+        self._occlusion = OcclusionEstimator()  # this stream's per-track appearance models
         self.frames_dropped_by_batcher = 0
+        self._content_due: float | None = None  # stream time of the next content gate sample
+        self._content_pending: Future | None = None  # a live stream's sample being scored
         self._batcher: MicroBatcher | None = None
         self._detach: weakref.finalize | None = None
 
@@ -92,16 +99,22 @@ class FrameSwapper:
         self._tracker.smoothing = self.options.smoothing
 
     def process(self, frame: np.ndarray, timestamp: float) -> StageTimes:
-        """Swap faces in one video frame in place; ``timestamp`` in seconds drives smoothing."""
+        """Swap faces in one video frame in place; ``timestamp`` in seconds drives smoothing.
+        Raises ``ContentRefused`` when the content gate refused a sampled frame."""
+        self._check_content(frame, timestamp)
         times = StageTimes()
         started = time.perf_counter()
         faces = self._tracker.process(frame, timestamp)
         times.track = _ms_since(started)
         self._forget_ended_tracks(faces)
+        self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
         return self._marked(frame, self._swap(frame, faces, times))
 
     def process_still(self, image: np.ndarray) -> StageTimes:
         """Swap faces in one still image in place (detector + mesh, no tracking)."""
+        gate = self.engine.processors.gate
+        if gate is not None:
+            gate.check(image, "the target image", "frame", self.session_id)
         times = StageTimes()
         started = time.perf_counter()
         faces = self.engine.analyse_image(image)
@@ -133,7 +146,8 @@ class FrameSwapper:
         swapper = self.engine.swapper
         started = time.perf_counter()
         work = to_device(frame) if self.engine.device.is_cuda else frame
-        jobs = [swapper.prepare(work, face, self.source.payload, self.options) for face in chosen]
+        keep = self._keep_mask()
+        jobs = [swapper.prepare(work, face, self.source.payload, self.options, keep) for face in chosen]
         times.prepare = _ms_since(started)
         started = time.perf_counter()
         batcher = self._batcher_now()
@@ -155,7 +169,48 @@ class FrameSwapper:
             frame[...] = to_host(work)
         times.paste = _ms_since(started)
         times.faces_swapped = len(chosen)
+        self._enhance(frame, chosen, times)
         return times
+
+    def _enhance(self, frame: np.ndarray, faces: list[Face], times: StageTimes) -> None:
+        """The user's face enhancer over the swapped faces: offline by default, live streams
+        when the node turns it on for them (engine.processors.enhancer: live). What the
+        mask models keep is left alone."""
+        processors = self.engine.processors
+        if processors.enhancer is None or not (self.offline or processors.enhance_live()):
+            return
+        started = time.perf_counter()
+        keep = processors.frame_keep_masks(frame, faces, self.session_id) if processors.keep_masks else None
+        processors.enhancer.enhance(frame, faces, self.session_id, processors.settings.enhancer_blend, keep)
+        times.enhance = _ms_since(started)
+
+    def _check_content(self, frame: np.ndarray, timestamp: float) -> None:
+        """One frame per ``content_sample_s`` of stream time goes to the content gate. Offline
+        the verdict is waited for; live the frame is scored in the background and the verdict
+        read on a later frame, so the stream never waits for the classifier."""
+        gate = self.engine.processors.gate
+        if gate is None:
+            return
+        pending = self._content_pending
+        if pending is not None and pending.done():
+            self._content_pending = None
+            if pending.exception() is None:  # a busy or closed batcher: the next sample decides
+                gate.verdict(gate.score_of(pending.result()), "the stream", "frame")
+        period = self.engine.processors.settings.content_sample_s
+        due = self._content_due
+        if due is not None and due - period <= timestamp < due:
+            return
+        self._content_due = timestamp + period
+        if self.offline:
+            gate.check(frame, f"the video at {timestamp:.1f} s", "frame", self.session_id)
+        elif self._content_pending is None:
+            self._content_pending = gate.submit(frame, self.session_id)
+
+    def _keep_mask(self) -> KeepMask | None:
+        """What stays the target's in front of each face: the built-in occlusion estimate
+        unless the options turn it off, and any mask models the engine has."""
+        built_in = self._occlusion if self.options.occlusion == "auto" else None
+        return any_of(built_in, *self.engine.keep_masks)
 
     def _select(self, frame: np.ndarray, faces: list[Face]) -> list[Face]:
         selection = self.options.face_selection

@@ -1,0 +1,314 @@
+"""Built-in occlusion estimate: what is in front of a face (a hand, a cup, a microphone,
+glasses frames) stays the target's. No model: a ``KeepMask`` (see ``gpu.swappers.base``)
+learnt from the face itself.
+
+Per tracked face it keeps a running appearance model in the canonical mesh's UV space (the
+same texel on the face every frame, whatever the pose): per texel a mean colour and its
+spread, updated from frames where that texel is seen and not judged occluded. Colours are
+taken relative to the face's own skin (its robust median this frame), so a change of light
+or white balance over the whole face is not an occluder. A texel is an occluder when its
+colour disagrees strongly with its own model AND with the face's skin; the verdict is
+smoothed in UV space (rising fast, falling slower), so the edge does not crawl while the
+face moves, and it is drawn back into the crop through the posed mesh with a soft edge.
+
+A still (or a track's first frames) has no history: there a texel must be far from the
+skin and from its mirror image on the other side of the face (or very far from the skin)
+-- conservative, so a still's own shadows, beard or make-up stay swapped.
+
+Everything runs on the host at a low resolution (``GRID`` texels, the crop at ``RASTER``
+pixels): a few milliseconds per face.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import cv2
+import numpy as np
+
+from gpu.device import to_host
+from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, canonical_mesh, signed_areas
+from gpu.swappers.mesh3d_geometry import (
+    FACE_OUTLINE,
+    LEFT_BROW,
+    OUTER_LIP_CONTOUR,
+    RIGHT_BROW,
+    UvAtlas,
+    posed,
+    texel_facing,
+    uv_atlas,
+    uv_polygon_mask,
+)
+from gpu.types import Face
+
+GRID = 96  # UV texels a side of the appearance model
+RASTER = 128  # crop pixels a side the estimate works at
+DEPTH_TOLERANCE = 0.05  # of the face's width: a texel this far behind the nearest surface there is hidden
+CONFIDENT_FRAMES = 6.0  # a texel's model counts fully after this many seen frames
+MODEL_FRAMES = 30.0  # the model follows about this many recent frames
+SPREAD_FLOOR = 0.09  # colour spread a texel model never goes under (noise, small moves)
+MODEL_DEVIATION = (3.0, 4.5)  # texel vs its model, in spreads: evidence rises across this range
+LEARN_DEVIATION = (2.0, 3.0)  # ... and the model stops learning a texel across this one
+LUMA_WEIGHT = 0.7  # brightness counts this much in colour distances (against the chroma's 1)
+SKIN_DEVIATION = (0.12, 0.25)  # texel vs the skin median, relative colour distance: same
+STILL_SKIN_DEVIATION = (0.30, 0.45)  # stills: a texel this far from the skin ...
+STILL_MIRROR_DEVIATION = (0.20, 0.35)  # ... and this far from its mirror image
+STILL_SKIN_ALONE = (0.55, 0.75)  # ... or this far from the skin alone
+RISE, FALL = 0.75, 0.35  # per-frame smoothing of the verdict in UV space: quick to keep, slower to let go
+KEEP_RANGE = (0.3, 0.55)  # smoothed verdict -> keep mask (the soft edge)
+MAX_OCCLUDED_TO_LEARN = 0.4  # a frame with more of the face occluded than this teaches the model nothing
+MIN_SKIN_TEXELS = 40
+UNSEEN_COLOUR = 1e3  # the model's colour off the atlas: matches nothing
+REGISTRATION = 2  # texels: how far off the mesh may sit before a feature's edge counts as a change
+GRAZING = 0.2  # texels seen at cos^2 under this (stretched, half hair) are not judged
+MAX_TRACKS = 16
+
+
+@dataclass(frozen=True)
+class _UvLayout:
+    """What is painted once in UV space at ``GRID``."""
+
+    atlas: UvAtlas
+    skin: np.ndarray  # (P,) bool: plain skin (no eyes, brows, lips), where the skin median is taken
+    judged: np.ndarray  # (P,) bool: texels judged at all (not the eye and mouth closures: they stay the target's)
+    mirror_corners: np.ndarray  # (P, 3) the mirrored side's vertex ids of each texel's corners
+
+
+@lru_cache(maxsize=1)
+def _layout() -> _UvLayout:
+    mesh = canonical_mesh()
+    atlas = uv_atlas(GRID)
+    features = np.zeros((GRID, GRID), np.float32)
+    for contour in (RIGHT_EYE_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_BROW, LEFT_BROW, OUTER_LIP_CONTOUR):
+        features = np.maximum(features, uv_polygon_mask(GRID, contour))
+    features = cv2.dilate(features, np.ones((3, 3), np.uint8))
+    inner = cv2.erode(uv_polygon_mask(GRID, FACE_OUTLINE), np.ones((3, 3), np.uint8))
+    skin = ((inner > 0.5) & (features < 0.5))[atlas.texels]
+    # the outline's texels see hair and background as the mesh jitters: not judged (the
+    # keep mask still reaches past the outline where an occluder inside it goes on)
+    judged = ~mesh.closure[atlas.triangle] & (cv2.erode(uv_polygon_mask(GRID, FACE_OUTLINE), np.ones((5, 5), np.uint8)) > 0.5)[atlas.texels]
+    return _UvLayout(atlas, skin & judged, judged, mesh.mirror[atlas.corners])
+
+
+@dataclass
+class _Track:
+    """One face's appearance model and verdict, per texel."""
+
+    mean: np.ndarray  # (P, 3) colour relative to the skin median
+    spread: np.ndarray  # (P,) RMS deviation from the mean
+    seen: np.ndarray  # (P,) frames of evidence (capped at MODEL_FRAMES)
+    verdict: np.ndarray  # (P,) smoothed occluder probability
+
+    @classmethod
+    def empty(cls, texels: int) -> _Track:
+        return cls(np.ones((texels, 3), np.float32), np.full(texels, SPREAD_FLOOR, np.float32),
+                   np.zeros(texels, np.float32), np.zeros(texels, np.float32))
+
+
+@dataclass(frozen=True)
+class _Observation:
+    """One face in one crop, seen through its posed mesh at ``RASTER`` pixels."""
+
+    colours: np.ndarray  # (P, 3) texel colours relative to the skin median
+    mirrored: np.ndarray  # (P, 3) the colours at the mirrored texels' positions
+    visible: np.ndarray  # (P,) bool: the texel faces the camera and nothing of the face hides it
+    mirror_visible: np.ndarray  # (P,) bool: same for its mirror image
+    skin_spread: float  # the skin's own colour spread this frame (robust)
+    pixels: np.ndarray  # (P,) flat index of the pixel each seen texel shows on, -1 for unseen texels
+
+
+class OcclusionEstimator:
+    """A ``KeepMask`` for one stream: call it as ``keep(crop, face, matrix)``.
+
+    Tracked faces (``track_id`` >= 0) learn; a still or an untracked face is judged on its
+    own (symmetry and skin). One instance per stream, used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self._tracks: OrderedDict[int, _Track] = OrderedDict()
+
+    def __call__(self, crop: Any, face: Face, matrix: np.ndarray) -> np.ndarray | None:
+        if face.mesh is None or face.depth is None:
+            return None
+        observation = _observe(to_host(crop), face, matrix)
+        if observation is None:
+            return None
+        layout = _layout()
+        tracked = face.track_id is not None and face.track_id >= 0
+        track = self._track(face.track_id, len(layout.skin)) if tracked else None
+        still = _still_evidence(observation, layout)
+        if track is None:
+            verdict = _smooth_in_uv(still * observation.visible, layout.atlas)
+        else:
+            deviation = _deviation(observation.colours, track, layout.atlas)
+            confidence = np.clip(track.seen / CONFIDENT_FRAMES, 0.0, 1.0)
+            from_model = _ramp(deviation, MODEL_DEVIATION) * _ramp(_skin_distance(observation), SKIN_DEVIATION) * layout.judged
+            evidence = _smooth_in_uv((confidence * from_model + (1.0 - confidence) * still) * observation.visible, layout.atlas)
+            rate = np.where(evidence > track.verdict, RISE, FALL).astype(np.float32)
+            verdict = track.verdict = track.verdict + rate * (evidence - track.verdict)
+            agrees = np.where(track.seen > 0, 1.0 - _ramp(deviation, LEARN_DEVIATION), 1.0 - still)
+            _learn(track, observation, layout, agrees, deviation)
+        if float(verdict.max(initial=0.0)) < KEEP_RANGE[0]:
+            return None
+        return _to_crop(verdict, observation, crop.shape[0])
+
+    def forget(self, live_track_ids: set[int]) -> None:
+        """Drop the models of tracks that ended."""
+        for track_id in [key for key in self._tracks if key not in live_track_ids]:
+            del self._tracks[track_id]
+
+    def _track(self, track_id: int, texels: int) -> _Track:
+        track = self._tracks.pop(track_id, None) or _Track.empty(texels)
+        self._tracks[track_id] = track
+        while len(self._tracks) > MAX_TRACKS:
+            self._tracks.popitem(last=False)
+        return track
+
+
+def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray) -> _Observation | None:
+    """Sample the crop at every texel of the posed mesh (and at its mirror image), at
+    ``RASTER`` pixels; None when too little skin shows to take the skin's colour from.
+
+    Which texels are seen comes from a z-buffer of the texels themselves (splatted at
+    their pixels, the nearest kept, then the minimum over each pixel's neighbours so the
+    gaps between splats do not let a hidden cheek show through the nose): no rasteriser."""
+    layout = _layout()
+    atlas = layout.atlas
+    mesh = canonical_mesh()
+    factor = RASTER / crop.shape[0]
+    scale = float(np.sqrt(abs(np.linalg.det(matrix[:, :2]))))
+    points = posed(face.mesh, face.depth)
+    points[:, :2] = (points[:, :2] @ matrix[:, :2].T + matrix[:, 2] + 0.5) * factor - 0.5
+    points[:, 2] *= scale * factor
+    front = (signed_areas(points, mesh.triangles) < 0)[atlas.triangle]
+    texels = atlas.interpolate(points)
+    mirrored_texels = np.einsum("pk,pkc->pc", atlas.weights, points[layout.mirror_corners])
+    pixels = _pixel_index(texels)
+    depth = np.full(RASTER * RASTER, np.inf, np.float32)
+    splatted = front & (pixels >= 0)
+    np.minimum.at(depth, pixels[splatted], texels[splatted, 2].astype(np.float32))
+    nearest = cv2.erode(np.minimum(depth, 1e9).reshape(RASTER, RASTER), np.ones((3, 3), np.uint8)).reshape(-1)
+    tolerance = DEPTH_TOLERANCE * float(np.ptp(points[:, 0]))
+
+    def seen(at: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return (index >= 0) & (at[:, 2] <= nearest[np.maximum(index, 0)] + tolerance)
+
+    visible = splatted & seen(texels, pixels) & (texel_facing(points, atlas) > GRAZING)
+    mirror_visible = seen(mirrored_texels, _pixel_index(mirrored_texels))
+    small = cv2.resize(crop, (RASTER, RASTER), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
+    colours, mirrored = _sample(small, texels[:, :2]), _sample(small, mirrored_texels[:, :2])
+    skin = layout.skin & visible
+    if skin.sum() < MIN_SKIN_TEXELS:
+        return None
+    gain = 1.0 / np.maximum(np.median(colours[skin], axis=0), 1e-3)
+    colours, mirrored = colours * gain, mirrored * gain
+    skin_spread = float(np.median(_distance(colours[skin], 1.0)))
+    return _Observation(colours, mirrored, visible, mirror_visible, skin_spread, np.where(visible, pixels, -1))
+
+
+def _pixel_index(texels: np.ndarray) -> np.ndarray:
+    """(P,) flat index of the ``RASTER`` pixel each texel falls on, -1 outside."""
+    cols = np.round(texels[:, 0]).astype(np.int64)
+    rows = np.round(texels[:, 1]).astype(np.int64)
+    inside = (cols >= 0) & (cols < RASTER) & (rows >= 0) & (rows < RASTER)
+    return np.where(inside, rows * RASTER + cols, -1)
+
+
+def _sample(image: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """(P, 3) bilinear colours of ``image`` at (P, 2) pixel positions."""
+    maps = positions.astype(np.float32).reshape(1, -1, 2)
+    return cv2.remap(image, maps[..., 0], maps[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).reshape(-1, 3)
+
+
+def _ramp(values: np.ndarray, low_high: tuple[float, float]) -> np.ndarray:
+    low, high = low_high
+    return np.clip((values - low) / (high - low), 0.0, 1.0).astype(np.float32)
+
+
+def _distance(colours: np.ndarray, other) -> np.ndarray:
+    """(P,) colour distance with brightness weighted down (shadows and shading move it most)."""
+    difference = colours - other
+    brightness = difference.mean(axis=1)
+    chroma = difference - brightness[:, None]
+    return np.sqrt((LUMA_WEIGHT * brightness) ** 2 + np.sum(chroma**2, axis=1))
+
+
+def _skin_distance(observation: _Observation) -> np.ndarray:
+    """How far each texel's colour is from the skin median."""
+    return _distance(observation.colours, 1.0)
+
+
+def _still_evidence(observation: _Observation, layout: _UvLayout) -> np.ndarray:
+    """No history: far from the skin and from the mirrored texel, or very far from the
+    skin; judged on plain skin only (eyes, brows and lips differ from skin by nature)."""
+    skin = _skin_distance(observation)
+    mirror = _distance(observation.colours, observation.mirrored)
+    asymmetric = np.where(observation.mirror_visible, _ramp(mirror, STILL_MIRROR_DEVIATION), 0.0)
+    evidence = np.maximum(_ramp(skin, STILL_SKIN_DEVIATION) * asymmetric, _ramp(skin, STILL_SKIN_ALONE))
+    return evidence * layout.skin
+
+
+def _deviation(colours: np.ndarray, track: _Track, atlas: UvAtlas) -> np.ndarray:
+    """(P,) how far each texel's colour is from its model, in model spreads: the least
+    over the models within ``REGISTRATION`` texels, so a mesh that sits a pixel or two off
+    (tracking jitter, an occluder pulling the landmarks) does not make every edge of the
+    face -- lids, brows, nostrils, lips -- an occluder, while a colour the neighbourhood
+    never had (a thin dark frame on skin) still is."""
+    means = atlas.scatter(track.mean, fill=UNSEEN_COLOUR)
+    spreads = atlas.scatter(np.maximum(track.spread, SPREAD_FLOOR)[:, None], fill=1.0)[..., 0]
+    rows, cols = atlas.texels
+    best = np.full(len(colours), np.inf, np.float32)
+    reach = range(-REGISTRATION, REGISTRATION + 1)
+    for dy in reach:
+        for dx in reach:
+            r, c = np.clip(rows + dy, 0, GRID - 1), np.clip(cols + dx, 0, GRID - 1)
+            best = np.minimum(best, _distance(colours, means[r, c]) / spreads[r, c])
+    return best
+
+
+def _smooth_in_uv(evidence: np.ndarray, atlas: UvAtlas) -> np.ndarray:
+    """A closing in UV space: a texel missed between occluded ones (a thin frame sampled
+    between texels) is occluded too."""
+    image = atlas.scatter(evidence[:, None])[..., 0]
+    return cv2.morphologyEx(image, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))[atlas.texels]
+
+
+def _learn(track: _Track, observation: _Observation, layout: _UvLayout, agrees: np.ndarray, deviation: np.ndarray) -> None:
+    """Fold this frame into the texel models where the texel is seen, not occluded and
+    agrees with what it learnt (a sudden change -- something coming in front -- is not
+    learnt; the slow ones of a turning, moving face are). The spread follows the
+    registration-tolerant ``deviation`` (in spreads), so a feature's edge sliding under
+    the mesh does not widen it."""
+    seen_now = observation.visible & layout.judged
+    if not seen_now.any() or float(track.verdict[seen_now].mean()) > MAX_OCCLUDED_TO_LEARN:
+        return
+    weight = (seen_now * agrees * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0))).astype(np.float32)
+    count = np.minimum(track.seen + weight, MODEL_FRAMES)
+    rate = np.where(count > 0, weight / np.maximum(count, 1e-6), 0.0)[:, None]
+    track.mean += rate * (observation.colours - track.mean)
+    first = (track.seen == 0) & (weight > 0)
+    registered = np.minimum(deviation, MODEL_DEVIATION[1]) * np.maximum(track.spread, SPREAD_FLOOR)
+    spread_sq = track.spread**2 + rate[:, 0] * (registered**2 - track.spread**2)
+    track.spread = np.where(first, SPREAD_FLOOR, np.sqrt(np.maximum(spread_sq, SPREAD_FLOOR**2))).astype(np.float32)
+    track.seen = count.astype(np.float32)
+
+
+def _to_crop(verdict: np.ndarray, observation: _Observation, size: int) -> np.ndarray:
+    """The verdict splatted back through the seen texels into the crop: (size, size) keep
+    mask, grown a little past the occluder's edge (and past the face's outline, where the
+    occluder goes on) and softened."""
+    shown = observation.pixels >= 0
+    splat = np.zeros(RASTER * RASTER, np.float32)
+    np.maximum.at(splat, observation.pixels[shown], _ramp(verdict[shown], KEEP_RANGE))
+    drawn = np.zeros(RASTER * RASTER, np.uint8)
+    drawn[observation.pixels[shown]] = 1
+    square = np.ones((3, 3), np.uint8)
+    splat, drawn = splat.reshape(RASTER, RASTER), drawn.reshape(RASTER, RASTER)
+    drawn = cv2.morphologyEx(drawn, cv2.MORPH_CLOSE, square).astype(bool)
+    keep = cv2.dilate(cv2.morphologyEx(splat, cv2.MORPH_CLOSE, square), square)  # the gaps between splats, then a margin
+    beyond = cv2.dilate(keep, np.ones((5, 5), np.uint8))
+    keep = np.where(drawn, keep, beyond)
+    keep = cv2.GaussianBlur(keep, (0, 0), 0.8)
+    return cv2.resize(keep, (size, size), interpolation=cv2.INTER_LINEAR)
