@@ -172,10 +172,11 @@ class Cluster:
     gateway: Process | None = None
     gateway_rtmp_port: int = 0
     nodes: dict[str, Process] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # more environment for every process (SWAPCAST_CONFIG, …)
 
     def start(self) -> Cluster:
         self.redis = RedisServer().start()
-        env = cluster_env(self.workdir / "data", SWAPCAST_CLUSTER__CAPACITY=str(self.capacity))
+        env = self._env()
         port, self.gateway_rtmp_port = free_port(), free_port()
         self.gateway = Process("gateway", ["gateway", "--redis", self.redis.url, "--host", "127.0.0.1",
                                            "--port", str(port), "--rtmp-port", str(self.gateway_rtmp_port)],
@@ -188,7 +189,7 @@ class Cluster:
         return self
 
     def add_node(self, node_id: str, env: dict[str, str] | None = None, wait: bool = True) -> Process:
-        env = env or cluster_env(self.workdir / "data", SWAPCAST_CLUSTER__CAPACITY=str(self.capacity))
+        env = env or self._env()
         port = free_port()
         process = Process(node_id, ["serve", "--redis", self.redis.url, "--host", "127.0.0.1", "--port", str(port),
                                     "--rtmp-port", "0", "--advertise", f"127.0.0.1:{port}", "--node-id", node_id],
@@ -197,6 +198,9 @@ class Cluster:
         if wait:
             process.wait_ready()
         return process
+
+    def _env(self) -> dict[str, str]:
+        return cluster_env(self.workdir / "data", SWAPCAST_CLUSTER__CAPACITY=str(self.capacity), **self.env)
 
     def api(self, method: str, path: str, body: object | None = None, timeout: float = 10.0,
             subject: str = "tester", role: str = "admin") -> tuple[int, object]:

@@ -54,7 +54,9 @@ def test_cli_entry_parses():
         main(["bench", "webrtc", "--help"])
     assert exit_.value.code == 0
     args = build_parser().parse_args(["bench", "webrtc", "--sessions", "3", "--seconds", "5", "--glass", "--json"])
-    assert (args.sessions, args.seconds, args.glass, args.json) == (3, 5.0, True, True)
+    assert (args.sessions, args.seconds, args.glass, args.json) == ([3], 5.0, True, True)
+    args = build_parser().parse_args(["bench", "webrtc", "--sessions", "1,2,4", "--processes", "1,2", "--gil"])
+    assert (args.sessions, args.processes, args.gil) == ([1, 2, 4], [1, 2], True)
     assert main(["bench", "webrtc", "--sessions", "0"]) == 2  # bad input: one line, exit 2
 
 
@@ -72,6 +74,11 @@ def test_one_then_two_sessions_real_numbers():
         assert phase["rtt_p99_first_half_ms"] > 0 and phase["rtt_p99_second_half_ms"] > 0
         assert phase["server_cpu_cores"] > 0 and phase["client_cpu_cores"] > 0
         assert phase["server_rss_mb"] > 100
+        # per stage: the swap thread's CPU per decoded frame, the node's /healthz answer time
+        assert phase["server_cpu_ms_per_frame_in_by_thread"]["swap (track, prepare, run, paste)"] > 0
+        assert 0 < phase["loop_lag_ms"]["p50_ms"] <= phase["loop_lag_ms"]["p99_ms"]
+        assert len(phase["core_busy"]) >= 1 and all(0 <= c <= 1.05 for c in phase["core_busy"])
+        assert phase["gil_held"] is None  # only with gil=True
         assert any(row["faces_swapped"] >= 1 for row in phase["per_session"])  # the node found and swapped the face
         for row in phase["per_session"]:
             # 30 fps paced for ~4 s
@@ -92,3 +99,16 @@ def test_one_then_two_sessions_real_numbers():
     assert set(scraped["stage_mean_ms"]) == {"track", "identity", "prepare", "run", "paste", "total"}
     assert 0 < scraped["stage_mean_ms"]["run"] < scraped["stage_mean_ms"]["total"]
     assert scraped["frames"]["out"] >= sum(row["received"] for p in (one, two) for row in p["per_session"]) * 0.9
+
+
+@pytest.mark.slow
+def test_two_node_processes_behind_a_gateway():
+    """``--processes 2``: two ``swapcast serve`` nodes and a gateway on a loopback Redis; both
+    sessions are swapped and come back through it, the CPU of all three processes counted."""
+    report = measure_webrtc(sessions=2, seconds=3, warmup_s=1.0, counts=[2], processes=2)
+    (phase,) = report["phases"]
+    assert report["processes"] == 2 and phase["sessions"] == 2
+    assert all(row["fps_out"] > 0 and row["faces_swapped"] >= 1 for row in phase["per_session"])
+    assert report["server_idle"]["rss_mb"] > 2 * 100  # two nodes (each > 100 MB) and the gateway
+    assert phase["loop_lag_ms"]["p50_ms"] > 0
+    assert report["metrics"]["frames"]["out"] > 0  # both nodes' /metrics, summed

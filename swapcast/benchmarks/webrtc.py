@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -48,6 +47,13 @@ import yaml
 
 from signaling.auth import mint_token
 from gpu.threads import ThreadProfile
+from swapcast.benchmarks.node_load import (
+    GilSampler,
+    LoopLagProbe,
+    ReplicaServers,
+    core_busy_seconds,
+    thread_cpu_seconds,
+)
 from swapcast.config import Config, load_config
 from swapcast.local_cluster import free_port
 
@@ -140,6 +146,7 @@ THREAD_GROUPS = (
     ("ThreadPoolExec", "encode (aiortc executor)"),
     ("event-loop", "event loop (RTP, SRTP, HTTP)"),
     ("batcher-", "batcher"),  # the engine's batcher-<swapper>-loop and -run_N threads
+    ("gateway", "gateway (HTTP proxy)"),  # --processes N: the gateway process in front of the nodes
 )
 
 
@@ -159,21 +166,30 @@ def machine_busy_seconds() -> float:
     return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is already in user
 
 
+def write_node_config(config: Config, sessions: int, workdir: Path, port: int) -> tuple[Path, str]:
+    """The bench node's config file (loopback, room for ``sessions`` peers and the glass
+    page, its own JWT secret) and that secret."""
+    data = config.model_dump(mode="json")
+    data["server"].update(host="127.0.0.1", port=port, data_dir=str(workdir / "data"))
+    data["rtmp"]["port"] = 0
+    data["webrtc"]["host_addresses"] = ["127.0.0.1"]
+    data["webrtc"]["max_sessions"] = max(data["webrtc"]["max_sessions"], sessions + 1)  # + the glass page
+    secret = secrets.token_urlsafe(32)  # the bench's own node: its own secret, one user for every peer
+    data["auth"].update(jwt_secret=secret, max_sessions_per_user=max(data["auth"]["max_sessions_per_user"], sessions + 1))
+    path = workdir / "bench-node.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, secret
+
+
 class ServerProcess:
     """``swapcast serve`` in a child process on 127.0.0.1, with its CPU and memory."""
 
+    processes = 1
+
     def __init__(self, config: Config, sessions: int, workdir: Path) -> None:
         self.port = free_port()
-        data = config.model_dump(mode="json")
-        data["server"].update(host="127.0.0.1", port=self.port, data_dir=str(workdir / "data"))
-        data["rtmp"]["port"] = 0
-        data["webrtc"]["host_addresses"] = ["127.0.0.1"]
-        data["webrtc"]["max_sessions"] = max(data["webrtc"]["max_sessions"], sessions + 1)  # + the glass page
-        secret = secrets.token_urlsafe(32)  # the bench's own node: its own secret, one user for every peer
-        data["auth"].update(jwt_secret=secret, max_sessions_per_user=max(data["auth"]["max_sessions_per_user"], sessions + 1))
+        self.config_path, secret = write_node_config(config, sessions, workdir, self.port)
         self.token = mint_token(secret, "bench", role="admin")
-        self.config_path = workdir / "bench-node.yaml"
-        self.config_path.write_text(yaml.safe_dump(data))
         self.log_path = workdir / "server.log"
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -189,6 +205,14 @@ class ServerProcess:
                 [sys.executable, "-m", "swapcast.cli", "--config", str(self.config_path), "serve"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             )
+
+    @property
+    def node_urls(self) -> list[str]:
+        return [self.base_url]
+
+    @property
+    def node_pids(self) -> list[int]:
+        return [self.process.pid]
 
     async def wait_ready(self, session, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
@@ -207,19 +231,8 @@ class ServerProcess:
         return (int(fields[11]) + int(fields[12])) / self._ticks  # utime, stime (fields 14, 15)
 
     def thread_cpu_seconds(self) -> dict[str, float]:
-        """CPU seconds per thread group of the node (its threads' OS names, see
-        :func:`thread_group`), for the threads alive now."""
-        groups: dict[str, float] = {}
-        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
-            try:
-                stat = (task / "stat").read_text()
-            except OSError:  # the thread ended meanwhile
-                continue
-            name = stat[stat.index("(") + 1: stat.rindex(")")]
-            fields = stat.rsplit(")", 1)[1].split()
-            group = thread_group(name)
-            groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / self._ticks
-        return groups
+        """CPU seconds per OS thread name of the node, for the threads alive now."""
+        return thread_cpu_seconds(self.process.pid)
 
     def memory_mb(self) -> dict[str, float]:
         values = {}
@@ -412,7 +425,16 @@ def _fmt(value, spec: str = ".0f", unit: str = "") -> str:
 # -- one phase: n sessions for `seconds` ------------------------------------------------------
 
 
-async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: float, warmup_s: float, err: TextIO) -> dict[str, Any]:
+def _grouped(seconds_by_name: dict[str, float]) -> dict[str, float]:
+    groups: dict[str, float] = {}
+    for name, value in seconds_by_name.items():
+        group = thread_group(name)
+        groups[group] = groups.get(group, 0.0) + value
+    return groups
+
+
+async def _phase(http, server: ServerProcess | ReplicaServers, clip, sessions: int, seconds: float, warmup_s: float,
+                 err: TextIO, gil: bool = False) -> dict[str, Any]:
     label = _plural(sessions)
     print(f"[{label}] opening {sessions} peer(s) …", file=err, flush=True)
     clients: list[Client] = []
@@ -429,29 +451,32 @@ async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: floa
 
         start = time.monotonic()
         cpu_start, client_cpu_start, machine_start = server.cpu_seconds(), time.process_time(), machine_busy_seconds()
-        threads_start = server.thread_cpu_seconds()
+        threads_start, cores_start = server.thread_cpu_seconds(), core_busy_seconds()
         stats_start = await asyncio.gather(*(_server_stats(http, server.base_url, c) for c in clients))
-        end = start + seconds
-        tick, cpu_tick = start, cpu_start
-        while (now := time.monotonic()) < end:
-            await asyncio.sleep(min(1.0, end - now))
-            now, cpu_now = time.monotonic(), server.cpu_seconds()
-            rows = [_window(c, tick - 0.3, now - 0.3) for c in clients]  # frames sent 0.3 s ago have mostly arrived
-            sent_now = [len(c.sent_at) for c in clients]
-            live = await asyncio.gather(*(_server_stats(http, server.base_url, c) for c in clients))
-            backlog = max(n - (st.get("frames_in") or 0) for n, st in zip(sent_now, live, strict=True))
-            rtts = [x for r in rows for x in r["_latencies"]]
-            server_p50 = [s.get("latency_p50_ms") for s in live if s.get("latency_p50_ms") is not None]
-            fps = [sum(1 for t in c.arrivals if tick <= t < now) / (now - tick) for c in clients]
-            print(f"[{label}] {now - start:5.1f}/{seconds:.0f} s  fps out {' '.join(f'{f:.1f}' for f in fps)} (total {sum(fps):.1f})"
-                  f"  round trip p50 {_fmt(_pct(rtts, 50))} p99 {_fmt(_pct(rtts, 99))} ms"
-                  f"  server p50 {_fmt(max(server_p50) if server_p50 else None)} ms"
-                  f"  not yet at the node {backlog} frames"
-                  f"  server cpu {(cpu_now - cpu_tick) / (now - tick):.2f} cores", file=err, flush=True)
-            tick, cpu_tick = now, cpu_now
-        end = time.monotonic()
-        cpu_s, client_cpu_s = server.cpu_seconds() - cpu_start, time.process_time() - client_cpu_start
-        threads_end = server.thread_cpu_seconds()
+        with LoopLagProbe(server.node_urls) as lag:
+            sampler = GilSampler(server.node_pids, seconds) if gil else None
+            end = start + seconds
+            tick, cpu_tick = start, cpu_start
+            while (now := time.monotonic()) < end:
+                await asyncio.sleep(min(1.0, end - now))
+                now, cpu_now = time.monotonic(), server.cpu_seconds()
+                rows = [_window(c, tick - 0.3, now - 0.3) for c in clients]  # frames sent 0.3 s ago have mostly arrived
+                sent_now = [len(c.sent_at) for c in clients]
+                live = await asyncio.gather(*(_server_stats(http, server.base_url, c) for c in clients))
+                backlog = max(n - (st.get("frames_in") or 0) for n, st in zip(sent_now, live, strict=True))
+                rtts = [x for r in rows for x in r["_latencies"]]
+                server_p50 = [s.get("latency_p50_ms") for s in live if s.get("latency_p50_ms") is not None]
+                fps = [sum(1 for t in c.arrivals if tick <= t < now) / (now - tick) for c in clients]
+                print(f"[{label}] {now - start:5.1f}/{seconds:.0f} s  fps out {' '.join(f'{f:.1f}' for f in fps)} (total {sum(fps):.1f})"
+                      f"  round trip p50 {_fmt(_pct(rtts, 50))} p99 {_fmt(_pct(rtts, 99))} ms"
+                      f"  server p50 {_fmt(max(server_p50) if server_p50 else None)} ms"
+                      f"  not yet at the node {backlog} frames"
+                      f"  server cpu {(cpu_now - cpu_tick) / (now - tick):.2f} cores", file=err, flush=True)
+                tick, cpu_tick = now, cpu_now
+            end = time.monotonic()
+            cpu_s, client_cpu_s = server.cpu_seconds() - cpu_start, time.process_time() - client_cpu_start
+            threads_end, cores_end = server.thread_cpu_seconds(), core_busy_seconds()
+        gil_held = await asyncio.get_running_loop().run_in_executor(None, sampler.held) if sampler else None
         machine_s = machine_busy_seconds() - machine_start
         sent_end = [len(c.sent_at) for c in clients]
         stats_end = await asyncio.gather(*(_server_stats(http, server.base_url, c) for c in clients))
@@ -491,8 +516,9 @@ async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: floa
     holds = [r["client_hold_p50_ms"] for r in per_session if r["client_hold_p50_ms"] is not None]
     server_p99 = [r["server_latency_p99_ms"] for r in per_session if r["server_latency_p99_ms"] is not None]
     frames_out = sum(r["fps_out"] for r in per_session) * wall
-    by_thread = {group: (threads_end[group] - threads_start.get(group, 0.0)) / wall for group in threads_end}
-    by_thread = dict(sorted(((g, c) for g, c in by_thread.items() if c >= 0.005), key=lambda item: -item[1]))
+    by_name = {name: (threads_end[name] - threads_start.get(name, 0.0)) / wall for name in threads_end}
+    by_thread = dict(sorted(((g, c) for g, c in _grouped(by_name).items() if c >= 0.005), key=lambda item: -item[1]))
+    frames_in = sum(r["server_frames_in"] for r in per_session)
     for row in per_session:
         for key in ("_latencies", "_first", "_second"):
             del row[key]
@@ -521,6 +547,13 @@ async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: floa
         # ended during the run are in the total only)
         "server_cpu_ms_per_frame_out": 1000 * cpu_s / frames_out if frames_out else None,
         "server_cpu_by_thread_cores": by_thread,
+        # the same per frame the node decoded (every frame in is decoded, swapped or not)
+        "server_fps_in_total": frames_in / wall,
+        "server_cpu_ms_per_frame_in_by_thread": {g: 1000 * c * wall / frames_in for g, c in by_thread.items()} if frames_in else {},
+        "core_busy": [(b - a) / wall for a, b in zip(cores_start, cores_end, strict=True)],  # the whole machine's
+        # /healthz answer time from outside, every node: its event loop's lag (+ ~1 ms of HTTP)
+        "loop_lag_ms": lag.summary(),
+        "gil_held": gil_held,  # per node process, share of wall time (py-spy --gil), with --gil
         "client_cpu_cores": client_cpu_s / wall,
         # everything else on the machine meanwhile (another benchmark, a test run): when this
         # is not near 0 the node had less CPU than the machine has
@@ -531,8 +564,8 @@ async def _phase(http, server: ServerProcess, clip, sessions: int, seconds: floa
     }
 
 
-async def _run_phases(config: Config, sessions: int, seconds: float, warmup_s: float, workdir: Path, err: TextIO,
-                      between: Callable[[ServerProcess], None] | None = None) -> tuple[dict[str, Any], ServerProcess]:
+async def _run_phases(config: Config, counts: list[int], seconds: float, warmup_s: float, workdir: Path, err: TextIO,
+                      processes: int = 1, gil: bool = False) -> tuple[dict[str, Any], ServerProcess | ReplicaServers]:
     import aiohttp
 
     from streamer.webrtc import encoders, ice
@@ -545,43 +578,54 @@ async def _run_phases(config: Config, sessions: int, seconds: float, warmup_s: f
         for name in ("aioice", "aiortc"):
             logging.getLogger(name).setLevel(logging.WARNING)
     clip = clip_i420()
-    server = ServerProcess(config, sessions, workdir)
-    server.start()
+    server: ServerProcess | ReplicaServers
+    if processes == 1:
+        server = ServerProcess(config, max(counts), workdir)
+        server.start()
+    else:
+        config_path, _ = write_node_config(config, max(counts), workdir, free_port())
+        server = ReplicaServers(config_path, max(counts), workdir, processes)
+        print(f"starting {processes} node processes behind a gateway …", file=err, flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, server.start)
     report: dict[str, Any] = {}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30),
                                          headers={"Authorization": f"Bearer {server.token}"}) as http:
-            await server.wait_ready(http)
+            if isinstance(server, ServerProcess):
+                await server.wait_ready(http)
             report["server_idle"] = server.memory_mb()
-            counts = [1] if sessions == 1 else [1, sessions]
-            report["phases"] = [await _phase(http, server, clip, n, seconds, warmup_s, err) for n in counts]
-            report["metrics"] = await _scrape_metrics(http, server.base_url)
+            report["phases"] = [await _phase(http, server, clip, n, seconds, warmup_s, err, gil) for n in counts]
+            report["metrics"] = await _scrape_metrics(http, server.node_urls)
     except BaseException:
         server.stop()
         raise
     return report, server
 
 
-async def _scrape_metrics(http, base_url: str) -> dict[str, Any]:
-    """What the node's own ``/metrics`` (Prometheus) says after the runs: mean per-stage
-    time and frame counts of its WebRTC sessions, as a scraper would see them."""
+async def _scrape_metrics(http, node_urls: list[str]) -> dict[str, Any]:
+    """What the nodes' own ``/metrics`` (Prometheus) say after the runs: mean per-stage
+    time and frame counts of their WebRTC sessions, as a scraper would see them."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with http.get(f"{base_url}/metrics") as response:
-        text = await response.text()
     stage_sum: dict[str, float] = {}
     stage_count: dict[str, float] = {}
     frames: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.labels.get("protocol") != "webrtc":
-                continue
-            if sample.name == "swapcast_stage_seconds_sum":
-                stage_sum[sample.labels["stage"]] = sample.value
-            elif sample.name == "swapcast_stage_seconds_count":
-                stage_count[sample.labels["stage"]] = sample.value
-            elif sample.name.startswith("swapcast_frames_") and sample.name.endswith("_total"):
-                frames[sample.name.removeprefix("swapcast_frames_").removesuffix("_total")] = sample.value
+    for url in node_urls:
+        async with http.get(f"{url}/metrics") as response:
+            text = await response.text()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.labels.get("protocol") != "webrtc":
+                    continue
+                if sample.name == "swapcast_stage_seconds_sum":
+                    stage = sample.labels["stage"]
+                    stage_sum[stage] = stage_sum.get(stage, 0.0) + sample.value
+                elif sample.name == "swapcast_stage_seconds_count":
+                    stage = sample.labels["stage"]
+                    stage_count[stage] = stage_count.get(stage, 0.0) + sample.value
+                elif sample.name.startswith("swapcast_frames_") and sample.name.endswith("_total"):
+                    kind = sample.name.removeprefix("swapcast_frames_").removesuffix("_total")
+                    frames[kind] = frames.get(kind, 0.0) + sample.value
     stages_ms = {stage: 1000.0 * total / stage_count[stage] for stage, total in stage_sum.items() if stage_count.get(stage)}
     return {"stage_mean_ms": stages_ms, "frames": frames}
 
@@ -594,17 +638,25 @@ def measure_webrtc(
     warmup_s: float = 2.0,
     config: Config | None = None,
     threads: ThreadProfile | None = None,
+    counts: list[int] | None = None,
+    processes: int = 1,
+    gil: bool = False,
     err: TextIO = sys.stderr,
 ) -> dict[str, Any]:
     """Run the benchmark and return its report (see the module docstring). ``threads``:
-    the node's thread profile (``config.threads.profile`` when None)."""
-    if sessions < 1:
-        raise ValueError("sessions must be at least 1")
+    the node's thread profile (``config.threads.profile`` when None). ``counts``: the
+    session counts measured one after the other (default 1, then ``sessions``).
+    ``processes``: node processes behind a gateway (:class:`ReplicaServers`) instead of one
+    ``swapcast serve``. ``gil``: sample each node's GIL with py-spy."""
+    counts = sorted(set(counts or [1, sessions]))
+    if counts[0] < 1 or processes < 1:
+        raise ValueError("sessions and processes must be at least 1")
+    sessions = counts[-1]
     config = config or load_config(environ={})
     if threads is not None:
         config = config.model_copy(update={"threads": config.threads.model_copy(update={"profile": threads})})
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-webrtc-") as tmp:
-        report, server = asyncio.run(_run_phases(config, sessions, seconds, warmup_s, Path(tmp), err))
+        report, server = asyncio.run(_run_phases(config, counts, seconds, warmup_s, Path(tmp), err, processes, gil))
         try:
             if glass:
                 from swapcast.benchmarks.glass import run_glass_benchmark
@@ -624,7 +676,9 @@ def measure_webrtc(
         fps_sent=FPS,
         cpu_count=os.cpu_count(),
         threads=config.threads.budget(config.engine.runner_threads).describe(),
-        memory_per_extra_session_mb=(many["server_rss_mb"] - one["server_rss_mb"]) / (sessions - 1) if sessions > 1 else None,
+        processes=processes,
+        memory_per_extra_session_mb=((many["server_rss_mb"] - one["server_rss_mb"]) / (many["sessions"] - one["sessions"])
+                                     if many["sessions"] > one["sessions"] else None),
     )
     return report
 
@@ -647,6 +701,11 @@ def _table(report: dict[str, Any]) -> list[str]:
         ("sent, not yet at node at end (max)", lambda p: f"{p['not_yet_at_node_frames_max']}"),
         ("server CPU cores (per session)", lambda p: f"{p['server_cpu_cores']:.2f} ({p['server_cpu_per_session_pct']:.0f}%)"),
         ("server CPU ms per frame out", lambda p: _fmt(p['server_cpu_ms_per_frame_out'], ".1f")),
+        ("server CPU ms per frame in", lambda p: _fmt(_per_frame_in(p), ".1f")),
+        ("busy per core (whole machine)", lambda p: " ".join(f"{c:.2f}" for c in p["core_busy"])),
+        ("event loop lag p50/p99 ms (/healthz)", lambda p: f"{_fmt(p['loop_lag_ms']['p50_ms'], '.1f')} / {_fmt(p['loop_lag_ms']['p99_ms'], '.1f')}"),
+        ("GIL held, per node process", lambda p: "n/a (--gil)" if p["gil_held"] is None else
+                                                 " ".join(_fmt(g and 100 * g, ".0f", "%") for g in p["gil_held"])),
         ("client peers' CPU cores", lambda p: f"{p['client_cpu_cores']:.2f}"),
         ("other processes' CPU cores", lambda p: f"{p['other_cpu_cores']:.2f}"),
         ("server RSS MB", lambda p: f"{p['server_rss_mb']:.0f}"),
@@ -660,8 +719,14 @@ def _table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _per_frame_in(phase: dict[str, Any]) -> float | None:
+    fps_in = phase["server_fps_in_total"]
+    return 1000 * phase["server_cpu_cores"] / fps_in if fps_in else None
+
+
 def _verdicts(report: dict[str, Any]) -> list[str]:
     one, many = report["phases"][0], report["phases"][-1]
+    two = next((p for p in report["phases"] if p["sessions"] == 2), many)
     fps = one["fps_out_per_session"]
     # server-added = a decoded frame's arrival at the swap -> its swapped frame ready to encode
     # (the server's own stat). The loopback round trip also holds both sides' codecs and
@@ -683,9 +748,9 @@ def _verdicts(report: dict[str, Any]) -> list[str]:
     lines.append(f"target: <= {CORES_PER_SESSION_TARGET} core per {report['resolution']}@{FPS} session "
                  f"(CPU per frame out x {FPS} fps; measured {one['server_cpu_cores']:.2f} cores at {fps:.1f} fps): "
                  f"{_fmt(at_30, '.2f')} -> {'PASS' if at_30 is not None and at_30 <= CORES_PER_SESSION_TARGET else 'FAIL'}")
-    if many["sessions"] > 1:
-        low = many["fps_out_min"]
-        lines.append(f"target: {_plural(many['sessions'])} each >= {FPS_TARGET:.0f} fps out on {os.cpu_count()} core(s): "
+    if two["sessions"] > 1:
+        low = two["fps_out_min"]
+        lines.append(f"target: {_plural(two['sessions'])} each >= {FPS_TARGET:.0f} fps out on {os.cpu_count()} core(s): "
                      f"slowest {low:.1f} -> {'PASS' if low >= FPS_TARGET else 'FAIL'}")
     a, b = many["rtt_p99_first_half_ms"], many["rtt_p99_second_half_ms"]
     bounded = a is not None and b is not None and b <= max(BOUND_FACTOR * a, a + BOUND_SLACK_MS)
@@ -696,34 +761,40 @@ def _verdicts(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run_webrtc_benchmark(config: Config, sessions: int, seconds: float = 20.0, *, glass: bool = False,
-                         threads: ThreadProfile | Literal["both"] | None = None,
-                         as_json: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_webrtc_benchmark(config: Config, sessions: int | list[int], seconds: float = 20.0, *, glass: bool = False,
+                         threads: ThreadProfile | Literal["both"] | None = None, processes: list[int] | None = None,
+                         gil: bool = False, as_json: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """``swapcast bench webrtc``: measure, print side by side, verdicts, optional JSON.
-    ``threads="both"`` runs the node with the legacy thread profile, then with the budget,
-    and prints the two side by side."""
+    ``sessions``: N (1 session, then N) or the session counts to run one after the other.
+    ``threads="both"`` runs the node with the legacy thread profile, then with the budget;
+    ``processes=[1, 2]`` runs one node process, then two behind a gateway; either way the
+    runs are printed side by side."""
     from swapcast.config import ConfigError
 
-    if sessions < 1 or not seconds > 0:
-        raise ConfigError("--sessions must be at least 1 and --seconds more than 0")
+    counts = sorted(set([1, sessions] if isinstance(sessions, int) else sessions))
+    processes = processes or [1]
+    if counts[0] < 1 or min(processes) < 1 or not seconds > 0:
+        raise ConfigError("--sessions and --processes must be at least 1 and --seconds more than 0")
     profiles: list[ThreadProfile | None] = ["legacy", "budget"] if threads == "both" else [threads]
-    print(f"webrtc: {sessions} aiortc peer(s) on 127.0.0.1, {WIDTH}x{HEIGHT} at {FPS} fps each, face {FACE_ID!r}, "
-          f"{seconds:.0f} s per run ({'1 session, then ' + str(sessions) if sessions > 1 else '1 session'}); node = `swapcast serve` child process; "
-          f"{os.cpu_count()} CPU core(s)", file=out, flush=True)
+    runs = [(profile, count) for profile in profiles for count in processes]
+    print(f"webrtc: aiortc peers on 127.0.0.1, {WIDTH}x{HEIGHT} at {FPS} fps each, face {FACE_ID!r}, "
+          f"{seconds:.0f} s per run with {', then '.join(_plural(n) for n in counts)}; node = `swapcast serve` child "
+          f"process(es) ({' vs '.join(map(str, processes))}); {os.cpu_count()} CPU core(s)", file=out, flush=True)
     reports = []
-    for profile in profiles:
+    for profile, count in runs:
         before = machine_busy_seconds()
         time.sleep(1.0)
         busy = machine_busy_seconds() - before  # cores in use by other work, just before we start
         if busy > 0.3:
             print(f"note: the machine is already busy ({busy:.1f} of {os.cpu_count()} cores in use before the run): "
                   f"the node gets less CPU than it would alone; see \"other processes' CPU\" below", file=out, flush=True)
-        report = measure_webrtc(sessions, seconds, glass=glass, config=config, threads=profile, err=err)
+        report = measure_webrtc(counts[-1], seconds, glass=glass, config=config, threads=profile, counts=counts,
+                                processes=count, gil=gil, err=err)
         report["busy_cores_before_start"] = busy
         _print_report(report, out)
         reports.append(report)
     if len(reports) > 1:
-        for line in _compare_threads(reports):
+        for line in _compare_runs(reports):
             print(line, file=out)
     if as_json:
         print(json.dumps(reports[0] if len(reports) == 1 else {"runs": reports}), file=out)
@@ -743,6 +814,8 @@ def _print_report(report: dict[str, Any], out: TextIO) -> None:
     for phase in report["phases"]:
         groups = ", ".join(f"{group} {cores:.2f}" for group, cores in phase["server_cpu_by_thread_cores"].items())
         print(f"server CPU cores by thread group, {_plural(phase['sessions'])}: {groups}", file=out)
+        per_frame = ", ".join(f"{group.split(' (')[0]} {ms:.1f}" for group, ms in phase["server_cpu_ms_per_frame_in_by_thread"].items())
+        print(f"  CPU ms per frame in ({phase['server_fps_in_total']:.1f} fps in): {per_frame}", file=out)
     print(f"server RSS: idle {report['server_idle']['rss_mb']:.0f} MB, peak {report['server_peak_rss_mb']:.0f} MB; "
           f"memory per extra session: {_fmt(report['memory_per_extra_session_mb'], '.1f', ' MB')}", file=out)
     scraped = report.get("metrics") or {}
@@ -759,9 +832,15 @@ def _print_report(report: dict[str, Any], out: TextIO) -> None:
         print(line, file=out)
 
 
-def _compare_threads(reports: list[dict[str, Any]]) -> list[str]:
-    """Legacy vs budget, phase by phase: fps, the node's latency and CPU, CPU per thread group."""
-    lines = ["thread profiles side by side (" + " vs ".join(r["threads"].split(":")[0] for r in reports) + "):"]
+def _run_label(report: dict[str, Any]) -> str:
+    processes = report["processes"]
+    return report["threads"].split(":")[0] + ("" if processes == 1 else f" x{processes} processes")
+
+
+def _compare_runs(reports: list[dict[str, Any]]) -> list[str]:
+    """Run by run (thread profiles, node processes), phase by phase: fps, the node's latency
+    and CPU, event-loop lag, GIL, CPU per thread group."""
+    lines = ["runs side by side (" + " vs ".join(_run_label(r) for r in reports) + "):"]
     for index, phase in enumerate(reports[0]["phases"]):
         pair = [r["phases"][index] for r in reports]
         lines.append(f"  {_plural(phase['sessions'])}:")
@@ -770,6 +849,10 @@ def _compare_threads(reports: list[dict[str, Any]]) -> list[str]:
             ("server's own latency p50 ms", lambda p: _fmt(p["server_latency_p50_ms"])),
             ("server CPU cores per session", lambda p: f"{p['server_cpu_cores'] / p['sessions']:.2f}"),
             ("server CPU ms per frame out", lambda p: _fmt(p["server_cpu_ms_per_frame_out"], ".1f")),
+            ("server CPU ms per frame in", lambda p: _fmt(_per_frame_in(p), ".1f")),
+            ("event loop lag p99 ms", lambda p: _fmt(p["loop_lag_ms"]["p99_ms"], ".1f")),
+            ("GIL held (max of nodes)", lambda p: "n/a" if not p["gil_held"] or None in p["gil_held"]
+                                                   else f"{100 * max(p['gil_held']):.0f}%"),
             ("other processes' CPU cores", lambda p: f"{p['other_cpu_cores']:.2f}"),
         ]
         groups = list(dict.fromkeys(g for p in pair for g in p["server_cpu_by_thread_cores"]))

@@ -29,11 +29,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_engine_flags(engine)
     engine.set_defaults(run=_run_engine)
     webrtc = benches.add_parser("webrtc", help="live WebRTC sessions on loopback: fps out, latency, drops, CPU and memory per session")
-    webrtc.add_argument("--sessions", type=int, default=2, metavar="N", help="concurrent sessions (default 2); 1 session is always run first")
+    webrtc.add_argument("--sessions", type=_counts, default=[2], metavar="N[,N...]",
+                        help="concurrent sessions (default 2; 1 session is always run first), or the counts to run one after the other: 1,2,4,8")
     webrtc.add_argument("--seconds", type=float, default=20.0, help="seconds measured per run (default 20)")
     webrtc.add_argument("--glass", action="store_true", help="also measure glass-to-glass latency through headless Chromium")
     webrtc.add_argument("--threads", choices=["budget", "legacy", "both"],
                         help="the node's thread profile (default: threads.profile); both = legacy, then budget, side by side")
+    webrtc.add_argument("--processes", type=_counts, default=[1], metavar="N[,N...]",
+                        help="node processes (default 1); N > 1 runs N nodes behind a gateway; 1,2 runs both, side by side")
+    webrtc.add_argument("--gil", action="store_true", help="also sample how much of the time each node holds the GIL (needs py-spy)")
     webrtc.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     add_engine_flags(webrtc)
     webrtc.set_defaults(run=_run_webrtc)
@@ -76,6 +80,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     add_swap_flags(quality)
     quality.set_defaults(run=_run_quality)
+
+
+def _counts(text: str) -> list[int]:
+    """``4`` or ``1,2,4,8`` (a 0 reaches the benchmark, which refuses it with its reason)."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or counts like 1,2,4 (got {text!r})") from None
+    if not counts or min(counts) < 0:
+        raise argparse.ArgumentTypeError(f"counts cannot be negative (got {text!r})")
+    return counts
 
 
 def _run_engine(args: argparse.Namespace) -> int:
@@ -130,8 +145,9 @@ def _run_webrtc(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.webrtc import run_webrtc_benchmark
     from swapcast.commands.common import config_from_args
 
-    return run_webrtc_benchmark(config_from_args(args), args.sessions, args.seconds, glass=args.glass,
-                                threads=args.threads, as_json=args.json)
+    sessions = args.sessions[0] if len(args.sessions) == 1 else args.sessions
+    return run_webrtc_benchmark(config_from_args(args), sessions, args.seconds, glass=args.glass,
+                                threads=args.threads, processes=args.processes, gil=args.gil, as_json=args.json)
 
 
 def _run_detect(args: argparse.Namespace) -> int:
