@@ -80,6 +80,7 @@ step device-image 30 380 "$PY" - "$OUT/device-image.json" <<'PYEOF'
 import importlib.metadata as metadata
 import importlib.util
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -104,7 +105,7 @@ try:
                          capture_output=True, text=True, timeout=20).stdout.strip()
 except (OSError, subprocess.TimeoutExpired) as exc:
     smi = f"nvidia-smi: {exc}"
-report = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": __import__("os").cpu_count(),
+report = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
           "nvidia_smi": smi, "modules": found, "missing": sorted(m for m, v in found.items() if not v["importable"])}
 json.dump(report, open(sys.argv[1], "w"), indent=2)
 print(json.dumps(report))

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu.analysis.landmarks import five_points
 from gpu.device import DeviceInfo, select_device
 from gpu.options import SwapOptions
 from gpu.pipeline_bench.pipeline import NodeTick, Swap, host_rings
@@ -116,8 +117,8 @@ def measure(node: NodeTick, batched: bool, settings: Settings, max_seconds: floa
 
 
 def memory_snapshot(cuda: bool) -> dict[str, float] | None:
-    """MiB held: Torch's allocator (now, peak since the last reset), CuPy's device pool and
-    pinned pool, and the whole device (driver's view, CUDA contexts included)."""
+    """MiB held: Torch's allocator (now, peak since the last reset), CuPy's device pool, and
+    the whole device (the driver's view, CUDA contexts included)."""
     if not cuda:
         return None
     import cupy
@@ -132,8 +133,6 @@ def memory_snapshot(cuda: bool) -> dict[str, float] | None:
         "torch_reserved_mib": round(torch.cuda.memory_reserved() / mib, 1),
         "cupy_pool_used_mib": round(pool.used_bytes() / mib, 1),
         "cupy_pool_total_mib": round(pool.total_bytes() / mib, 1),
-        "cupy_pinned_total_mib": round(cupy.get_default_pinned_memory_pool().total_bytes() / mib, 1) if hasattr(
-            cupy.get_default_pinned_memory_pool(), "total_bytes") else None,
         "device_used_mib": round((total - free) / mib, 1),
     }
 
@@ -168,7 +167,6 @@ def register_mesh3d_source(swapper, head: Head, landmarker, cuda: bool):
     """The mesh3d source from a sample photo: its mesh found by the converted landmark graph
     (twice: the second ROI follows the first mesh), then ``register`` on the host."""
     x0, y0, x1, y1 = head.box
-    mesh = np.array([[[x0, y0, 0], [x1, y1, 0]]], dtype=np.float32)
     rois = np.array([[(x0 + x1) / 2, (y0 + y1) / 2, max(x1 - x0, y1 - y0) * face_roi.ROI_SCALE, 0.0]], np.float32)
     photo = head.photo
     if cuda:
@@ -180,8 +178,6 @@ def register_mesh3d_source(swapper, head: Head, landmarker, cuda: bool):
         mesh = np.asarray(face_roi.unproject_landmarks(raw, rois).get() if cuda else face_roi.unproject_landmarks(raw, rois))
         rois = face_roi.roi_from_landmarks(mesh)
     points = mesh[0]
-    from gpu.analysis.landmarks import five_points
-
     flat = np.ascontiguousarray(points[:, :2])
     face = Face(box=np.concatenate([flat.min(0), flat.max(0)]), kps=five_points(flat), mesh=flat,
                 depth=np.ascontiguousarray(points[:, 2]))
