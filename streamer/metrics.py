@@ -57,7 +57,7 @@ from signaling.registry import Registry, RegistryUnavailable
 from streamer.pipeline.frame_swapper import StageTimes
 
 PROTOCOLS = ("webrtc", "whip", "rtmp")
-SWAP_STAGES = ("track", "identity", "prepare", "run", "paste")
+SWAP_STAGES = ("track", "identity", "prepare", "run", "paste", "enhance")
 # a frame at 30 fps has 33 ms; the buckets resolve sub-millisecond stages up to stalls
 STAGE_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.012, 0.016, 0.025, 0.033, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 HTTP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

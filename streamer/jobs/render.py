@@ -61,7 +61,7 @@ def render_chunk(
     video between 3.0 s and 6.0 s": damaged data becomes a ``VideoError`` saying where."""
 
     swapper = FrameSwapper(engine, source, options, session_id=session_id, batch_timeout_s=BATCH_TIMEOUT_S,
-                           marker=marker)
+                           marker=marker, offline=True)
 
     def swap(frame: np.ndarray, seconds: float) -> np.ndarray:
         swapper.process(frame, seconds)

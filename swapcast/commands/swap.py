@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     credentials = ContentCredentials(provenance)
     job_id = f"swap-{secrets.token_hex(6)}"  # what the watermark's stream hash is made from
     print(f"{provenance.describe()}; this run is {job_id} (stream hash {stream_hash(job_id):06x})", file=sys.stderr)
-    swapper = FrameSwapper(engine, source, options, reference=reference, marker=provenance.marker(job_id))
+    swapper = FrameSwapper(engine, source, options, reference=reference, marker=provenance.marker(job_id),
+                           offline=True)
 
     started = time.perf_counter()
     if target_image is not None:

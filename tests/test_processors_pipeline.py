@@ -1,0 +1,132 @@
+"""Processors in the node: the engine loads them from --models, the enhancer runs on offline
+swaps (live only when turned on), and the content gate refuses a source upload (HTTP 422,
+counted in /metrics), a sampled live frame (the stream ends with the reason: RTMP onStatus)
+and an offline video (the job fails)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpu.engine import EngineSettings, FaceEngine
+from gpu.processors import ProcessorSettings
+from gpu.processors.content_gate import ContentRefused
+from model_twins import make_enhancer, make_open_nsfw, make_xseg
+from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, SequenceHeader, VideoSample
+from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "webrtc"))
+from webrtc_harness import bearer, jpeg, node, run  # noqa: E402
+
+pytestmark = pytest.mark.slow  # one face engine with the twins (a few seconds to load)
+
+
+def magenta(height: int = 360, width: int = 480) -> np.ndarray:
+    """What the open_nsfw twin scores ~1."""
+    image = np.zeros((height, width, 3), np.uint8)
+    image[..., 0] = image[..., 2] = 255
+    return image
+
+
+@pytest.fixture(scope="module")
+def twin_engine(tmp_path_factory: pytest.TempPathFactory) -> FaceEngine:
+    models = tmp_path_factory.mktemp("models")
+    make_xseg(models / "xseg_2.onnx")
+    make_enhancer(models / "gpen_bfr_256.onnx", 256)
+    make_open_nsfw(models / "open_nsfw.onnx")
+    engine = FaceEngine(EngineSettings(models_dir=models, processors=ProcessorSettings(content_sample_s=0.5)))
+    yield engine
+    engine.close()
+
+
+def test_engine_loads_the_processors_and_honours_their_masks(twin_engine: FaceEngine) -> None:
+    processors = twin_engine.processors
+    assert [p.kind for p in processors.loaded] == ["occluder", "enhancer", "content_gate"]
+    assert twin_engine.keep_masks == (processors.occluder,)
+
+
+def test_offline_swaps_are_enhanced_live_ones_not(twin_engine: FaceEngine, astronaut_image, grace_image) -> None:
+    source = twin_engine.register_source(grace_image)
+    offline = FrameSwapper(twin_engine, source, offline=True)
+    plain_offline = astronaut_image.copy()
+    times = offline.process_still(plain_offline)
+    assert times.faces_swapped == 1 and times.enhance > 0
+    live = FrameSwapper(twin_engine, source)
+    plain_live = astronaut_image.copy()
+    assert live.process_still(plain_live).enhance == 0
+    assert not np.array_equal(plain_offline, plain_live)  # the enhancer changed the face
+    offline.close()
+    live.close()
+
+
+def test_the_gate_ends_a_live_stream_on_a_sampled_frame(twin_engine: FaceEngine, astronaut_image, grace_image) -> None:
+    source = twin_engine.register_source(grace_image)
+    live = FrameSwapper(twin_engine, source)
+    for index in range(20):  # safe frames: sampled, scored, passed
+        live.process(astronaut_image.copy(), index / 30)
+    with pytest.raises(ContentRefused, match="the stream was refused by the content gate"):
+        for index in range(200):  # scored in the background: refused a few frames later, never at once
+            live.process(magenta(), 1 + index / 30)
+            time.sleep(0.005)
+    offline = FrameSwapper(twin_engine, source, offline=True)
+    with pytest.raises(ContentRefused, match=r"the video at 2.0 s was refused"):
+        offline.process(magenta(), 2.0)
+    assert twin_engine.processors.refusals()["frame"] == 2
+    live.close()
+    offline.close()
+
+
+class _RefusingSwapper:
+    """Stands in for a FrameSwapper whose content gate refused the stream."""
+
+    closed = False
+
+    def process(self, frame, timestamp) -> StageTimes:
+        raise ContentRefused("the stream was refused by the content gate (open_nsfw.onnx score 0.97 > threshold 0.80)", 0.97)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_an_rtmp_stream_the_gate_refuses_ends_with_the_reason(grace_image) -> None:
+    from streamer.live.h264 import H264Encoder
+    from streamer.samples import moving_face_frames
+
+    encoder = H264Encoder(320, 240, bitrate_kbps=800, fps_hint=30)
+    packets = [p for i, f in enumerate(moving_face_frames(grace_image, 3, (320, 240))) for p in encoder.encode(f, i * 33)]
+    failures: list[str] = []
+    swapper = _RefusingSwapper()
+    worker = LiveSwapWorker(swapper, EncoderSettings(), lambda packet, header: None, name="gated",
+                            on_failure=failures.append)
+    worker.push(SequenceHeader(encoder.sequence_header))
+    for packet in packets:
+        worker.push(VideoSample(packet.data, packet.dts))
+    deadline = time.monotonic() + 20
+    while not failures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop()
+    assert failures and "refused by the content gate" in failures[0]  # what the publisher's onStatus says
+    assert swapper.closed
+
+
+def test_a_source_upload_the_gate_refuses_is_a_422_and_counted(twin_engine: FaceEngine, grace_image, tmp_path) -> None:
+    async def scenario():
+        async with node(twin_engine, tmp_path) as client:
+            refused = await client.post("/api/v1/faces", data=jpeg(magenta()),
+                                        headers={"Content-Type": "image/jpeg"})
+            accepted = await client.post("/api/v1/faces", data=jpeg(grace_image),
+                                         headers={"Content-Type": "image/jpeg"})
+            listed = await client.get("/api/v1/processors")
+            metrics = await client.get("/metrics", headers=bearer("ops", "admin"))
+            return (refused.status, await refused.json(), accepted.status, await listed.json(),
+                    await metrics.text())
+
+    status, body, accepted, listed, metrics = run(scenario())
+    assert status == 422 and "refused by the content gate" in body["error"]
+    assert accepted == 201
+    assert [entry["kind"] for entry in listed] == ["occluder", "enhancer", "content_gate"]
+    assert 'swapcast_content_refusals_total{where="source"} 1.0' in metrics
