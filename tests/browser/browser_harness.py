@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -97,36 +98,42 @@ def identity_votes(frames, identity_of, astronaut_id, grace_id) -> tuple[int, in
 
 class NodeURL(str):
     """A node's base URL; ``log_path`` is its stdout+stderr (aiohttp access log included),
-    ``secret`` the HS256 secret its tokens are signed with."""
+    ``secret`` the HS256 secret its tokens are signed with, ``process`` the server's."""
 
     log_path: Path
     secret: str
+    process: subprocess.Popen
 
 
 @contextlib.contextmanager
-def serve_node(data_dir: Path, secret: str, timeout_s: float = 60.0, **env: str):
-    """``swapcast serve`` on a free loopback port with JWT auth, until the block ends."""
+def serve_node(data_dir: Path, secret: str, timeout_s: float = 60.0, *, host: str = "127.0.0.1",
+               args: tuple[str, ...] = (), ca_file: Path | None = None, **env: str):
+    """``swapcast serve`` on a free port of ``host`` (loopback by default) with JWT auth, until
+    the block ends; with ``ca_file`` it serves HTTPS (``args`` name the certificate) and is
+    checked against that CA."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         port = sock.getsockname()[1]
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SWAPCAST_")}
     environ.update(SWAPCAST_AUTH__JWT_SECRET=secret, SWAPCAST_WEBRTC__HOST_ADDRESSES='["127.0.0.1"]',
-                   SWAPCAST_SERVER__DATA_DIR=str(data_dir), SWAPCAST_RTMP__PORT="0", **env)
+                   SWAPCAST_SERVER__DATA_DIR=str(data_dir), SWAPCAST_RTMP__PORT="0")
+    environ.update(env)
     log_path = data_dir / "server.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "swapcast.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--rtmp-port", "0"],
+            [sys.executable, "-m", "swapcast.cli", "serve", "--host", host, "--port", str(port), "--rtmp-port", "0", *args],
             env=environ, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
-    base_url = NodeURL(f"http://127.0.0.1:{port}")
-    base_url.log_path, base_url.secret = log_path, secret
+    base_url = NodeURL(f"{'https' if ca_file else 'http'}://{host}:{port}")
+    base_url.log_path, base_url.secret, base_url.process = log_path, secret, process
+    tls = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"swapcast serve did not come up:\n{log_path.read_text(errors='replace')[-4000:]}")
             try:
-                with urllib.request.urlopen(f"{base_url}/healthz", timeout=2) as answer:
+                with urllib.request.urlopen(f"{base_url}/healthz", timeout=2, context=tls) as answer:
                     if answer.status == 200:
                         break
             except OSError:
@@ -145,15 +152,15 @@ def serve_node(data_dir: Path, secret: str, timeout_s: float = 60.0, **env: str)
 
 
 def http_json(method: str, url: str, token: str | None = None, body: bytes | None = None,
-              content_type: str | None = None, timeout: float = 10):
-    """(status, parsed JSON or text or None) without raising on 4xx/5xx."""
+              content_type: str | None = None, timeout: float = 10, context: ssl.SSLContext | None = None):
+    """(status, parsed JSON or text or None) without raising on 4xx/5xx; ``context`` for https://."""
     request = urllib.request.Request(url, data=body, method=method)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     if content_type:
         request.add_header("Content-Type", content_type)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             status, raw = response.status, response.read()
     except urllib.error.HTTPError as err:
         status, raw = err.code, err.read()
