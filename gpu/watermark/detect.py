@@ -20,14 +20,15 @@ import cv2
 import numpy as np
 
 from gpu.watermark import ecc
-from gpu.watermark.pattern import CELLS, CELLS_PER_HEIGHT, MESSAGE_BITS, WatermarkKey, cell_size, render
+from gpu.watermark.pattern import CELLS, CELLS_PER_HEIGHT, MESSAGE_BITS, MIN_CELL_PX, WatermarkKey, cell_size, render
 
 FOLD_CELL_PX = 4
 TILE_PX = CELLS * FOLD_CELL_PX
 SYNC_Z_MIN = 7.0  # the sync peak must stand this many deviations above the surface
 MAX_FRAMES = 150
-PERIOD_FRAMES = 12  # frames whose spectra estimate the tile period
+PERIOD_FRAMES = 8  # frames whose spectra estimate the tile period
 CANDIDATES = 3
+WORK_HEIGHT = 480  # taller frames are analysed downscaled to this (cells of ~4 px, what the fold uses)
 # whitening, in cells of an unscaled frame: subtract a blur this wide, divide by the local
 # contrast over this wide (edges and texture weigh no more than flat areas); the floor keeps
 # noise in flat areas from being amplified
@@ -43,7 +44,7 @@ class Detection:
     message: np.ndarray | None  # MESSAGE_BITS bits when the CRC matched
     chip_agreement: float  # share of coded bits whose raw sign agrees with the decoded message
     frames: int
-    tile_px: tuple[float, float]  # (x, y) tile period found in the analysed picture
+    tile_px: tuple[float, float]  # (x, y) tile period found, in pixels of the analysed (<= 480p) picture
     offset: tuple[int, int]  # (x, y) of the tile grid in the analysed picture, modulo one tile
 
 
@@ -54,6 +55,7 @@ class Detector:
         self.key = key
         self.max_frames = max_frames
         self._frames: list[np.ndarray] = []
+        self._shape: tuple[int, int] | None = None
         self._sync = render(key.sync, TILE_PX, TILE_PX, FOLD_CELL_PX)
 
     @property
@@ -64,8 +66,13 @@ class Detector:
         """One (H, W) luma frame (uint8 or float); False once enough frames are in."""
         if len(self._frames) >= self.max_frames:
             return False
-        if self._frames and luma.shape != self._frames[0].shape:
+        if self._shape is None:
+            self._shape = luma.shape
+        elif luma.shape != self._shape:
             return True
+        height, width = luma.shape
+        if height > WORK_HEIGHT:
+            luma = cv2.resize(luma, (round(width * WORK_HEIGHT / height), WORK_HEIGHT), interpolation=cv2.INTER_AREA)
         self._frames.append(np.ascontiguousarray(luma, dtype=np.uint8))
         return len(self._frames) < self.max_frames
 
@@ -107,15 +114,16 @@ class Detector:
 
 def _whiten(luma: np.ndarray) -> np.ndarray:
     frame = luma.astype(np.float32)
-    cell = max(1.5, frame.shape[0] / CELLS_PER_HEIGHT)
+    cell = max(MIN_CELL_PX, frame.shape[0] / CELLS_PER_HEIGHT)
     residual = frame - cv2.GaussianBlur(frame, (0, 0), WHITEN_SIGMA * cell)
     local = np.sqrt(cv2.GaussianBlur(residual * residual, (0, 0), LOCAL_SIGMA * cell)) + LOCAL_FLOOR
     return residual / local
 
 
 def _periods(whitened: list[np.ndarray], height: int, width: int) -> list[tuple[float, float]]:
-    """Candidate tile periods (x, y) in pixels: the strongest autocorrelation peaks along each
-    axis, best first, then the period an unscaled picture of this height would have."""
+    """Candidate tile periods (x, y) in pixels: the strongest autocorrelation peaks along x
+    (with y's matching peak), along y, then the period an unscaled picture of this height
+    would have."""
     power = np.zeros((height, width), dtype=np.float64)
     step = max(1, len(whitened) // PERIOD_FRAMES)
     for frame in whitened[::step][:PERIOD_FRAMES]:
@@ -126,14 +134,18 @@ def _periods(whitened: list[np.ndarray], height: int, width: int) -> list[tuple[
     lowest = int(CELLS * 1.8)
     along_x = _peaks(auto[0, :] + auto[1, :] + auto[-1, :], lowest, width // 2)
     along_y = _peaks(auto[:, 0] + auto[:, 1] + auto[:, -1], lowest, height // 2)
-    candidates = []
-    for px in along_x[:CANDIDATES]:
-        for py in along_y[:CANDIDATES]:
-            if 0.7 < px / py < 1.45:  # a tile is square; allow 16:9 <-> 4:3 anamorphic resizes
-                candidates.append((px, py))
+    candidates: list[tuple[float, float]] = []
+    for px in along_x[:2]:  # a tile stays square under rescaling and cropping: take y's matching peak if any
+        matching = [py for py in along_y if abs(px / py - 1.0) < 0.03]
+        candidates.append((px, matching[0]) if matching else (px, px))
+    candidates += [(py, py) for py in along_y[:1]]
     nominal = CELLS * cell_size(height)
-    candidates.sort(key=lambda p: abs(p[0] / p[1] - 1.0))
-    return [*candidates[: CANDIDATES + 1], (nominal, nominal)]
+    candidates.append((nominal, nominal))
+    unique: list[tuple[float, float]] = []
+    for candidate in candidates:
+        if all(abs(candidate[0] - u[0]) > 0.5 or abs(candidate[1] - u[1]) > 0.5 for u in unique):
+            unique.append(candidate)
+    return unique
 
 
 def _peaks(profile: np.ndarray, lowest: int, highest: int) -> list[float]:
