@@ -436,7 +436,7 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
             "session_id": string, "state": {"type": "string", "enum": ["placed"]}, "node_id": string,
             "offer_url": string,
             "ice_servers": {"type": "array", "description": "RTCIceServer entries for this session's peer connection: "
-                            "STUN, and TURN with a username/credential that expire (webrtc.turn.ttl_s)",
+                            "STUN, and TURN with a username/credential that expire (webrtc.turn_ttl_s)",
                             "items": {"type": "object", "required": ["urls"], "properties": {
                                 "urls": {"type": "array", "items": string}, "username": string, "credential": string}}}}},
         "Offer": {"type": "object", "required": ["sdp", "type"],

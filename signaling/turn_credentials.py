@@ -32,11 +32,12 @@ class TurnCredentials:
     clock: Callable[[], float] = time.time
 
     @classmethod
-    def from_config(cls, turn) -> TurnCredentials | None:
-        """From ``config.webrtc.turn``; None when no TURN is configured."""
-        if not turn.urls:
+    def from_config(cls, webrtc) -> TurnCredentials | None:
+        """From ``config.webrtc`` (``turn_urls``, ``turn_shared_secret``, ``turn_ttl_s``);
+        None when no TURN is configured."""
+        if not webrtc.turn_urls:
             return None
-        return cls(tuple(turn.urls), turn.shared_secret, turn.ttl_s)
+        return cls(tuple(webrtc.turn_urls), webrtc.turn_shared_secret, webrtc.turn_ttl_s)
 
     def ice_server(self, user: str) -> dict:
         expiry = int(self.clock()) + self.ttl_s

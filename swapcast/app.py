@@ -257,7 +257,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
     app = web.Application(middlewares=[auth.middleware])
     app[NODE_KEY] = node
     app[AUTH_KEY] = auth
-    turn = TurnCredentials.from_config(config.webrtc.turn)
+    turn = TurnCredentials.from_config(config.webrtc)
     app[webrtc_routes.ICE_SERVERS_KEY] = lambda user: browser_ice_servers(config.webrtc.ice_servers, turn, user)
     serve_tls(app, node.tls, config)
 

@@ -150,24 +150,6 @@ class IceServer(_Section):
     credential: str | None = None
 
 
-class TurnConfig(_Section):
-    """TURN with time-limited credentials (coturn's REST-API scheme, ``use-auth-secret``):
-    each session's answer carries a username ``<expiry>:<user>`` and its HMAC under
-    ``shared_secret``, valid ``ttl_s``; the secret itself never reaches a client."""
-
-    urls: list[str] = Field([], description="turn:/turns: URLs browsers get, e.g. ['turn:turn.example.org:3478']")
-    shared_secret: str | None = Field(None, description="coturn's static-auth-secret")
-    ttl_s: int = Field(3600, ge=60, le=86400)
-
-    @model_validator(mode="after")
-    def _complete(self) -> TurnConfig:
-        if bool(self.urls) != bool(self.shared_secret):
-            raise ValueError("urls and shared_secret go together")
-        if any(not url.startswith(("turn:", "turns:")) for url in self.urls):
-            raise ValueError("urls must start with turn: or turns:")
-        return self
-
-
 class WebRtcConfig(_Section):
     max_sessions: int = Field(4, ge=1, le=256)  # more peers get HTTP 503
     codec: Literal["h264", "vp8"] = "h264"
@@ -176,7 +158,20 @@ class WebRtcConfig(_Section):
     # ICE host addresses offered to peers; empty = every interface (loopback for tests)
     host_addresses: list[str] = []
     ice_servers: list[IceServer] = []  # STUN/TURN, e.g. {urls: ["stun:stun.example.org:3478"]}
-    turn: TurnConfig = TurnConfig()  # browsers' TURN, credentials minted per session
+    # Browsers' TURN with time-limited credentials (coturn's REST-API scheme, use-auth-secret):
+    # each placed session carries username "<expiry>:<user>" and its HMAC under the shared
+    # secret, valid turn_ttl_s; the secret itself never reaches a client.
+    turn_urls: list[str] = Field([], description="turn:/turns: URLs browsers get, e.g. ['turn:turn.example.org:3478']")
+    turn_shared_secret: str | None = Field(None, description="the TURN server's static-auth-secret")
+    turn_ttl_s: int = Field(3600, ge=60, le=86400)
+
+    @model_validator(mode="after")
+    def _turn_complete(self) -> WebRtcConfig:
+        if bool(self.turn_urls) != bool(self.turn_shared_secret):
+            raise ValueError("turn_urls and turn_shared_secret go together")
+        if any(not url.startswith(("turn:", "turns:")) for url in self.turn_urls):
+            raise ValueError("turn_urls must start with turn: or turns:")
+        return self
 
 
 class RtmpConfig(_Section):

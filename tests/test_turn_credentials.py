@@ -13,7 +13,7 @@ from aioice.turn import create_turn_endpoint
 from tls_testkit import turn_server
 
 from signaling.turn_credentials import TurnCredentials, browser_ice_servers
-from swapcast.config import IceServer, TurnConfig
+from swapcast.config import IceServer, WebRtcConfig
 
 pytestmark = pytest.mark.timeout(60)
 SECRET = "turn-test-secret-" + "t" * 24
@@ -54,7 +54,8 @@ def test_minted_credentials_allocate_and_expire(turn):
 
 
 def test_browsers_get_stun_and_minted_turn_never_the_nodes_own_credentials():
-    turn = TurnCredentials.from_config(TurnConfig(urls=["turn:turn.example.org:3478"], shared_secret=SECRET, ttl_s=600))
+    turn = TurnCredentials.from_config(WebRtcConfig(turn_urls=["turn:turn.example.org:3478"], turn_shared_secret=SECRET,
+                                                    turn_ttl_s=600))
     configured = [IceServer(urls=["stun:stun.example.org:3478"]),
                   IceServer(urls=["turn:private.example.org"], username="node", credential="long-lived")]
     servers = browser_ice_servers(configured, turn, "bob:smith")
@@ -62,4 +63,4 @@ def test_browsers_get_stun_and_minted_turn_never_the_nodes_own_credentials():
     assert servers[1]["urls"] == ["turn:turn.example.org:3478"] and servers[1]["username"].endswith(":bob_smith")
     assert "long-lived" not in str(servers) and SECRET not in str(servers)
     assert browser_ice_servers(configured, None, "bob") == [{"urls": ["stun:stun.example.org:3478"]}]
-    assert TurnCredentials.from_config(TurnConfig()) is None
+    assert TurnCredentials.from_config(WebRtcConfig()) is None

@@ -98,8 +98,8 @@ def nodes(tmp_path_factory, pki, turn, address):
     https = serve_node(tmp_path_factory.mktemp("https-node"), SECRET, host=address, ca_file=ca.path,
                        args=("--tls-cert", str(live.cert), "--tls-key", str(live.key)),
                        SWAPCAST_WEBRTC__HOST_ADDRESSES=f'["{address}"]',
-                       SWAPCAST_WEBRTC__TURN__URLS=f'["{turn.url}"]', SWAPCAST_WEBRTC__TURN__SHARED_SECRET=TURN_SECRET,
-                       SWAPCAST_WEBRTC__TURN__TTL_S=str(TURN_TTL_S))
+                       SWAPCAST_WEBRTC__TURN_URLS=f'["{turn.url}"]', SWAPCAST_WEBRTC__TURN_SHARED_SECRET=TURN_SECRET,
+                       SWAPCAST_WEBRTC__TURN_TTL_S=str(TURN_TTL_S))
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(2) as pool:
         started = [pool.submit(stack.enter_context, node) for node in (plain, https)]
         yield tuple(future.result() for future in started)
