@@ -177,21 +177,17 @@ def load(name):
         return {"unreadable": str(exc)}
 
 def runner_headline(bench):
-    """The runners alone: the synthetic inswapper by batch size and in the 720p tick."""
+    """The runners alone: the synthetic inswapper by batch size, and N sessions' faces per tick."""
     try:
         model = bench["models"]["synthetic_inswapper"]
-        pipeline = model["pipeline_720p"]
     except (KeyError, TypeError):
         return None
-    counts = sorted(int(k) for k in pipeline if k.isdigit())
-    at = str(counts[-1])
     return {
         "model": f"synthetic inswapper, {model.get('gflop_per_face')} GFLOP/face (no real weights exist here)",
         "runner": model["runner"],
-        "batched_vs_unbatched": {"sessions": int(at), "ratio": pipeline[at]["faces_per_s_ratio"]},
-        "max_sessions_held_720p30": pipeline["max_sessions_held"],
-        "batched_p99_ms": {k: pipeline[k]["batched"]["p99_ms"] for k in map(str, counts)},
         "faces_per_s_by_batch": {k: v["faces_per_s"] for k, v in model["batch"].items()},
+        "tflops_by_batch": {k: v.get("tflops") for k, v in model["batch"].items()},
+        "sessions_p99_ms": {k: v["p99_ms"] for k, v in model["sessions"].items()},
     }
 
 def size(path):

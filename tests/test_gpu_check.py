@@ -56,6 +56,7 @@ def test_gpu_check_dry_run_writes_a_complete_report(tmp_path: Path) -> None:
     assert pipeline["models"]["face_landmark"]["runner"] == "onnxruntime"
 
     assert report["headline"]["runners"]["runner"] == "onnxruntime"
-    assert set(report["headline"]["runners"]["batched_p99_ms"]) == {"1", "2"}
+    assert set(report["headline"]["runners"]["sessions_p99_ms"]) == {"1", "2"}
+    assert set(report["headline"]["runners"]["faces_per_s_by_batch"]) == {"1", "4"}
     assert 5 < report["carry_mib"]["carry"] < 64
     assert "TensorRT runner (no TensorRT on this machine)" in report["not_exercised"]

@@ -8,19 +8,15 @@ What it measures, for the synthetic inswapper (180 GFLOP/face) and the built-in 
   (what the micro-batcher does when every session's face is ready): latency p50 / p99, the
   share of ticks finished inside the frame interval, and GPU busy % (kernel time measured
   with CUDA events / wall time);
-- the pipeline at 1280x720 (synthetic inswapper): per tick, one crop launch for every
-  session's face, the model, the paste-back into every frame, all on the device; batched
-  and unbatched side by side, their ratio, and the largest session count held (tick p99
-  <= 60 ms and no ticks dropped);
 - the device kernels at 1280x720: NV12 -> RGB and RGB -> I420 for a batch of frames, crop of 32 faces.
-``swapcast bench engine`` measures the whole engine (analysis, batcher, paste-back) where
-the media stack is installed; this one runs on a bare GPU image.
+The whole node pipeline (tracking, swap, paste-back, YUV, batched vs unbatched, sessions
+held) is ``python -m gpu.pipeline_bench``; ``swapcast bench engine`` measures the engine
+where the media stack is installed. Both this one and the pipeline run on a bare GPU image.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 import time
@@ -33,7 +29,7 @@ from gpu.models.synthetic import build_synthetic_inswapper, flops_per_face
 from gpu.runners.select import make_runner
 from gpu.swappers.mesh_graph import build_mesh_swap_graph
 
-CAPACITY_P99_MS = 60.0  # the issue's bar for "held": 720p30 single-face sessions with p99 <= 60 ms
+CAPACITY_P99_MS = 60.0  # the bar for "held" (here and in the pipeline and engine benchmarks): 720p30 single-face sessions with p99 <= 60 ms
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:
@@ -160,71 +156,6 @@ def bench_sessions(runner, make_feeds, sessions_list, clock: _Clock, fps: float,
     return result
 
 
-def held(row: dict[str, Any], fps: float) -> bool:
-    """A session count is held when the tick's p99 is within the capacity limit and (almost)
-    every tick ran: no frames dropped for lack of time."""
-    return row["p99_ms"] <= CAPACITY_P99_MS and row["ticks_per_s"] >= 0.97 * fps
-
-
-def _pipeline_tick(runner, xp, frames, matrices: np.ndarray, masks, source, batched: bool) -> None:
-    """One frame of every session: crop all faces, swap, paste back (see ``bench_pipeline``)."""
-    from gpu.kernels import ops
-
-    crops = ops.crop_faces(frames, matrices, 128)
-    target = xp.ascontiguousarray(crops.transpose(0, 3, 1, 2), dtype=np.float32) / 255.0
-    if batched:
-        out = _call(runner, {"target": target, "source": source})[0]
-    else:
-        out = xp.concatenate([_call(runner, {"target": target[i : i + 1], "source": source[i : i + 1]})[0]
-                              for i in range(len(frames))])
-    swapped = xp.clip(xp.asarray(out).transpose(0, 2, 3, 1) * 255.0 + 0.5, 0, 255).astype(np.uint8)
-    ops.paste_faces(frames, list(range(len(frames))), swapped, masks, matrices)
-
-
-def bench_pipeline(runner, sessions_list, device: str, clock: _Clock, fps: float, seconds: float) -> dict[str, Any]:
-    """What a node does per tick for N single-face 1280x720 sessions once their faces are
-    tracked, with every array on the device: one crop launch for all faces, the swap model,
-    the paste-back into every frame. Batched (one runner call for all sessions) and
-    unbatched (one call per session) side by side, with the ratio and the largest N held."""
-    if device == "cuda":
-        import cupy as xp
-    else:
-        xp = np
-    rng = np.random.default_rng(5)
-    yy, xx = np.mgrid[0:128, 0:128] / 127 * 2 - 1
-    mask = np.clip(1.3 - np.hypot(xx, yy * 1.2), 0, 1).astype(np.float32)
-    result: dict[str, Any] = {}
-    for sessions in sessions_list:
-        frames = [xp.asarray(rng.integers(0, 256, (720, 1280, 3), dtype=np.uint8)) for _ in range(sessions)]
-        # a ~200 px face somewhere in each frame, slightly rotated: frame -> 128 px crop
-        angles = rng.uniform(-0.2, 0.2, sessions)
-        offsets = rng.uniform([100, 100], [1000, 450], (sessions, 2))
-        scale = 128 / 200
-        matrices = np.stack([
-            [[scale * np.cos(a), scale * np.sin(a), 0.0], [-scale * np.sin(a), scale * np.cos(a), 0.0]] for a in angles
-        ]).astype(np.float64)
-        matrices[:, :, 2] = -np.einsum("nij,nj->ni", matrices[:, :, :2], offsets)
-        masks = xp.asarray(np.repeat(mask[None], sessions, 0))
-        source = _feeds_synthetic(sessions, device)["source"]
-
-        tick = functools.partial(_pipeline_tick, runner, xp, frames, matrices, masks, source)
-        batched = _paced(lambda: tick(True), clock, fps, seconds)  # noqa: B023 - called before the loop moves on
-        unbatched = _paced(lambda: tick(False), clock, fps, seconds)  # noqa: B023
-        result[str(sessions)] = {
-            "batched": batched,
-            "unbatched": unbatched,
-            "faces_per_s_ratio": round(unbatched["p50_ms"] / batched["p50_ms"], 2),  # same faces per tick
-        }
-        print(f"pipeline {sessions} sessions: batched p50 {batched['p50_ms']} ms p99 {batched['p99_ms']} ms "
-              f"({batched['ticks_per_s']} ticks/s), unbatched p50 {unbatched['p50_ms']} ms p99 {unbatched['p99_ms']} ms; "
-              f"ratio {result[str(sessions)]['faces_per_s_ratio']}x", file=sys.stderr)
-    counts = [int(k) for k in result]
-    result["max_sessions_held"] = {
-        mode: max((n for n in counts if held(result[str(n)][mode], fps)), default=0) for mode in ("batched", "unbatched")
-    }
-    return result
-
-
 def bench_kernels(device: str, clock: _Clock, repeats: int = 20) -> dict[str, Any]:
     from gpu.kernels import ops
 
@@ -301,8 +232,6 @@ def main(argv: list[str] | None = None) -> int:
         make = lambda count, f=feeds: f(count, runner.choice.device)  # noqa: E731
         entry["batch"] = bench_batches(runner, make, batches, clock, args.seconds, model_flops)
         entry["sessions"] = bench_sessions(runner, make, sessions, clock, args.fps, args.seconds)
-        if name == "synthetic_inswapper":
-            entry["pipeline_720p"] = bench_pipeline(runner, sessions, device, clock, args.fps, args.seconds)
         entry["cuda_graphs"] = getattr(runner, "captured_buckets", None)
         entry["graph_error"] = getattr(runner, "graph_error", None)
         report["models"][name] = entry
