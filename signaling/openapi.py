@@ -129,6 +129,7 @@ def openapi_document(*, gateway: bool) -> dict[str, Any]:
     _keys(b)
     _nodes(b)
     _jobs(b)
+    _provenance(b)
     _events(b)
     return {
         "openapi": "3.0.3",
@@ -142,7 +143,7 @@ def openapi_document(*, gateway: bool) -> dict[str, Any]:
                 "and act on their own sessions, faces and keys, admins on all."
             ),
         },
-        "tags": [{"name": name} for name in ("health", "faces", "sessions", "whip/whep", "keys", "nodes", "jobs", "events")],
+        "tags": [{"name": name} for name in ("health", "faces", "sessions", "whip/whep", "keys", "nodes", "jobs", "provenance", "events")],
         "security": [{"bearerAuth": []}],
         "paths": b.paths,
         "components": {"schemas": _schemas(gateway), "responses": _error_responses(), "securitySchemes": {
@@ -375,6 +376,37 @@ def _jobs(b: _Builder) -> None:
                   "headers": {"Content-Range": {"required": True,
                                                 "schema": {"type": "string", "pattern": r"^bytes \*/\d+$"}}}}},
          ("404", "409", "503"), params=[*jid, *ranges], forwarded=True)
+
+
+def _provenance(b: _Builder) -> None:
+    upload = {"type": "string", "format": "binary"}
+    number, boolean, text = {"type": "number"}, {"type": "boolean"}, {"type": "string"}
+    verdict = {"type": "object", "required": ["source", "kind", "watermark", "c2pa", "exit_code"], "properties": {
+        "source": text, "kind": {"type": "string", "enum": ["image", "video", "stream"]},
+        "watermark": {"type": "object", "properties": {
+            "found": boolean,
+            "payload": _nullable({"type": "object", "properties": {
+                "issuer": {"type": "integer"}, "stream_hash": text, "hour_utc": text}}),
+            "confidence": {"type": "object", "properties": {"sync_z": number, "chip_agreement": number}},
+            "frames": {"type": "integer"}}},
+        "c2pa": {"type": "object", "properties": {
+            "present": boolean, "state": _nullable(text), "valid": boolean,
+            "failures": {"type": "array", "items": text}, "actions": {"type": "array", "items": {"type": "object"}},
+            "generator": _nullable(text)}},
+        "exit_code": {"type": "integer", "enum": [0, 1, 3]}}}
+    b.op("post", "/api/v1/provenance/verify", "verifyProvenance",
+         "Is swapcast's watermark in this image or video, and does its C2PA manifest validate", "provenance",
+         {"200": _ok("What was found (exit_code as the CLI's: 0 marked, 1 no mark, 3 C2PA manifest invalid)", verdict)},
+         ("400", "413", "415", "422"),
+         params=[{"name": "name", "in": "query", "schema": {"type": "string", "maxLength": 200},
+                  "description": "the file's name, whose extension says what it is (else the Content-Type)"}],
+         body={"image/jpeg": {"schema": upload}, "image/png": {"schema": upload}, "image/webp": {"schema": upload},
+               "video/mp4": {"schema": upload}, "video/quicktime": {"schema": upload},
+               "application/octet-stream": {"schema": upload},
+               "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {"file": upload}}}},
+         forwarded=True, description="The file as the body, or a multipart form with the field `file`; at most "
+                                     "200 MB. 415: neither the name nor the Content-Type says image or video. "
+                                     "422: the upload cannot be read as one.")
 
 
 def _events(b: _Builder) -> None:
