@@ -296,7 +296,8 @@ def k8s_container_env(container: dict) -> dict[str, str]:
             env[item["name"]] = expand(str(item["value"]), env)
         elif "secretKeyRef" in item["valueFrom"]:
             ref = item["valueFrom"]["secretKeyRef"]
-            assert (ref["name"], ref["key"]) == ("swapcast-auth", "jwt-secret"), f"{container['name']}: unknown secret {ref}"
+            assert (ref["name"], ref["key"]) in {("swapcast-auth", "jwt-secret"), ("swapcast-turn", "shared-secret")}, (
+                f"{container['name']}: unknown secret {ref}")
             env[item["name"]] = SECRET_SAMPLE
         else:
             field = item["valueFrom"]["fieldRef"]["fieldPath"]
