@@ -143,18 +143,25 @@ class TurnServer:
         return self.log_path.read_text(errors="replace")
 
 
+TEST_OPTIONS = ("-n", "--use-auth-secret", "--realm=swapcast.test", "--no-tls", "--no-dtls", "--no-tcp", "--no-cli",
+                "--allow-loopback-peers", "--log-file=stdout", "--simple-log")
+PLACE_OPTIONS = ("--listening-ip", "--listening-port", "--relay-ip", "--min-port", "--max-port", "--db", "--pidfile")
+
+
 @contextlib.contextmanager
-def turn_server(directory: Path, secret: str, timeout_s: float = 10.0):
+def turn_server(directory: Path, secret: str, options: tuple[str, ...] = TEST_OPTIONS, timeout_s: float = 10.0):
+    """``turnserver`` with ``options`` (a deployment's command line, say), but on 127.0.0.1,
+    a free port, a small relay range and files in ``directory``."""
     assert Path(TURNSERVER).exists(), "turnserver not found (apt-get install coturn; scripts/bootstrap does)"
     port = free_port(socket.SOCK_DGRAM)
     relay_low = 40000 + (os.getpid() % 200) * 100  # a small relay range of its own
     log_path = directory / "turnserver.log"
+    kept = [o for o in options if o.split("=", 1)[0] not in PLACE_OPTIONS]
+    secret_option = [] if any(o.startswith("--static-auth-secret=") for o in kept) else [f"--static-auth-secret={secret}"]
     with open(log_path, "wb") as log:
         process = subprocess.Popen([
-            TURNSERVER, "-n", "--listening-ip=127.0.0.1", f"--listening-port={port}", "--relay-ip=127.0.0.1",
-            f"--min-port={relay_low}", f"--max-port={relay_low + 99}", "--use-auth-secret",
-            f"--static-auth-secret={secret}", "--realm=swapcast.test", "--no-tls", "--no-dtls", "--no-tcp",
-            "--no-cli", "--allow-loopback-peers", "--log-file=stdout", "--simple-log",
+            TURNSERVER, *kept, *secret_option, "--listening-ip=127.0.0.1", f"--listening-port={port}",
+            "--relay-ip=127.0.0.1", f"--min-port={relay_low}", f"--max-port={relay_low + 99}",
             f"--db={directory / 'turndb'}", f"--pidfile={directory / 'turnserver.pid'}",
         ], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = TurnServer(port, secret, process, log_path)
