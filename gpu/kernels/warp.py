@@ -26,13 +26,15 @@ def crop_faces(frames: Sequence[np.ndarray], matrices: np.ndarray, size: int) ->
     return out
 
 
-def paste_back(frame: np.ndarray, crop: np.ndarray, mask: np.ndarray, matrix: np.ndarray) -> None:
+def paste_back(frame: np.ndarray, crop: np.ndarray, mask: np.ndarray, matrix: np.ndarray,
+               bounds: tuple[int, int, int, int] | None = None) -> None:
     """Blend ``crop`` (S, S, 3) into ``frame`` in place through ``mask`` (S, S) in [0, 1].
 
     ``matrix`` maps frame pixels to crop pixels. Only the frame region the mask can reach is
-    touched, so the cost follows the face size, not the frame size.
+    touched, so the cost follows the face size, not the frame size. ``bounds``: the mask's
+    ``mask_bounds`` when the caller knows them (a fixed mask), saving the search.
     """
-    roi = paste_region(mask, matrix, frame.shape[:2])
+    roi = paste_region(mask if bounds is None else bounds, matrix, frame.shape[:2])
     if roi is None:
         return
     (x0, y0, x1, y1), roi_to_crop = roi

@@ -21,7 +21,7 @@ import numpy as np
 
 from gpu.align import estimate_similarity
 from gpu.errors import ModelFileError
-from gpu.kernels.warp import crop_faces, paste_back
+from gpu.kernels.warp import crop_faces, mask_bounds, paste_back
 from gpu.models.user_models import ENHANCER_FILES
 from gpu.processors.masks import ARCFACE_128, FFHQ_512, CropMask, template
 from gpu.processors.model import BatchedModel, MakeRunner, TensorRule, bake_input, load_checked
@@ -58,6 +58,7 @@ class FaceEnhancer:
         self.model = BatchedModel(self.path, model, make_runner, **batching)
         self._template = template(points, self.size)
         self._box = box_mask(self.size)
+        self._bounds = mask_bounds(self._box)  # every paste mask lies inside the box's
 
     def feed(self, frame: np.ndarray, face: Face) -> tuple[dict[str, np.ndarray], np.ndarray]:
         matrix = estimate_similarity(face.kps, self._template)
@@ -78,7 +79,7 @@ class FaceEnhancer:
             kept = keep[index] if keep is not None else None
             if kept is not None:
                 mask = mask * (1.0 - kept.in_crop(matrix, self.size))
-            paste_back(frame, np.ascontiguousarray(crop), mask, matrix)
+            paste_back(frame, np.ascontiguousarray(crop), mask, matrix, self._bounds)
 
     def close(self) -> None:
         self.model.close()

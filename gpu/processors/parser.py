@@ -47,7 +47,8 @@ class BisenetParser(MaskProcessor):
                  make_runner: MakeRunner | None = None, **batching) -> None:
         self.path = Path(path)
         self.keep = check_regions(keep)
-        self._classes = np.array([REGIONS[name] for name in self.keep], np.int64)
+        self._kept = [REGIONS[name] for name in self.keep]
+        self._others = [index for index in REGIONS.values() if index not in self._kept]
         model = load_checked(self.path, [TensorRule("input", (BATCH_DIM, 3, SIZE, SIZE))],
                              [TensorRule(None, (BATCH_DIM, len(REGIONS), SIZE, SIZE))], extra_outputs=True)
         self.model = BatchedModel(self.path, model, make_runner, **batching)
@@ -58,5 +59,15 @@ class BisenetParser(MaskProcessor):
         return {"input": np.ascontiguousarray(((scaled - MEAN) / STD).transpose(2, 0, 1))}
 
     def keep_of(self, row: np.ndarray) -> np.ndarray:
-        swapped = ~np.isin(row.argmax(0), self._classes)
+        # "argmax is a kept region" as two running maxima: 10x faster than argmax over 19 planes
+        swapped = _plane_max(row, self._others) > _plane_max(row, self._kept)
         return 1.0 - soften(swapped, SIZE)
+
+
+def _plane_max(scores: np.ndarray, classes: Sequence[int]) -> np.ndarray:
+    if not classes:
+        return np.full(scores.shape[1:], -np.inf, np.float32)
+    best = scores[classes[0]].copy()
+    for index in classes[1:]:
+        np.maximum(best, scores[index], out=best)
+    return best

@@ -62,9 +62,11 @@ def run_engine_benchmark(
     max_sessions: int = 64,
     compare: str | None = None,
     trackers: Sequence[str] | None = None,
+    processors: bool = False,
 ) -> int:
     """``trackers`` (``--trackers``): compare those tracker backends instead (see
-    ``swapcast.benchmarks.tracking``)."""
+    ``swapcast.benchmarks.tracking``); ``processors`` (``--processors``): measure the user's
+    processors instead (``swapcast.benchmarks.processors``)."""
     device_info = _check_device(device)
     settings = config.engine.settings()
     if device != "auto":
@@ -77,6 +79,14 @@ def run_engine_benchmark(
     engine = FaceEngine(settings)
     other = FaceEngine(replace(settings, swapper=compare)) if compare is not None and sessions is None else None
     try:
+        if processors:
+            from swapcast.benchmarks.processors import processors_lines, run_processors_benchmark
+
+            report = run_processors_benchmark(engine, frames)
+            print("\n".join(processors_lines(report)))
+            if as_json:
+                print(json.dumps(report))
+            return 0
         if trackers is not None:
             from swapcast.benchmarks.tracking import run_tracking_benchmark
 

@@ -23,6 +23,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     engine.add_argument("--max-sessions", type=int, default=64, metavar="N", help="with --sessions: cap of the capacity ramp (default 64)")
     engine.add_argument("--compare", choices=["mesh", "mesh3d", "inswapper"], metavar="SWAPPER",
                         help="also time this swapper on the same clips and print both side by side (e.g. --swapper mesh3d --compare mesh)")
+    engine.add_argument("--processors", action="store_true",
+                        help="cost per frame of each processor the --models folder holds (occluder, parser, enhancer, "
+                             "content gate) instead")
     engine.add_argument("--trackers", type=lambda text: [n.strip() for n in text.split(",") if n.strip()], metavar="LIST",
                         help="compare tracker backends instead (mediapipe,graphs): tracking ms/frame at 1 and 4 sessions, landmark error")
     add_swap_flags(engine)
@@ -103,7 +106,7 @@ def _run_engine(args: argparse.Namespace) -> int:
     return run_engine_benchmark(
         config, frames=args.frames, report_dir=args.report, as_json=args.json,
         sessions=args.sessions, device=args.device, seconds=args.seconds, max_sessions=args.max_sessions,
-        compare=args.compare, trackers=args.trackers,
+        compare=args.compare, trackers=args.trackers, processors=args.processors,
     )
 
 
