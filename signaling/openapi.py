@@ -431,6 +431,7 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
         "reference_threshold": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 2},
         "mouth_mask": boolean, "blend": {"type": "number", "minimum": 0, "maximum": 1},
         "feather": {"type": "number", "minimum": 0, "maximum": 0.5}, "colour_match": boolean, "smoothing": boolean,
+        "occlusion": {"type": "string", "enum": ["auto", "off"], "description": "keep what is in front of a face in front"},
     }}
     stats = {"type": "object", "description": "Live numbers (fps, latency, per-stage ms, frame counters)",
              "properties": {name: _nullable(number) for name in (

@@ -88,6 +88,7 @@ class SwapConfig(_Section):
     feather: float = Field(0.06, ge=0, le=0.5)
     colour_match: bool = True
     smoothing: bool = True
+    occlusion: Literal["auto", "off"] = "auto"
 
     def options(self) -> SwapOptions:
         return SwapOptions(**self.model_dump())

@@ -40,6 +40,7 @@ def add_swap_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--feather", type=float, metavar="F", help="mask edge softness, fraction of the face crop (default 0.06)")
     group.add_argument("--no-colour-match", dest="colour_match", action="store_false", default=None, help="keep the source's own skin colour")
     group.add_argument("--no-smoothing", dest="smoothing", action="store_false", default=None, help="no temporal landmark smoothing")
+    group.add_argument("--occlusion", choices=["auto", "off"], help="keep what is in front of a face (hand, cup, glasses) in front (default: auto)")
 
 
 def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -53,6 +54,7 @@ def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "feather": get("feather"),
         "colour_match": get("colour_match"),
         "smoothing": get("smoothing"),
+        "occlusion": get("occlusion"),
     }
     return {key: value for key, value in values.items() if value is not None}
 
