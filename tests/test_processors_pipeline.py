@@ -130,3 +130,14 @@ def test_a_source_upload_the_gate_refuses_is_a_422_and_counted(twin_engine: Face
     assert accepted == 201
     assert [entry["kind"] for entry in listed] == ["occluder", "enhancer", "content_gate"]
     assert 'swapcast_content_refusals_total{where="source"} 1.0' in metrics
+
+
+def test_bench_engine_processors_section(twin_engine: FaceEngine) -> None:
+    from swapcast.benchmarks.processors import processors_lines, run_processors_benchmark
+
+    report = run_processors_benchmark(twin_engine, frames=8)
+    assert set(report["processors"]) == {"occluder", "enhancer", "content_gate"}
+    gate = report["processors"]["content_gate"]
+    assert 0 < gate["ms_per_frame_at_30fps"] < gate["median_ms"]  # sampled every 0.5 s: spread over 15 frames
+    assert all(entry["median_ms"] > 0 for entry in report["processors"].values())
+    assert "occluder       xseg_2" in "\n".join(processors_lines(report))
