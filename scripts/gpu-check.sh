@@ -75,7 +75,7 @@ step() {
 }
 
 log "dry run: $DRY; python: $PY; out: $OUT; budget: ${BUDGET}s"
-step device-image 30 380 "$PY" - "$OUT/device-image.json" <<'PYEOF'
+step device-image 30 0 "$PY" - "$OUT/device-image.json" <<'PYEOF'
 """What the image has: versions, and whether each module the project uses would import."""
 import importlib.metadata as metadata
 import importlib.util
@@ -112,7 +112,7 @@ print(json.dumps(report))
 PYEOF
 
 if compgen -G ".whl/*.whl" >/dev/null; then
-  step install-wheels 60 360 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
+  step install-wheels 60 0 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
   export PYTHONPATH="$PYTHONPATH:$SITE"  # after the repo, before the image's site-packages
 else
   log "no .whl/ wheels: installing nothing (run scripts/fetch-gpu-wheels.sh here first)"
@@ -121,12 +121,12 @@ fi
 
 if [ "$DRY" = 1 ]; then
   CARRY="$WORK/carry"
-  step carry 120 300 bash scripts/fetch-gpu-wheels.sh --carry-only "$CARRY"
+  step carry 120 0 bash scripts/fetch-gpu-wheels.sh --carry-only "$CARRY"
 elif [ ! -f "$CARRY/faces.npz" ]; then
   log "$CARRY is missing: run scripts/fetch-gpu-wheels.sh here and carry .gpu-carry"
 fi
 
-step imports 60 340 "$PY" -c "import gpu.device, gpu.kernels.ops, gpu.kernels.cuda, gpu.runners.select, gpu.runners.torch_cuda, gpu.runners.tensorrt, gpu.models.synthetic, gpu.tracking.blazeface_decode, gpu.pipeline_bench.stages; from gpu.runners.torch_cuda import import_onnx2torch; import_onnx2torch(); print('gpu/ imports')"
+step imports 60 0 "$PY" -c "import gpu.device, gpu.kernels.ops, gpu.kernels.cuda, gpu.runners.select, gpu.runners.torch_cuda, gpu.runners.tensorrt, gpu.models.synthetic, gpu.tracking.blazeface_decode, gpu.pipeline_bench.stages; from gpu.runners.torch_cuda import import_onnx2torch; import_onnx2torch(); print('gpu/ imports')"
 
 PYTEST=("$PY" -m pytest -p no:cacheprovider -q -ra)
 if [ "$DRY" = 1 ]; then
@@ -135,10 +135,13 @@ if [ "$DRY" = 1 ]; then
   step gpu-tests-collect 120 60 "${PYTEST[@]}" --collect-only -m gpu tests/gpu tests/test_kernels.py tests/test_runners.py
   step bench-gpu 120 0 "$PY" -m gpu.runners.bench --device cpu --small --seconds 0.2 --sessions 2 --batches 1,4 --json "$OUT/bench-gpu.json"
 else
-  # the headline first; its own --budget-s keeps it inside the step's limit
-  allowed=$(( $(left) - 170 ))
+  # the headline first, keeping up to 170 s (at most 2/5 of what is left) for the tests and
+  # the runner benchmark; its own --budget-s keeps it inside the step's limit
+  keep=$(( $(left) * 2 / 5 ))
+  [ "$keep" -gt 170 ] && keep=170
+  allowed=$(( $(left) - keep ))
   [ "$allowed" -gt 300 ] && allowed=300
-  step pipeline-bench "$allowed" 170 "$PY" -m gpu.pipeline_bench --carry "$CARRY" --device cuda \
+  step pipeline-bench "$allowed" "$keep" "$PY" -m gpu.pipeline_bench --carry "$CARRY" --device cuda \
     --budget-s $((allowed - 20)) --json "$OUT/pipeline-bench.json"
   step gpu-tests 120 50 "${PYTEST[@]}" -m gpu tests/gpu tests/test_kernels.py tests/test_runners.py --junitxml="$OUT/gpu-junit.xml"
   step bench-gpu 90 15 "$PY" -m gpu.runners.bench --device cuda --sessions 32 --seconds 0.5 --json "$OUT/bench-gpu.json"
