@@ -40,6 +40,7 @@ from gpu.options import SwapOptions
 from gpu.types import Face
 from streamer.pipeline.frame_swapper import FrameSwapper
 from swapcast.benchmarks.pose_set import PEOPLE, PoseClip, person_image, pose_clips
+from swapcast.config import Config
 
 OBJECTS = ("cup", "microphone", "gift", "glasses")
 MOTIONS = ("pan", "zoom")  # the first motions pose_clips renders
@@ -47,7 +48,6 @@ KEPT_LEVEL = 12  # 0..255: an object pixel within this of its input value was ke
 KEPT_TARGET = 0.95
 IDENTITY_EVERY = 4
 EDGE_BAND_PX = 3  # object coordinates: the band reaches this far each side of its edge
-OBJECT_SIZE = 160  # object patches are drawn at this width, then placed
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def occluders() -> dict[str, Occluder]:
     x, y, w, h = cv2.boundingRect(cup)
 
     gravel = skimage.data.gravel().astype(np.float32)
-    size = OBJECTS_PATCH = 200
+    size = 200
     mic_alpha = np.zeros((size * 2, size), np.float32)
     cv2.circle(mic_alpha, (size // 2, size // 2), size // 2 - 4, 1.0, -1, cv2.LINE_AA)
     cv2.rectangle(mic_alpha, (size // 2 - 22, size // 2), (size // 2 + 22, 2 * size - 1), 1.0, -1)
@@ -114,10 +114,10 @@ def occluders() -> dict[str, Occluder]:
     mic_rgb = np.concatenate([grille, handle]).clip(0, 255).astype(np.uint8)
     cv2.circle(mic_rgb, (size // 2, size // 2), size // 2 - 4, (15, 15, 15), 6, cv2.LINE_AA)
 
-    glasses_alpha = np.zeros((OBJECTS_PATCH // 2, OBJECTS_PATCH * 2), np.float32)
-    for centre in (OBJECTS_PATCH // 2, OBJECTS_PATCH * 3 // 2):
-        cv2.ellipse(glasses_alpha, (centre, OBJECTS_PATCH // 4), (84, 40), 0, 0, 360, 1.0, 9, cv2.LINE_AA)
-    cv2.line(glasses_alpha, (OBJECTS_PATCH // 2 + 84, OBJECTS_PATCH // 4 - 6), (OBJECTS_PATCH * 3 // 2 - 84, OBJECTS_PATCH // 4 - 6), 1.0, 9, cv2.LINE_AA)
+    glasses_alpha = np.zeros((size // 2, size * 2), np.float32)
+    for centre in (size // 2, size * 3 // 2):
+        cv2.ellipse(glasses_alpha, (centre, size // 4), (84, 40), 0, 0, 360, 1.0, 9, cv2.LINE_AA)
+    cv2.line(glasses_alpha, (size // 2 + 84, size // 4 - 6), (size * 3 // 2 - 84, size // 4 - 6), 1.0, 9, cv2.LINE_AA)
     frame_rgb = np.repeat(cv2.resize(gravel, glasses_alpha.shape[::-1])[..., None], 3, 2) * 0.2 + [40, 20, 10]
 
     import matplotlib
@@ -293,6 +293,26 @@ def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], repor
         report.mkdir(parents=True, exist_ok=True)
         (report / "occlusion.json").write_text(json.dumps({"clips": [asdict(r) for r in results], "summary": summary}, indent=2))
     return {"clips": results, "summary": summary}
+
+
+def run_occlusion_command(config: Config, frames: int = 24, quick: bool = False, report: str | None = None,
+                          as_json: bool = False) -> int:
+    """``swapcast bench occlusion``: the set (``quick``: one face, the pan, two objects)
+    through the configured engine; 0 when the kept fraction reaches the target."""
+    if frames < 8:
+        print("bench occlusion: --frames must be at least 8 (the object comes in a quarter of the way)", file=sys.stderr)
+        return 2
+    clips = occlusion_set(people=PEOPLE[:1], motions=MOTIONS[:1], objects=("cup", "gift"), frames=frames) if quick \
+        else occlusion_set(frames=frames)
+    engine = FaceEngine(config.engine.settings())
+    try:
+        outcome = run_occlusion_benchmark(engine, clips, report=Path(report) if report else None)
+    finally:
+        engine.close()
+    if as_json:
+        print(json.dumps(outcome["summary"], indent=2))
+    kept = outcome["summary"]["auto"]["kept"]
+    return 0 if kept is not None and kept >= KEPT_TARGET else 1
 
 
 def _summary(results: list[ClipResult]) -> dict[str, Any]:

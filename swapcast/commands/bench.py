@@ -83,6 +83,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     add_swap_flags(quality)
     quality.set_defaults(run=_run_quality)
+    occlusion = benches.add_parser("occlusion", help="objects in front of moving faces (cup, microphone, gift, glasses): "
+                                                     "occluder pixels kept, identity, edge flicker, ms; occlusion on vs off")
+    occlusion.add_argument("--frames", type=int, default=24, help="frames per clip (default 24)")
+    occlusion.add_argument("--quick", action="store_true", help="one face, the pan, two objects: a smoke run")
+    occlusion.add_argument("--report", metavar="DIR", help="write pictures (input | on | off) and occlusion.json here")
+    occlusion.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+    add_engine_flags(occlusion)
+    occlusion.set_defaults(run=_run_occlusion)
 
 
 def _counts(text: str) -> list[int]:
@@ -108,6 +116,16 @@ def _run_engine(args: argparse.Namespace) -> int:
         sessions=args.sessions, device=args.device, seconds=args.seconds, max_sessions=args.max_sessions,
         compare=args.compare, trackers=args.trackers, processors=args.processors,
     )
+
+
+def _run_occlusion(args: argparse.Namespace) -> int:
+    from gpu import threads
+    from swapcast.benchmarks.occlusion import run_occlusion_command
+    from swapcast.commands.common import config_from_args
+
+    config = config_from_args(args)
+    threads.apply(config.threads.budget(config.engine.runner_threads))
+    return run_occlusion_command(config, frames=args.frames, quick=args.quick, report=args.report, as_json=args.json)
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
