@@ -44,7 +44,7 @@ class LoopLagProbe:
     the answer times: a handler that does nothing, so the time is the node's event loop
     getting to it (plus loopback HTTP, ~1 ms)."""
 
-    def __init__(self, urls: list[str], interval_s: float = 0.05) -> None:
+    def __init__(self, urls: list[str], interval_s: float = 0.2) -> None:
         self.urls, self.interval_s = urls, interval_s
         self.samples_ms: list[float] = []
         self._stop = threading.Event()
