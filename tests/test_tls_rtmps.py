@@ -99,12 +99,16 @@ def test_ffmpeg_publishes_over_rtmps_and_the_swap_is_pushed_to_an_rtmps_destinat
                      "-i", f"rtmp://127.0.0.1:{plain_destination}/live/out", "-t", "1.5", "-c", "copy", "-y",
                      str(pushed)], 60))
                 await asyncio.sleep(0.3)
+                # a client speaking plain RTMP to the RTMPS port fails its handshake, alone
+                _, plain = await asyncio.open_connection("127.0.0.1", node.rtmp_server.tls_port)
+                plain.write(b"\x03" + bytes(1536))
                 publish_url = f"rtmps://127.0.0.1:{node.rtmp_server.tls_port}/live/{key}"
                 publisher = await _run(
                     ["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-i", str(clip), "-c:v", "libx264",
                      "-preset", "ultrafast", "-tune", "zerolatency", "-g", str(FPS), "-c:a", "aac",
                      "-f", "flv", publish_url], 60)
                 assert publisher[0] == 0, publisher[1]
+                plain.close()
                 stream = node.rtmp_ingest.streams.get(record.key_id)
                 info = stream.info() if stream is not None else None
                 await node.shutdown()  # the push ends now, not after the publisher's resume window
