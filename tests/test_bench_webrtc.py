@@ -58,6 +58,10 @@ def test_cli_entry_parses():
     args = build_parser().parse_args(["bench", "webrtc", "--sessions", "1,2,4", "--processes", "1,2", "--gil"])
     assert (args.sessions, args.processes, args.gil) == ([1, 2, 4], [1, 2], True)
     assert main(["bench", "webrtc", "--sessions", "0"]) == 2  # bad input: one line, exit 2
+    assert main(["bench", "webrtc", "--processes", "1,0"]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "webrtc", "--sessions", "1,x"])
+    assert exit_.value.code == 2
 
 
 def test_one_then_two_sessions_real_numbers():

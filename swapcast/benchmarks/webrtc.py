@@ -581,14 +581,13 @@ async def _run_phases(config: Config, counts: list[int], seconds: float, warmup_
     server: ServerProcess | ReplicaServers
     if processes == 1:
         server = ServerProcess(config, max(counts), workdir)
-        server.start()
     else:
         config_path, _ = write_node_config(config, max(counts), workdir, free_port())
         server = ReplicaServers(config_path, max(counts), workdir, processes)
         print(f"starting {processes} node processes behind a gateway …", file=err, flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, server.start)
     report: dict[str, Any] = {}
     try:
+        await asyncio.get_running_loop().run_in_executor(None, server.start)  # replicas: until all are ready
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30),
                                          headers={"Authorization": f"Bearer {server.token}"}) as http:
             if isinstance(server, ServerProcess):
