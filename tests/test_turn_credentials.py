@@ -58,6 +58,31 @@ def test_minted_credentials_allocate_and_expire(turn):
         asyncio.run(_allocate(turn.port, forged))
 
 
+def test_an_allocation_outlives_its_credentials(turn):
+    """Expiry stops new allocations only: a relay made in time goes on being refreshed, so a
+    live session does not drop when its credentials expire."""
+    from aioice import stun
+
+    async def scenario():
+        server = TurnCredentials((turn.url,), SECRET, ttl_s=1).ice_server("dave")
+        transport, _ = await create_turn_endpoint(asyncio.DatagramProtocol, ("127.0.0.1", turn.port),
+                                                  server["username"], server["credential"])
+        try:
+            await asyncio.sleep(2.2)  # past the expiry in the username
+            with pytest.raises(TransactionFailed, match="401"):
+                await _allocate(turn.port, server)
+            refresh = stun.Message(message_method=stun.Method.REFRESH, message_class=stun.Class.REQUEST)
+            refresh.attributes["LIFETIME"] = 600
+            # aioice refreshes on its own only every ~8 minutes: send that Refresh now, through
+            # its client protocol (which signs it with the credentials it allocated with)
+            response, _ = await transport._TurnTransport__inner_protocol.request_with_retry(refresh)
+            assert response.attributes["LIFETIME"] > 0
+        finally:
+            transport.close()
+
+    asyncio.run(scenario())
+
+
 def test_browsers_get_stun_and_minted_turn_never_the_nodes_own_credentials():
     turn = TurnCredentials.from_config(WebRtcConfig(turn_urls=["turn:turn.example.org:3478"], turn_shared_secret=SECRET,
                                                     turn_ttl_s=600))
