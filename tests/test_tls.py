@@ -1,7 +1,8 @@
 """signaling/tls.py with real TLS clients on 127.0.0.1: certificates that cannot be served are
 refused naming the file; a client whose handshake fails (plain text, TLS 1.1, an untrusted
 server) never disturbs another connection; SIGHUP reloads the certificate for new
-handshakes while an open keep-alive connection goes on; the plain port only redirects."""
+handshakes while an open keep-alive connection goes on; the plain port only redirects.
+``swapcast gateway`` serves HTTPS, RTMPS and the redirect with the TLS flags."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def test_unusable_certificates_are_refused_naming_the_file(ca, tmp_path):
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
 
 
+@pytest.mark.slow
 def test_serve_with_an_expired_certificate_exits_with_one_line(ca, tmp_path):
     expired = ca.issue("expired-cli", expired=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWAPCAST_")}
@@ -171,3 +173,40 @@ def test_client_context_verifies_against_the_given_ca_bundle(ca, tmp_path):
     bad.write_text("nonsense\n")
     with pytest.raises(TlsError, match=f"CA bundle {bad}"):
         client_context(bad)
+
+
+@pytest.mark.slow
+def test_gateway_serves_https_rtmps_and_the_redirect(ca, redis_url, tmp_path):
+    """``swapcast gateway`` with the TLS flags, as an operator runs it in front of nodes."""
+    leaf = ca.issue("gateway")
+    port, redirect_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWAPCAST_")}
+    env.update(SWAPCAST_AUTH__JWT_SECRET="gateway-tls-test-" + "g" * 32, SWAPCAST_SERVER__DATA_DIR=str(tmp_path))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "swapcast.cli", "gateway", "--redis", redis_url, "--port", str(port), "--rtmp-port", "0",
+         "--rtmps-port", "0", "--http-redirect-port", str(redirect_port), "--tls-cert", str(leaf.cert),
+         "--tls-key", str(leaf.key)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    try:
+        announced = ""
+        while "Ctrl+C" not in announced:
+            line = process.stdout.readline()
+            assert line, f"the gateway ended: {announced}"
+            announced += line
+        assert f"https://127.0.0.1:{port}/" in announced and "rtmps://127.0.0.1:" in announced, announced
+        rtmps_port = int(announced.split("rtmps://127.0.0.1:", 1)[1].split("/", 1)[0])
+        with _tls_socket(port, ca.path) as tls:
+            assert _serial(tls) == leaf.serial
+            answer = b""
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            while chunk := tls.recv(4096):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200 "), answer
+        with _tls_socket(rtmps_port, ca.path) as tls:  # RTMPS: the same certificate
+            assert _serial(tls) == leaf.serial
+        with socket.create_connection(("127.0.0.1", redirect_port), timeout=5) as plain:
+            plain.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            assert plain.recv(4096).startswith(b"HTTP/1.1 308 ")
+    finally:
+        process.terminate()
+        process.wait(10)
