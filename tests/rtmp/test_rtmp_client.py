@@ -35,13 +35,17 @@ from swapcast.local_cluster import free_port
         ("rtmp://live.twitch.tv/app/live_123_abc", RtmpUrl("live.twitch.tv", 1935, "app", "live_123_abc")),
         ("rtmp://a.rtmp.youtube.com:1936/live2/key?x=1", RtmpUrl("a.rtmp.youtube.com", 1936, "live2", "key?x=1")),
         ("rtmp://127.0.0.1:5000/app/inst/name", RtmpUrl("127.0.0.1", 5000, "app/inst", "name")),
+        # rtmps: RTMP inside TLS, port 443 unless given (the platforms' ingest)
+        ("rtmps://a.rtmps.youtube.com/live2/key", RtmpUrl("a.rtmps.youtube.com", 443, "live2", "key", tls=True)),
+        ("rtmps://127.0.0.1:1936/live/k", RtmpUrl("127.0.0.1", 1936, "live", "k", tls=True)),
     ],
 )
 def test_parse_rtmp_url(url, parsed):
     assert parse_rtmp_url(url) == parsed
+    assert parsed.tc_url.startswith(("rtmps://" if parsed.tls else "rtmp://") + parsed.host)
 
 
-@pytest.mark.parametrize("url", ["http://h/app/name", "rtmp://h/onlyapp", "rtmp:///app/name", "rtmp://h:99999/a/b"])
+@pytest.mark.parametrize("url", ["http://h/app/name", "rtmpx://h/app/name", "rtmp://h/onlyapp", "rtmp:///app/name", "rtmp://h:99999/a/b"])
 def test_bad_urls(url):
     with pytest.raises(RtmpClientError):
         parse_rtmp_url(url)
