@@ -210,3 +210,15 @@ def test_gateway_serves_https_rtmps_and_the_redirect(ca, redis_url, tmp_path):
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_a_cluster_node_refuses_a_certificate_and_names_the_gateway(ca, monkeypatch):
+    from swapcast.cli import build_parser
+    from swapcast.config import ConfigError
+
+    leaf = ca.issue("cluster-node")
+    monkeypatch.setenv("SWAPCAST_AUTH__JWT_SECRET", "cluster-tls-test-" + "c" * 32)
+    args = build_parser().parse_args(["serve", "--redis", "redis://127.0.0.1:1/0", "--tls-cert", str(leaf.cert),
+                                      "--tls-key", str(leaf.key)])
+    with pytest.raises(ConfigError, match="give the certificate to `swapcast gateway`"):
+        args.run(args)

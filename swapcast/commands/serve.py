@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if config.cluster.redis_url and not config.cluster.advertise and config.server.host in ("0.0.0.0", "::"):
         raise ConfigError("--advertise HOST:PORT is needed when listening on all interfaces in a cluster: "
                          "the gateway must know which address reaches this node")
+    if config.cluster.redis_url and config.tls.enabled:
+        raise ConfigError("tls on a cluster node: the gateway reaches its nodes over plain HTTP on the private network; "
+                          "give the certificate to `swapcast gateway` (the same --tls-cert/--tls-key flags) instead")
     budget = config.threads.budget(config.engine.runner_threads)
     threads.apply(budget)  # before the engine loads: its runners and every codec size their pools by it
     uvloop.install()
