@@ -41,7 +41,7 @@ class EngineSettings:
     crop_size: int = 256  # mesh swapper's aligned crop (inswapper is fixed at 128)
     max_faces: int = 4  # per frame, when tracking video
     detector_range: BlazeFaceRange = "full"  # BlazeFace model of the whole-frame pass (the tiles: see gpu/analysis/detection.py)
-    tracker: TrackerName = "mediapipe"  # video tracking: mediapipe's own graphs, or the converted ones (gpu/tracking/)
+    tracker: TrackerName = "graphs"  # video tracking: the converted graphs, batched across sessions (gpu/tracking/), or mediapipe's own
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when CuPy sees a GPU
     runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"  # auto: TensorRT > Torch on CUDA, else ONNX Runtime
     runner_threads: int = 0  # ONNX Runtime intra-op threads (0 = one per core, up to 4)

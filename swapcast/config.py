@@ -67,7 +67,7 @@ class EngineConfig(_Section):
     crop_size: int = Field(256, ge=64, le=1024, multiple_of=32)
     max_faces: int = Field(4, ge=1, le=16)
     detector_range: Literal["short", "full"] = "full"
-    tracker: Literal["mediapipe", "graphs"] = Field("mediapipe", description="video tracking: mediapipe's own graphs, or the converted ones batched across sessions")
+    tracker: Literal["graphs", "mediapipe"] = Field("graphs", description="video tracking: the converted graphs batched across sessions, or mediapipe's own")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"
     runner_threads: int = Field(0, ge=0, le=64)
