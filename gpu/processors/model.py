@@ -101,9 +101,17 @@ class BatchedModel:
             return self._batcher
 
     def run(self, session_id: Hashable, feeds: Sequence[dict[str, Any]], timeout: float | None = 10.0) -> list[np.ndarray]:
-        """Each feed (one row per input) through the batcher; the first output's row of each."""
+        """Each feed (one row per input) through the batcher; the first output's row of each.
+        The caller counts as attached while it waits, so a lone stream takes the batcher's
+        solo path (no queue delay) and concurrent ones share batches."""
         jobs = [FaceJob(feeds=feed, matrix=np.eye(2, 3, dtype=np.float32)) for feed in feeds]
-        return [np.asarray(row[0]) for row in self.batcher.run(session_id, jobs, timeout=timeout)]
+        batcher = self.batcher
+        batcher.attach(session_id)
+        try:
+            rows = batcher.run(session_id, jobs, timeout=timeout)
+        finally:
+            batcher.detach(session_id)
+        return [np.asarray(row[0]) for row in rows]
 
     def submit(self, session_id: Hashable, feed: dict[str, Any]):
         """One row, not waited for: a ``Future`` whose result is its outputs' rows."""
