@@ -19,6 +19,7 @@ from gpu.analysis.blazeface import BlazeFaceRange
 from gpu.analysis.detection import FaceFinder, SweepSchedule, box_contains, box_iou, weighted_nms
 from gpu.analysis.face_mesh import REGION_SCALE, face_from_mesh, new_track_id, plausible_mesh
 from gpu.analysis.smoothing import OneEuroFilter
+from gpu.batcher import BatcherBusy
 from gpu.tracking import face_roi
 from gpu.tracking.graphs import GraphBlazeFace, TrackingGraphs
 from gpu.types import Face
@@ -63,9 +64,24 @@ class GraphFaceTracker:
         self._schedule = SweepSchedule(self._finder, detect_every, sweep)
         self._tracks: list[_Track] = []
         self._closed = False
+        self.frames_dropped = 0  # frames the batchers refused: tracks held, not updated
 
     def process(self, frame: np.ndarray, timestamp: float) -> list[Face]:
-        """Faces in this frame (RGB uint8) at ``timestamp`` seconds, with track ids."""
+        """Faces in this frame (RGB uint8) at ``timestamp`` seconds, with track ids. A frame
+        whose rows the node's batchers refuse or cannot run in time (an overloaded node)
+        keeps the tracks where they were: the swap goes on, one frame late, ids intact."""
+        try:
+            self._tracks = self._tracked(frame)
+        except (BatcherBusy, TimeoutError):
+            self.frames_dropped += 1
+        faces = []
+        for track in self._tracks:
+            mesh = track.smoother(track.mesh, timestamp) if self.smoothing else track.mesh
+            faces.append(face_from_mesh(mesh, track.track_id))
+        return faces
+
+    def _tracked(self, frame: np.ndarray) -> list[_Track]:
+        """The tracks followed into ``frame`` and the new faces found there."""
         candidates = self._candidates(frame)
         rois = [face_roi.roi_from_landmarks(track.mesh[None]) for track in self._tracks]
         if candidates:
@@ -82,12 +98,7 @@ class GraphFaceTracker:
             for face, mesh, alive in zip(candidates, points[len(self._tracks):], presence[len(self._tracks):], strict=True):
                 if alive >= MIN_PRESENCE and plausible_mesh(mesh, face.box):
                     tracks.append(_Track(new_track_id(), mesh, OneEuroFilter()))
-        self._tracks = _without_duplicates(tracks)
-        faces = []
-        for track in self._tracks:
-            mesh = track.smoother(track.mesh, timestamp) if self.smoothing else track.mesh
-            faces.append(face_from_mesh(mesh, track.track_id))
-        return faces
+        return _without_duplicates(tracks)
 
     def _candidates(self, frame: np.ndarray) -> list[Face]:
         """New faces the sweep's views of this frame find outside the tracked ones."""

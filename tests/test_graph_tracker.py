@@ -1,0 +1,50 @@
+"""The tracker on the converted graphs (its behaviour shared with mediapipe's tracker is
+tested on both backends in test_face_analysis.py): faces carry mesh and depth, ids are
+unique across trackers and backends, an overloaded node holds tracks instead of failing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpu.analysis.face_mesh import FaceTracker
+from gpu.tracking.graph_tracker import GraphFaceTracker
+from streamer.samples import moving_face_frames
+
+
+def test_faces_carry_mesh_and_depth_and_ids_are_unique_across_trackers(grace_image, tracking_graphs) -> None:
+    frames = moving_face_frames(grace_image, 3, (640, 480), seed=1)
+    graphs_a, graphs_b = GraphFaceTracker(tracking_graphs), GraphFaceTracker(tracking_graphs)
+    mediapipe = FaceTracker()
+    try:
+        ids = set()
+        for tracker in (graphs_a, graphs_b, mediapipe):
+            faces = [tracker.process(frame, i / 30) for i, frame in enumerate(frames)]
+            assert all(len(found) == 1 for found in faces)
+            face = faces[-1][0]
+            assert face.mesh.shape == (468, 2) and face.depth.shape == (468,)
+            assert np.isfinite(face.depth).all() and np.ptp(face.depth) > 5  # a face has relief
+            ids.add(face.track_id)
+        assert len(ids) == 3
+    finally:
+        for tracker in (graphs_a, graphs_b, mediapipe):
+            tracker.close()
+
+
+def test_frames_the_batcher_cannot_run_keep_the_tracks(grace_image, tracking_graphs, monkeypatch) -> None:
+    frames = moving_face_frames(grace_image, 3, (640, 480), seed=1)
+    tracker = GraphFaceTracker(tracking_graphs, smoothing=False)
+    try:
+        first = tracker.process(frames[0], 0.0)
+
+        def overloaded(*args, **kwargs):
+            raise TimeoutError("batcher-face_landmark: rows did not run within 5.0 s")
+
+        monkeypatch.setattr(tracking_graphs, "landmarks", overloaded)
+        held = tracker.process(frames[1], 1 / 30)
+        monkeypatch.undo()
+        later = tracker.process(frames[2], 2 / 30)
+    finally:
+        tracker.close()
+    assert tracker.frames_dropped == 1
+    assert [f.track_id for f in held] == [f.track_id for f in first] == [f.track_id for f in later]
+    np.testing.assert_array_equal(held[0].mesh, first[0].mesh)
