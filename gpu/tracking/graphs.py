@@ -29,7 +29,7 @@ from gpu.tracking.blazeface_decode import DetectorSpec
 from gpu.types import Face
 
 SPECS: dict[BlazeFaceRange, DetectorSpec] = {"short": blazeface_decode.SHORT_RANGE, "full": blazeface_decode.FULL_RANGE}
-RUN_TIMEOUT_S = 5.0  # a tracking batch that waits longer than this fails the frame's tracking
+RUN_TIMEOUT_S = 5.0  # rows waiting longer raise TimeoutError (the tracker then holds its tracks for that frame)
 
 
 class TrackingGraphs:
