@@ -235,3 +235,32 @@ def test_doctor_says_what_each_processor_does(processors: Processors) -> None:
     assert "enhancer      gfpgan_1.4: 512 px, blend 0.8; offline jobs and swap" in lines
     assert "content_gate  open_nsfw: refuses above 0.8" in lines
     assert processor_lines([]) == ["processors    none (no occluder, parser, enhancer or content gate file in the models folder)"]
+
+
+def test_rows_of_concurrent_streams_share_a_batch_and_keep_their_own_answers(models: Path) -> None:
+    import threading
+
+    occluder = XsegOccluder(models / "xseg_1.onnx", max_queue_delay_ms=200.0)
+    frames = _faces_frames(2)
+    alone = [occluder.frame_keep_masks(frame, [ASTRONAUT], f"s{i}")[0].mask for i, frame in enumerate(frames)]
+    batcher = occluder.model.batcher
+    batcher.reset_metrics()
+    for index in range(2):  # two live streams: neither is alone, so their rows wait for a batch
+        batcher.attach(f"s{index}")
+    together: dict[int, np.ndarray] = {}
+    start = threading.Barrier(2)
+
+    def stream(index: int) -> None:
+        start.wait()
+        together[index] = occluder.frame_keep_masks(frames[index], [ASTRONAUT], f"s{index}")[0].mask
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    for index in range(2):
+        np.testing.assert_allclose(together[index], alone[index], atol=1e-5)
+    assert not np.allclose(together[0], together[1])
+    assert occluder.model.metrics()["batch_size_histogram"] == {"2": 1}
+    occluder.close()
