@@ -30,15 +30,15 @@ import cv2
 import numpy as np
 
 from gpu.device import to_host
-from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, canonical_mesh, signed_areas
+from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, canonical_mesh
 from gpu.swappers.mesh3d_geometry import (
     FACE_OUTLINE,
     LEFT_BROW,
     OUTER_LIP_CONTOUR,
     RIGHT_BROW,
     UvAtlas,
+    facing as facing_camera,
     posed,
-    texel_facing,
     uv_atlas,
     uv_polygon_mask,
 )
@@ -50,8 +50,8 @@ DEPTH_TOLERANCE = 0.05  # of the face's width: a texel this far behind the neare
 CONFIDENT_FRAMES = 6.0  # a texel's model counts fully after this many seen frames
 MODEL_FRAMES = 30.0  # the model follows about this many recent frames
 SPREAD_FLOOR = 0.09  # colour spread a texel model never goes under (noise, small moves)
-MODEL_DEVIATION = (3.0, 4.5)  # texel vs its model, in spreads: evidence rises across this range
-LEARN_DEVIATION = (2.0, 3.0)  # ... and the model stops learning a texel across this one
+MODEL_DEVIATION = (2.2, 3.5)  # texel vs its model, in spreads: evidence rises across this range
+LEARN_DEVIATION = (1.5, 2.5)  # ... and the model stops learning a texel across this one
 LUMA_WEIGHT = 0.7  # brightness counts this much in colour distances (against the chroma's 1)
 SKIN_DEVIATION = (0.12, 0.25)  # texel vs the skin median, relative colour distance: same
 STILL_SKIN_DEVIATION = (0.30, 0.45)  # stills: a texel this far from the skin ...
@@ -60,10 +60,13 @@ STILL_SKIN_ALONE = (0.55, 0.75)  # ... or this far from the skin alone
 RISE, FALL = 0.75, 0.35  # per-frame smoothing of the verdict in UV space: quick to keep, slower to let go
 KEEP_RANGE = (0.3, 0.55)  # smoothed verdict -> keep mask (the soft edge)
 MAX_OCCLUDED_TO_LEARN = 0.4  # a frame with more of the face occluded than this teaches the model nothing
+MAX_OCCLUDED = 0.6  # ... and one with more than this is a mesh off the face: its evidence is dropped
 MIN_SKIN_TEXELS = 40
+# colours -> (brightness x LUMA_WEIGHT, chroma) coordinates, where ``_distance`` is Euclidean
+_FEATURES = (LUMA_WEIGHT / np.sqrt(3.0) / 3.0 * np.ones((3, 3)) + np.eye(3) - np.ones((3, 3)) / 3.0).astype(np.float32)
 UNSEEN_COLOUR = 1e3  # the model's colour off the atlas: matches nothing
 REGISTRATION = 2  # texels: how far off the mesh may sit before a feature's edge counts as a change
-GRAZING = 0.2  # texels seen at cos^2 under this (stretched, half hair) are not judged
+GRAZING = 0.2  # texels on triangles seen at cos^2 under this (stretched, half hair) are not judged
 MAX_TRACKS = 16
 
 
@@ -116,7 +119,6 @@ class _Observation:
     mirrored: np.ndarray  # (P, 3) the colours at the mirrored texels' positions
     visible: np.ndarray  # (P,) bool: the texel faces the camera and nothing of the face hides it
     mirror_visible: np.ndarray  # (P,) bool: same for its mirror image
-    skin_spread: float  # the skin's own colour spread this frame (robust)
     pixels: np.ndarray  # (P,) flat index of the pixel each seen texel shows on, -1 for unseen texels
 
 
@@ -146,9 +148,15 @@ class OcclusionEstimator:
             confidence = np.clip(track.seen / CONFIDENT_FRAMES, 0.0, 1.0)
             from_model = _ramp(deviation, MODEL_DEVIATION) * _ramp(_skin_distance(observation), SKIN_DEVIATION) * layout.judged
             evidence = _smooth_in_uv((confidence * from_model + (1.0 - confidence) * still) * observation.visible, layout.atlas)
+            judged = observation.visible & layout.judged
+            if float((evidence[judged] > 0.5).mean()) > MAX_OCCLUDED:
+                evidence = np.zeros_like(evidence)  # the mesh is off the face (a lost or misplaced track), not an occluder
             rate = np.where(evidence > track.verdict, RISE, FALL).astype(np.float32)
             verdict = track.verdict = track.verdict + rate * (evidence - track.verdict)
-            agrees = np.where(track.seen > 0, 1.0 - _ramp(deviation, LEARN_DEVIATION), 1.0 - still)
+            # learning asks the texel's own model, not its neighbours' (or a thin occluder
+            # would creep in along itself, one learnt texel forgiving the next)
+            own = _distance(observation.colours, track.mean) / np.maximum(track.spread, SPREAD_FLOOR)
+            agrees = np.where(track.seen > 0, 1.0 - _ramp(own, LEARN_DEVIATION), 1.0 - still)
             _learn(track, observation, layout, agrees, deviation)
         if float(verdict.max(initial=0.0)) < KEEP_RANGE[0]:
             return None
@@ -182,9 +190,10 @@ def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray) -> _Observation |
     points = posed(face.mesh, face.depth)
     points[:, :2] = (points[:, :2] @ matrix[:, :2].T + matrix[:, 2] + 0.5) * factor - 0.5
     points[:, 2] *= scale * factor
-    front = (signed_areas(points, mesh.triangles) < 0)[atlas.triangle]
-    texels = atlas.interpolate(points)
-    mirrored_texels = np.einsum("pk,pkc->pc", atlas.weights, points[layout.mirror_corners])
+    facing = facing_camera(points, mesh.triangles)[atlas.triangle]
+    front = facing > 0
+    texels = _interpolate(atlas.weights, points[atlas.corners])
+    mirrored_texels = _interpolate(atlas.weights, points[layout.mirror_corners])
     pixels = _pixel_index(texels)
     depth = np.full(RASTER * RASTER, np.inf, np.float32)
     splatted = front & (pixels >= 0)
@@ -195,7 +204,7 @@ def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray) -> _Observation |
     def seen(at: np.ndarray, index: np.ndarray) -> np.ndarray:
         return (index >= 0) & (at[:, 2] <= nearest[np.maximum(index, 0)] + tolerance)
 
-    visible = splatted & seen(texels, pixels) & (texel_facing(points, atlas) > GRAZING)
+    visible = splatted & seen(texels, pixels) & (facing**2 > GRAZING)
     mirror_visible = seen(mirrored_texels, _pixel_index(mirrored_texels))
     small = cv2.resize(crop, (RASTER, RASTER), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
     colours, mirrored = _sample(small, texels[:, :2]), _sample(small, mirrored_texels[:, :2])
@@ -204,8 +213,12 @@ def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray) -> _Observation |
         return None
     gain = 1.0 / np.maximum(np.median(colours[skin], axis=0), 1e-3)
     colours, mirrored = colours * gain, mirrored * gain
-    skin_spread = float(np.median(_distance(colours[skin], 1.0)))
-    return _Observation(colours, mirrored, visible, mirror_visible, skin_spread, np.where(visible, pixels, -1))
+    return _Observation(colours, mirrored, visible, mirror_visible, np.where(visible, pixels, -1))
+
+
+def _interpolate(weights: np.ndarray, corners: np.ndarray) -> np.ndarray:
+    """(P, C) per-texel values from their triangle corners' (P, 3, C) and barycentric weights."""
+    return weights[:, 0, None] * corners[:, 0] + weights[:, 1, None] * corners[:, 1] + weights[:, 2, None] * corners[:, 2]
 
 
 def _pixel_index(texels: np.ndarray) -> np.ndarray:
@@ -229,10 +242,8 @@ def _ramp(values: np.ndarray, low_high: tuple[float, float]) -> np.ndarray:
 
 def _distance(colours: np.ndarray, other) -> np.ndarray:
     """(P,) colour distance with brightness weighted down (shadows and shading move it most)."""
-    difference = colours - other
-    brightness = difference.mean(axis=1)
-    chroma = difference - brightness[:, None]
-    return np.sqrt((LUMA_WEIGHT * brightness) ** 2 + np.sum(chroma**2, axis=1))
+    difference = (colours - other) @ _FEATURES.T
+    return np.sqrt(np.einsum("pk,pk->p", difference, difference))
 
 
 def _skin_distance(observation: _Observation) -> np.ndarray:
@@ -255,17 +266,21 @@ def _deviation(colours: np.ndarray, track: _Track, atlas: UvAtlas) -> np.ndarray
     over the models within ``REGISTRATION`` texels, so a mesh that sits a pixel or two off
     (tracking jitter, an occluder pulling the landmarks) does not make every edge of the
     face -- lids, brows, nostrils, lips -- an occluder, while a colour the neighbourhood
-    never had (a thin dark frame on skin) still is."""
-    means = atlas.scatter(track.mean, fill=UNSEEN_COLOUR)
-    spreads = atlas.scatter(np.maximum(track.spread, SPREAD_FLOOR)[:, None], fill=1.0)[..., 0]
-    rows, cols = atlas.texels
-    best = np.full(len(colours), np.inf, np.float32)
-    reach = range(-REGISTRATION, REGISTRATION + 1)
-    for dy in reach:
-        for dx in reach:
-            r, c = np.clip(rows + dy, 0, GRID - 1), np.clip(cols + dx, 0, GRID - 1)
-            best = np.minimum(best, _distance(colours, means[r, c]) / spreads[r, c])
-    return best
+    never had (a thin dark frame on skin) still is. Worked on UV images (shifted views,
+    no gathers): about a millisecond."""
+    reach = REGISTRATION
+    observed = cv2.split(atlas.scatter(colours @ _FEATURES.T))
+    model = cv2.split(cv2.copyMakeBorder(atlas.scatter(track.mean @ _FEATURES.T, fill=UNSEEN_COLOUR), reach, reach, reach, reach,
+                                         cv2.BORDER_CONSTANT, value=(UNSEEN_COLOUR,) * 3))
+    spread = atlas.scatter(np.maximum(track.spread, SPREAD_FLOOR)[:, None], fill=1.0)[..., 0]
+    inverse = 1.0 / cv2.copyMakeBorder(spread**2, reach, reach, reach, reach, cv2.BORDER_CONSTANT, value=1.0)
+    best = np.full((GRID, GRID), np.inf, np.float32)
+    for dy in range(2 * reach + 1):
+        for dx in range(2 * reach + 1):
+            window = (slice(dy, dy + GRID), slice(dx, dx + GRID))
+            squared = sum((plane - shifted[window]) ** 2 for plane, shifted in zip(observed, model, strict=True))
+            np.minimum(best, squared * inverse[window], out=best)
+    return np.sqrt(best[atlas.texels])
 
 
 def _smooth_in_uv(evidence: np.ndarray, atlas: UvAtlas) -> np.ndarray:
