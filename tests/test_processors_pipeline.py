@@ -141,3 +141,21 @@ def test_bench_engine_processors_section(twin_engine: FaceEngine) -> None:
     assert 0 < gate["ms_per_frame_at_30fps"] < gate["median_ms"]  # sampled every 0.5 s: spread over 15 frames
     assert all(entry["median_ms"] > 0 for entry in report["processors"].values())
     assert "occluder       xseg_2" in "\n".join(processors_lines(report))
+
+
+def test_a_job_chunk_the_gate_refuses_fails_for_good(twin_engine: FaceEngine, grace_image, tmp_path) -> None:
+    """A job's chunk with refused frames raises ContentRefused, a SwapcastError: the job worker
+    fails the job with its message instead of retrying it."""
+    from gpu.errors import SwapcastError
+    from gpu.options import SwapOptions
+    from media_fixtures import write_test_video
+    from streamer.jobs.render import Encoding, render_chunk
+
+    chunk = tmp_path / "chunk.mp4"
+    write_test_video(chunk, [magenta(240, 320)] * 6, audio=False)
+    source = twin_engine.register_source(grace_image)
+    with pytest.raises(ContentRefused, match="the video at 0.0 s was refused by the content gate") as caught:
+        render_chunk(twin_engine, source, SwapOptions(), chunk, tmp_path / "out.mp4",
+                     expected_frames=6, encoding=Encoding(), stopped=lambda: False, label="the whole video",
+                     session_id="job-1")
+    assert isinstance(caught.value, SwapcastError)
