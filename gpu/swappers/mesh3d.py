@@ -199,7 +199,7 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
 
 
-def _skin_lighting(points: np.ndarray, sample, occlusion: bool) -> _SkinLighting | None:
+def _skin_lighting(points: np.ndarray, sample, occlusion: bool, kept: np.ndarray | None = None) -> _SkinLighting | None:
     """Fit the lighting of a posed face on its seen skin, or None when too little skin is
     seen (a profile); ``sample`` maps (P, 2) image positions to (P, 3) colours in [0, 1].
     Without ``occlusion`` the z-buffer test is left out (per frame: the robust fit shrugs
@@ -211,6 +211,9 @@ def _skin_lighting(points: np.ndarray, sample, occlusion: bool) -> _SkinLighting
     else:
         visibility = texel_facing(points, atlas)
     weights = visibility * uv_masks().skin
+    if kept is not None:  # what is in front of the face (a keep mask over the crop) is not its skin
+        at = np.clip(np.round(atlas.interpolate(points[:, :2])).astype(np.int64), 0, kept.shape[0] - 1)
+        weights = weights * (1.0 - kept[at[:, 1], at[:, 0]])
     texels = np.nonzero(weights > 0.05)[0]
     if len(texels) < MIN_SKIN_TEXELS:
         return None
@@ -293,13 +296,13 @@ class Mesh3dSwapper:
         moved = self._in_crop(self._transfer_shape(points, pose, face.track_id, source), matrix, scale)
 
         # a face turned too far to fit its light on is lit as the source photo was
-        lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False) or _source_lit(source)
+        occluded = keep_mask(keep, crop, face, matrix)
+        lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False, kept=occluded) or _source_lit(source)
         uv, rendered, holes, grid = self._render(moved)
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         mask, openings = self._mask(uv, rendered, holes, options)
-        occluded = keep_mask(keep, crop, face, matrix)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
         paste = self._paste_mask(mask) * (1.0 - openings)  # kept pixels stay the frame's own, not resampled ones
