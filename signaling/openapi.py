@@ -432,6 +432,8 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
         "mouth_mask": boolean, "blend": {"type": "number", "minimum": 0, "maximum": 1},
         "feather": {"type": "number", "minimum": 0, "maximum": 0.5}, "colour_match": boolean, "smoothing": boolean,
         "occlusion": {"type": "string", "enum": ["auto", "off"], "description": "keep what is in front of a face in front"},
+        "eyes": {"type": "string", "enum": ["target", "source"],
+                 "description": "mesh3d: keep the target's own eyes (gaze, blinks; default) or draw the source's"},
     }}
     stats = {"type": "object", "description": "Live numbers (fps, latency, per-stage ms, frame counters)",
              "properties": {name: _nullable(number) for name in (
@@ -442,7 +444,12 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
     created = {"anyOf": [{"type": "string", "format": "date-time"}, number],
                "description": "ISO 8601 (a node's view) or Unix time (the registry's, behind a gateway)"} if gateway \
         else {"type": "string", "format": "date-time"}
+    ice_servers = {"type": "array", "description": "RTCIceServer entries for this session's peer connection: STUN, "
+                   "and TURN with a username/credential that expire (webrtc.turn_ttl_s); fresh ones on every read",
+                   "items": {"type": "object", "required": ["urls"], "properties": {
+                       "urls": {"type": "array", "items": string}, "username": string, "credential": string}}}
     session = {"type": "object", "required": ["id", "protocol"], "properties": {
+        "ice_servers": ice_servers,
         "id": string, "protocol": {"type": "string", "enum": ["webrtc", "whip", "rtmp"]}, "created": created,
         "face_id": _nullable(string), "enabled": boolean, "options": {"type": "object"},
         "state": {"type": "string", "enum": ["placed", "live", "orphaned"]},
@@ -467,11 +474,7 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
                                           "sdp": string, "type": {"type": "string", "enum": ["offer"]}}},
         "PlacedSession": {"type": "object", "required": ["session_id", "state", "offer_url"], "properties": {
             "session_id": string, "state": {"type": "string", "enum": ["placed"]}, "node_id": string,
-            "offer_url": string,
-            "ice_servers": {"type": "array", "description": "RTCIceServer entries for this session's peer connection: "
-                            "STUN, and TURN with a username/credential that expire (webrtc.turn_ttl_s)",
-                            "items": {"type": "object", "required": ["urls"], "properties": {
-                                "urls": {"type": "array", "items": string}, "username": string, "credential": string}}}}},
+            "offer_url": string, "ice_servers": ice_servers}},
         "Offer": {"type": "object", "required": ["sdp", "type"],
                   "properties": {"sdp": string, "type": {"type": "string", "enum": ["offer"]}}},
         "SdpAnswer": {"type": "object", "required": ["session_id", "sdp", "type"], "properties": {

@@ -466,6 +466,9 @@ export class LiveSwap {
         }
         this.onReconnecting(this.reconnects, why);
         try {
+          // fresh TURN credentials: the session's first ones may have expired by now
+          const session = await this.client.getSession(this.sessionId).catch(() => null);
+          if (session && session.ice_servers) this.sessionIceServers = session.ice_servers;
           await this._connect();
           this._reconnecting = null;
           return;

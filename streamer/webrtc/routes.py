@@ -370,7 +370,11 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 async def get_session(request: web.Request) -> web.Response:
     await _check_session(request, request.match_info["session_id"])
-    return web.json_response(await request.app[SESSIONS_KEY].describe(request.match_info["session_id"]))
+    body = await request.app[SESSIONS_KEY].describe(request.match_info["session_id"])
+    if body.get("protocol") == "webrtc" and ICE_SERVERS_KEY in request.app:
+        # fresh TURN credentials for a re-offer after the first ones expired
+        body["ice_servers"] = request.app[ICE_SERVERS_KEY](principal(request).subject)
+    return web.json_response(body)
 
 
 async def patch_session(request: web.Request) -> web.Response:

@@ -183,6 +183,9 @@ def test_https_camera_starts_and_the_swap_plays_through_turn(browser, https_node
         expiry, user = relay["username"].split(":")
         assert user == USER and started + TURN_TTL_S - 5 <= int(expiry) <= time.time() + TURN_TTL_S + 1
         assert relay["credential"] and TURN_SECRET not in str(servers)
+        # a re-offer reads the session again and gets credentials minted then
+        again = page.evaluate("async () => (await window.swapcast.client.getSession(window.swapcast.live.sessionId)).ice_servers")
+        assert [s["urls"] for s in again] == [s["urls"] for s in servers] and again[0]["username"].endswith(f":{USER}")
 
         # media flows on a relay candidate (the only TURN server here relays from 127.0.0.1) to
         # the node's host address
