@@ -60,9 +60,13 @@ def _bare_server_context() -> ssl.SSLContext:
 def _load(context: ssl.SSLContext, cert_file: Path, key_file: Path) -> None:
     """Check the pair on a scratch context first, so a bad pair never half-replaces a good one."""
     _check_certificate(Path(cert_file))
+
+    def no_password() -> str:  # OpenSSL would otherwise prompt on the terminal, and hang a service
+        raise TlsError(f"TLS key file {key_file}: encrypted with a passphrase; give the server an unencrypted key")
+
     for candidate in (_bare_server_context(), context):
         try:
-            candidate.load_cert_chain(str(cert_file), str(key_file))
+            candidate.load_cert_chain(str(cert_file), str(key_file), password=no_password)
         except FileNotFoundError:
             raise TlsError(f"TLS key file {key_file}: not found") from None
         except (OSError, ssl.SSLError) as exc:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from cryptography.hazmat.primitives import serialization
 from tls_testkit import ThrowawayCA, free_port, replace_files
 
 from signaling.tls import CertificateReloader, TlsError, client_context, serve_https_redirect, server_context
@@ -35,6 +36,10 @@ def test_unusable_certificates_are_refused_naming_the_file(ca, tmp_path):
     expired = ca.issue("expired", expired=True)
     not_pem = tmp_path / "not.pem"
     not_pem.write_text("hello\n")
+    encrypted = tmp_path / "encrypted.key"
+    encrypted.write_bytes(serialization.load_pem_private_key(good.key.read_bytes(), None).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"passphrase")))
     cases = [
         (expired.cert, expired.key, f"TLS certificate file {expired.cert}: expired on "),
         (not_pem, good.key, f"TLS certificate file {not_pem}: not a PEM certificate"),
@@ -42,6 +47,7 @@ def test_unusable_certificates_are_refused_naming_the_file(ca, tmp_path):
         (good.cert, tmp_path / "missing.key", f"TLS key file {tmp_path / 'missing.key'}: not found"),
         (good.cert, other.key, f"TLS key file {other.key}: does not match the certificate {good.cert}"),
         (good.cert, good.cert, f"TLS key file {good.cert}: not a PEM private key"),
+        (good.cert, encrypted, f"TLS key file {encrypted}: encrypted with a passphrase"),
     ]
     for cert, key, message in cases:
         with pytest.raises(TlsError) as caught:
