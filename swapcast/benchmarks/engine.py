@@ -38,6 +38,7 @@ from gpu.swappers.base import stack_feeds
 from streamer.media.images import write_image
 from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.samples import astronaut, grace_hopper, moving_face_frames
+from swapcast.benchmarks.occlusion import occlusion_cost
 from swapcast.config import Config
 
 RESOLUTIONS = ((640, 480), (1280, 720))
@@ -156,6 +157,7 @@ def _run_frame_benchmark(engine: FaceEngine, config: Config, frames: int, report
         report["resolutions"][f"{width}x{height}"] = results[0]
         if baseline is not None:
             baseline["resolutions"][f"{width}x{height}"] = results[1]
+    report["occlusion"] = occlusion_cost(engine, source, options, moving_face_frames(faces["grace_hopper"], frames))
     report["batch"] = _batch_throughput(engine, source, options, faces["grace_hopper"])
     report["jitter"] = _jitter(engine, faces["grace_hopper"])
     report["identity"] = _identity(engine, options, faces, Path(report_dir) if report_dir else None)

@@ -247,6 +247,31 @@ def swap_clip(engine: FaceEngine, source: SourceFace, clip: OccludedClip, option
     return outputs, spent * 1000.0 / len(clip.frames)
 
 
+def occlusion_cost(engine: FaceEngine, source: SourceFace, options: SwapOptions, clip: list[np.ndarray]) -> dict[str, Any]:
+    """Per-frame cost of the occlusion estimate (``bench engine``): the clip through two
+    streams, occlusion on and off, frame by frame in turn (load from elsewhere falls on
+    both alike); median ms of the whole frame and of the prepare stage (where it runs)."""
+    swappers = {mode: FrameSwapper(engine, source, replace(options, occlusion=mode)) for mode in ("auto", "off")}
+    totals: dict[str, list[float]] = {mode: [] for mode in swappers}
+    prepares: dict[str, list[float]] = {mode: [] for mode in swappers}
+    try:
+        for index, frame in enumerate(clip):
+            for mode, swapper in swappers.items():
+                started = time.perf_counter()
+                times = swapper.process(frame.copy(), index / 30.0)
+                totals[mode].append((time.perf_counter() - started) * 1000.0)
+                prepares[mode].append(times.prepare)
+    finally:
+        for swapper in swappers.values():
+            swapper.close()
+    warm = slice(min(5, len(clip) - 1), None)
+    cost = {mode: {"median_ms": float(np.median(totals[mode][warm])), "prepare_ms": float(np.median(prepares[mode][warm]))}
+            for mode in swappers}
+    print(f"occlusion estimate: median {cost['auto']['median_ms']:.1f} ms/frame on vs {cost['off']['median_ms']:.1f} off "
+          f"(prepare stage {cost['auto']['prepare_ms']:.1f} vs {cost['off']['prepare_ms']:.1f} ms), frames in turn")
+    return cost
+
+
 def identity_scores(engine: FaceEngine, clip: OccludedClip, outputs: list[np.ndarray], source_identity: np.ndarray
                     ) -> list[tuple[float, float]]:
     """(d(out, source), d(out, occluded target)) every ``IDENTITY_EVERY`` frames the object is there."""
