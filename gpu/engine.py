@@ -43,7 +43,10 @@ class EngineSettings:
     detector_range: BlazeFaceRange = "full"  # BlazeFace model of the whole-frame pass (the tiles: see gpu/analysis/detection.py)
     tracker: TrackerName = "graphs"  # video tracking: the converted graphs, batched across sessions (gpu/tracking/), or mediapipe's own
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = CUDA when CuPy sees a GPU
-    runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"  # auto: TensorRT > Torch on CUDA, else ONNX Runtime
+    runner: Literal["auto", "onnxruntime", "torch", "tensorrt", "triton"] = "auto"  # auto: TensorRT > Torch on CUDA, else ONNX Runtime
+    triton_url: str = "http://127.0.0.1:8000"  # runner triton: the server's HTTP/REST endpoint (the swap model runs there)
+    triton_timeout_s: float = 1.0  # runner triton: one request; slower = the frame goes on unswapped
+    triton_model: str = ""  # runner triton: the swap model's name on the server ("" = the swapper's own name)
     runner_threads: int = 0  # ONNX Runtime intra-op threads (0 = one per core, up to 4)
     max_batch: int = 32  # micro-batcher: rows per runner call
     max_queue_delay_ms: float = 4.0  # micro-batcher: longest wait of the oldest row before a batch ships
@@ -173,25 +176,39 @@ class FaceEngine:
             from gpu.analysis.arcface import ArcFaceEmbedder
             from gpu.swappers.inswapper import InswapperSwapper
 
-            return InswapperSwapper(models.swapper, ArcFaceEmbedder(models.embedder), make_runner=self._runner_for)
+            return InswapperSwapper(models.swapper, ArcFaceEmbedder(models.embedder), make_runner=self._swap_runner_for)
         if choice in ("auto", "mesh3d"):
             from gpu.swappers.mesh3d import Mesh3dSwapper
             from gpu.swappers.mesh3d_graph import build_mesh3d_swap_graph
 
-            return Mesh3dSwapper(runner=self._runner_for(build_mesh3d_swap_graph(), "mesh3d_swap"),
+            return Mesh3dSwapper(runner=self._swap_runner_for(build_mesh3d_swap_graph(), "mesh3d_swap"),
                                  crop_size=self.settings.crop_size)
         from gpu.swappers.mesh import MeshSwapper
         from gpu.swappers.mesh_graph import build_mesh_swap_graph
 
-        return MeshSwapper(runner=self._runner_for(build_mesh_swap_graph(), "mesh_swap"), crop_size=self.settings.crop_size)
+        return MeshSwapper(runner=self._swap_runner_for(build_mesh_swap_graph(), "mesh_swap"), crop_size=self.settings.crop_size)
+
+    def _swap_runner_for(self, model, name: str):
+        """The swap model's runner: with runner triton, the server's model (named
+        ``triton_model`` or the swapper's name); else as ``_runner_for``."""
+        settings = self.settings
+        if settings.runner != "triton":
+            return self._runner_for(model, name)
+        from gpu.runners.select import make_runner
+        from gpu.runners.triton import TritonSettings
+
+        return make_runner(model, runner="triton", name=settings.triton_model or name,
+                           triton=TritonSettings(url=settings.triton_url, timeout_s=settings.triton_timeout_s))
 
     def _runner_for(self, model, name: str):
-        """The swap model's runner on this node's device: TensorRT or Torch on CUDA, ONNX
-        Runtime on CPU (or as configured); see ``gpu.runners.select``."""
+        """A model's runner on this node's device: TensorRT or Torch on CUDA, ONNX Runtime
+        on CPU (or as configured); see ``gpu.runners.select``. With runner triton only the
+        swap model goes to the server: the tracking and processor models run here."""
         from gpu.runners.select import make_runner
 
         settings = self.settings
-        return make_runner(model, device=self.device, runner=settings.runner, name=name,
+        runner = "auto" if settings.runner == "triton" else settings.runner
+        return make_runner(model, device=self.device, runner=runner, name=name,
                            cache_dir=settings.engine_cache_dir, max_batch=settings.max_batch,
                            threads=settings.runner_threads or None)
 

