@@ -28,7 +28,7 @@ SYNC_Z_MIN = 7.0  # the sync peak must stand this many deviations above the surf
 MAX_FRAMES = 150
 PERIOD_FRAMES = 8  # frames whose spectra estimate the tile period
 CANDIDATES = 3
-WORK_HEIGHT = 480  # taller frames are analysed downscaled to this (cells of ~4 px, what the fold uses)
+WORK_HEIGHT = 320  # taller frames are analysed downscaled to this (cells of ~4 px, what the fold uses)
 # whitening, in cells of an unscaled frame: subtract a blur this wide, divide by the local
 # contrast over this wide (edges and texture weigh no more than flat areas); the floor keeps
 # noise in flat areas from being amplified
@@ -49,7 +49,8 @@ class Detection:
 
 
 class Detector:
-    """Feed luma frames of one picture size (others are ignored), then ask ``result()``."""
+    """Feed luma frames of one picture size (others are ignored; taller than WORK_HEIGHT are
+    downscaled first), then ask ``result()``."""
 
     def __init__(self, key: WatermarkKey, *, max_frames: int = MAX_FRAMES) -> None:
         self.key = key

@@ -2,8 +2,8 @@
 plus a data layer (a keyed carrier whose sign each cell's coded payload bit flips), rendered
 smoothly at a cell size tied to the frame height so the tile scales with the picture.
 
-Low and mid frequencies on purpose: a cell spans H/120 pixels (6 at 720p, 4 at 480p), which
-H.264 at low bitrates, downscaling and browser streams keep; the tile repeats over the
+Low and mid frequencies on purpose: a cell spans H/80 pixels (9 at 720p, 6 at 480p), which
+H.264 at low bitrates (x264 ultrafast too), downscaling and browser streams keep; the tile repeats over the
 frame, so a detector folds every tile (and every frame) onto one and the picture behind it
 averages away."""
 
@@ -18,7 +18,7 @@ import numpy as np
 from gpu.watermark import ecc
 
 CELLS = 32  # cells per tile side
-CELLS_PER_HEIGHT = 120  # a frame H pixels high gets cells of H / 120 pixels
+CELLS_PER_HEIGHT = 80  # a frame H pixels high gets cells of H / 80 pixels
 MIN_CELL_PX = 2.0
 MESSAGE_BITS = 72
 SYNC_SHARE = 0.35  # of the pattern's energy in the synchronisation layer
