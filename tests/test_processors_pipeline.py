@@ -159,3 +159,31 @@ def test_a_job_chunk_the_gate_refuses_fails_for_good(twin_engine: FaceEngine, gr
                      expected_frames=6, encoding=Encoding(), stopped=lambda: False, label="the whole video",
                      session_id="job-1")
     assert isinstance(caught.value, SwapcastError)
+
+
+def test_processors_run_the_same_on_the_torch_runner(tmp_path, astronaut_image) -> None:
+    """The runner a CUDA node picks (PyTorch, here on the CPU) takes the processors' graphs,
+    batch made dynamic and CodeFormer's weight baked in, and answers as ONNX Runtime does."""
+    from gpu.models.user_models import UserModels
+    from gpu.processors import Processors
+    from gpu.runners.select import make_runner
+    from model_twins import make_bisenet
+    from test_processors import ASTRONAUT
+
+    make_xseg(tmp_path / "xseg_1.onnx")
+    make_bisenet(tmp_path / "bisenet_resnet_18.onnx")
+    make_enhancer(tmp_path / "codeformer.onnx", 512, weight_input=True)
+    make_open_nsfw(tmp_path / "open_nsfw.onnx")
+    found = UserModels.discover(tmp_path)
+    torch = Processors.load(found, ProcessorSettings(),
+                            lambda model, name: make_runner(model, device="cpu", runner="torch", name=name))
+    ort = Processors.load(found, ProcessorSettings())
+    for mine, reference in zip(torch.loaded, ort.loaded, strict=True):
+        assert type(mine.model.runner).__name__ == "TorchRunner"
+        frames = [astronaut_image, np.ascontiguousarray(astronaut_image[:, ::-1])]
+        rows = [mine.feed(frame) if mine is torch.gate else mine.feed(frame, ASTRONAUT)[0] for frame in frames]
+        stacked = {name: np.stack([row[name] for row in rows]) for name in rows[0]}
+        np.testing.assert_allclose(np.asarray(mine.model.runner.run(stacked)[0]),
+                                   reference.model.runner.run(stacked)[0], atol=1e-4)
+    torch.close()
+    ort.close()
