@@ -83,6 +83,8 @@ def test_one_then_two_sessions_real_numbers():
         assert 0 < phase["loop_lag_ms"]["p50_ms"] <= phase["loop_lag_ms"]["p99_ms"]
         assert len(phase["core_busy"]) >= 1 and all(0 <= c <= 1.05 for c in phase["core_busy"])
         assert phase["gil_held"] is None  # only with gil=True
+        by_stage = phase["swap_thread_cpu_ms_per_frame_out"]  # the node's own CPU count per stage
+        assert by_stage["track"] > 0 and by_stage["convert"] > 0 and by_stage["paste"] >= 0
         assert any(row["faces_swapped"] >= 1 for row in phase["per_session"])  # the node found and swapped the face
         for row in phase["per_session"]:
             # 30 fps paced for ~4 s
@@ -100,7 +102,7 @@ def test_one_then_two_sessions_real_numbers():
     assert isinstance(report["memory_per_extra_session_mb"], float)
     # the node's own /metrics agree: every stage observed, frames out of the node's webrtc sessions
     scraped = report["metrics"]
-    assert set(scraped["stage_mean_ms"]) == {"track", "identity", "prepare", "run", "paste", "total"}
+    assert set(scraped["stage_mean_ms"]) >= {"track", "identity", "prepare", "run", "paste", "total"}
     assert 0 < scraped["stage_mean_ms"]["run"] < scraped["stage_mean_ms"]["total"]
     assert scraped["frames"]["out"] >= sum(row["received"] for p in (one, two) for row in p["per_session"]) * 0.9
 

@@ -83,3 +83,9 @@ def test_video_frames_are_tracked_and_swapped_with_stage_times(engine, astronaut
     assert all(r.faces_swapped == 1 for r in results)
     assert all(r.track > 0 and r.prepare > 0 and r.run > 0 and r.paste > 0 for r in results)
     assert all(r.identity == 0 or r.identity < 1 for r in results)  # no identity work for "all"
+    # the swap thread's own CPU per stage: some for each, never more than the stage's wall time
+    # (a lone stream's rows run on its own thread, not the batcher's)
+    for r in results:
+        assert {"track", "identity", "prepare", "run", "paste"} <= set(r.cpu_ms)
+        assert r.cpu_ms["prepare"] > 0 and r.cpu_ms["run"] > 0
+        assert all(r.cpu_ms[stage] <= getattr(r, stage) + 1.0 for stage in ("track", "prepare", "run", "paste"))

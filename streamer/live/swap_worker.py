@@ -74,6 +74,7 @@ class LiveStats:
         self.swap_errors = 0  # frames sent on unswapped because the swap raised
         self.latencies_ms: deque[float] = deque(maxlen=window)
         self.last_stages: StageTimes | None = None
+        self.stage_cpu_ms: dict[str, float] = {}  # stage -> CPU ms of the stream's thread, all frames out so far
         self.observer: StatsObserver | None = None
         self._in_times: deque[float] = deque(maxlen=window)
         self._out_times: deque[float] = deque(maxlen=window)
@@ -87,6 +88,8 @@ class LiveStats:
         self.frames_unswapped_busy += stages.dropped_by_batcher
         self.latencies_ms.append(latency_ms)
         self.last_stages = stages
+        for stage, cpu_ms in stages.cpu_ms.items():
+            self.stage_cpu_ms[stage] = self.stage_cpu_ms.get(stage, 0.0) + cpu_ms
         self._out_times.append(time.monotonic())
         if self.observer is not None:
             self.observer(self, latency_ms, stages)
@@ -107,6 +110,7 @@ class LiveStats:
             "latency_p50_ms": float(np.percentile(latencies, 50)) if latencies is not None else None,
             "latency_p99_ms": float(np.percentile(latencies, 99)) if latencies is not None else None,
             "swap_ms": stages.total if stages else None,
+            "stage_cpu_ms_total": dict(self.stage_cpu_ms),
         }
 
 

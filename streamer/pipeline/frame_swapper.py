@@ -25,6 +25,7 @@ import numpy as np
 from gpu.analysis.identity import identity_distance
 from gpu.analysis.occlusion import OcclusionEstimator
 from gpu.batcher import BatcherBusy, MicroBatcher
+from gpu.runners.triton import TritonUnavailable
 from gpu.device import to_device, to_host
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
@@ -34,7 +35,10 @@ from gpu.types import Face
 
 @dataclass
 class StageTimes:
-    """Milliseconds spent per stage on one frame (feeds stats, metrics and benchmarks)."""
+    """Milliseconds spent per stage on one frame (feeds stats, metrics and benchmarks): wall
+    time per stage, and in ``cpu_ms`` the CPU time the stream's own thread spent on it (work
+    on other threads, a batched runner call or the tracking graphs' own pools, is not in it;
+    wall well above CPU is waiting: for a core, the GIL, a batch)."""
 
     track: float = 0.0
     identity: float = 0.0
@@ -46,6 +50,7 @@ class StageTimes:
     faces_seen: int = 0
     faces_swapped: int = 0
     dropped_by_batcher: int = 0  # 1 when the batcher refused (or timed out) this frame's faces
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # stage -> CPU ms of the stream's own thread
 
     @property
     def total(self) -> float:
@@ -103,9 +108,9 @@ class FrameSwapper:
         Raises ``ContentRefused`` when the content gate refused a sampled frame."""
         self._check_content(frame, timestamp)
         times = StageTimes()
-        started = time.perf_counter()
+        started = _started()
         faces = self._tracker.process(frame, timestamp)
-        times.track = _ms_since(started)
+        _record(times, "track", started)
         self._forget_ended_tracks(faces)
         self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
         return self._marked(frame, self._swap(frame, faces, times))
@@ -116,9 +121,9 @@ class FrameSwapper:
         if gate is not None:
             gate.check(image, "the target image", "frame", self.session_id)
         times = StageTimes()
-        started = time.perf_counter()
+        started = _started()
         faces = self.engine.analyse_image(image)
-        times.track = _ms_since(started)
+        _record(times, "track", started)
         if self.engine.swapper.name in ("mesh", "mesh3d"):
             faces = [f for f in faces if f.mesh is not None]
         for number, face in enumerate(faces):
@@ -129,45 +134,45 @@ class FrameSwapper:
         """A frame with a swapped face leaves marked, the whole picture (the detector finds
         the mark anywhere and accumulates it over frames); an untouched frame stays as it came."""
         if self.marker is not None and times.faces_swapped:
-            started = time.perf_counter()
+            started = _started()
             self.marker(frame)
-            times.mark = _ms_since(started)
+            _record(times, "mark", started)
         return times
 
     def _swap(self, frame: np.ndarray, faces: list[Face], times: StageTimes) -> StageTimes:
         times.faces_seen = len(faces)
         if not self.enabled or self.source is None or not faces or self.options.blend <= 0:
             return times
-        started = time.perf_counter()
+        started = _started()
         chosen = self._select(frame, faces)
-        times.identity = _ms_since(started)
+        _record(times, "identity", started)
         if not chosen:
             return times
         swapper = self.engine.swapper
-        started = time.perf_counter()
+        started = _started()
         work = to_device(frame) if self.engine.device.is_cuda else frame
         keep = self._keep_mask()
         jobs = [swapper.prepare(work, face, self.source.payload, self.options, keep) for face in chosen]
-        times.prepare = _ms_since(started)
-        started = time.perf_counter()
+        _record(times, "prepare", started)
+        started = _started()
         batcher = self._batcher_now()
         if batcher is None:
             rows = run_jobs(swapper.runner, jobs)
         else:
             try:
                 rows = batcher.run(self.session_id, jobs, timeout=self.batch_timeout_s)
-            except (BatcherBusy, TimeoutError):
-                times.run = _ms_since(started)
+            except (BatcherBusy, TimeoutError, TritonUnavailable):  # a Triton server down or slow: the same
+                _record(times, "run", started)
                 times.dropped_by_batcher = 1
                 self.frames_dropped_by_batcher += 1
                 return times
-        times.run = _ms_since(started)
-        started = time.perf_counter()
+        _record(times, "run", started)
+        started = _started()
         for job, row in zip(jobs, rows, strict=True):
             swapper.finish(work, job, row)
         if work is not frame:
             frame[...] = to_host(work)
-        times.paste = _ms_since(started)
+        _record(times, "paste", started)
         times.faces_swapped = len(chosen)
         self._enhance(frame, chosen, times)
         return times
@@ -179,10 +184,10 @@ class FrameSwapper:
         processors = self.engine.processors
         if processors.enhancer is None or not (self.offline or processors.enhance_live()):
             return
-        started = time.perf_counter()
+        started = _started()
         keep = processors.frame_keep_masks(frame, faces, self.session_id) if processors.keep_masks else None
         processors.enhancer.enhance(frame, faces, self.session_id, processors.settings.enhancer_blend, keep)
-        times.enhance = _ms_since(started)
+        _record(times, "enhance", started)
 
     def _check_content(self, frame: np.ndarray, timestamp: float) -> None:
         """One frame per ``content_sample_s`` of stream time goes to the content gate. Offline
@@ -244,5 +249,12 @@ class FrameSwapper:
 _stream_ids = itertools.count(1)
 
 
-def _ms_since(started: float) -> float:
-    return (time.perf_counter() - started) * 1000.0
+def _started() -> tuple[float, float]:
+    return time.perf_counter(), time.thread_time()
+
+
+def _record(times: StageTimes, stage: str, started: tuple[float, float]) -> None:
+    """``stage``'s wall and calling-thread CPU milliseconds since ``started``."""
+    wall, cpu = started
+    setattr(times, stage, (time.perf_counter() - wall) * 1000.0)
+    times.cpu_ms[stage] = (time.thread_time() - cpu) * 1000.0

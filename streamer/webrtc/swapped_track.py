@@ -170,7 +170,9 @@ class SwappedVideo:
         swapper = self.swapper
         if swapper is None or not swapper.enabled or swapper.source is None:
             return _i420(frame), StageTimes()
+        converting = time.thread_time()
         rgb = frame.to_ndarray(format="rgb24", threads=scale_threads())
+        convert_s = time.thread_time() - converting
         seconds = float((frame.pts or 0) * (frame.time_base or Fraction(1, 90000)))
         try:
             stages = swapper.process(rgb, seconds)
@@ -180,7 +182,10 @@ class SwappedVideo:
             self._swap_failures.failed()
             self.stats.swap_errors += 1
             return _i420(frame), StageTimes()
-        return rgb_to_i420(rgb), stages
+        converting = time.thread_time()
+        yuv = rgb_to_i420(rgb)
+        stages.cpu_ms["convert"] = (convert_s + time.thread_time() - converting) * 1000.0  # decoded -> RGB -> I420
+        return yuv, stages
 
     # -- consumers ------------------------------------------------------------------------------
 

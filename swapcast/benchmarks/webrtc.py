@@ -519,6 +519,11 @@ async def _phase(http, server: ServerProcess | ReplicaServers, clip, sessions: i
     by_name = {name: (threads_end[name] - threads_start.get(name, 0.0)) / wall for name in threads_end}
     by_thread = dict(sorted(((g, c) for g, c in _grouped(by_name).items() if c >= 0.005), key=lambda item: -item[1]))
     frames_in = sum(r["server_frames_in"] for r in per_session)
+    frames_out_node = sum((a.get("frames_out") or 0) - (b.get("frames_out") or 0) for b, a in zip(stats_start, stats_end, strict=True))
+    stage_cpu: dict[str, float] = {}
+    for before, after in zip(stats_start, stats_end, strict=True):
+        for stage, total in (after.get("stage_cpu_ms_total") or {}).items():
+            stage_cpu[stage] = stage_cpu.get(stage, 0.0) + total - (before.get("stage_cpu_ms_total") or {}).get(stage, 0.0)
     for row in per_session:
         for key in ("_latencies", "_first", "_second"):
             del row[key]
@@ -550,6 +555,8 @@ async def _phase(http, server: ServerProcess | ReplicaServers, clip, sessions: i
         # the same per frame the node decoded (every frame in is decoded, swapped or not)
         "server_fps_in_total": frames_in / wall,
         "server_cpu_ms_per_frame_in_by_thread": {g: 1000 * c * wall / frames_in for g, c in by_thread.items()} if frames_in else {},
+        # the sessions' swap threads, stage by stage (the node's own count, per frame it sent out)
+        "swap_thread_cpu_ms_per_frame_out": {k: v / frames_out_node for k, v in stage_cpu.items()} if frames_out_node else {},
         "core_busy": [(b - a) / wall for a, b in zip(cores_start, cores_end, strict=True)],  # the whole machine's
         # /healthz answer time from outside, every node: its event loop's lag (+ ~1 ms of HTTP)
         "loop_lag_ms": lag.summary(),
@@ -815,6 +822,8 @@ def _print_report(report: dict[str, Any], out: TextIO) -> None:
         print(f"server CPU cores by thread group, {_plural(phase['sessions'])}: {groups}", file=out)
         per_frame = ", ".join(f"{group.split(' (')[0]} {ms:.1f}" for group, ms in phase["server_cpu_ms_per_frame_in_by_thread"].items())
         print(f"  CPU ms per frame in ({phase['server_fps_in_total']:.1f} fps in): {per_frame}", file=out)
+        stages = ", ".join(f"{stage} {ms:.1f}" for stage, ms in phase["swap_thread_cpu_ms_per_frame_out"].items() if ms >= 0.05)
+        print(f"  swap thread CPU ms per frame out, by stage: {stages or 'n/a'}", file=out)
     print(f"server RSS: idle {report['server_idle']['rss_mb']:.0f} MB, peak {report['server_peak_rss_mb']:.0f} MB; "
           f"memory per extra session: {_fmt(report['memory_per_extra_session_mb'], '.1f', ' MB')}", file=out)
     scraped = report.get("metrics") or {}
