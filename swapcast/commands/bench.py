@@ -58,6 +58,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     jobs.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     add_engine_flags(jobs)
     jobs.set_defaults(run=_run_jobs)
+    provenance = benches.add_parser("provenance", help="watermark cost: embed ms per 640x480 / 1280x720 frame, verify "
+                                                       "time, and a live session's fps and latency with it off vs on")
+    provenance.add_argument("--seconds", type=float, default=10.0, help="live run length, each of off and on (default 10)")
+    provenance.add_argument("--no-live", dest="live", action="store_false", help="only the embed and verify numbers")
+    provenance.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    add_engine_flags(provenance)
+    provenance.set_defaults(run=_run_provenance)
     detect = benches.add_parser("detect", help="face detection recall and cost: old single BlazeFace pass vs the tile sweep "
                                                "(+HOG, mesh-verified), on composite group photos, tilted and turned faces, live")
     detect.add_argument("--groups", type=int, default=8, help="composite group photos (1280x886, 6-8 faces each; default 8)")
@@ -126,6 +133,17 @@ def _run_occlusion(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     threads.apply(config.threads.budget(config.engine.runner_threads))
     return run_occlusion_command(config, frames=args.frames, quick=args.quick, report=args.report, as_json=args.json)
+
+
+def _run_provenance(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.provenance import run_provenance_benchmark
+    from swapcast.commands.common import config_from_args
+
+    if not args.seconds > 0:
+        from gpu.errors import SwapcastError
+
+        raise SwapcastError("--seconds must be more than 0")
+    return run_provenance_benchmark(config_from_args(args), args.seconds, live=args.live, as_json=args.json)
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
