@@ -59,6 +59,7 @@ STILL_MIRROR_DEVIATION = (0.20, 0.35)  # ... and this far from its mirror image
 STILL_SKIN_ALONE = (0.55, 0.75)  # ... or this far from the skin alone
 RISE, FALL = 0.75, 0.35  # per-frame smoothing of the verdict in UV space: quick to keep, slower to let go
 KEEP_RANGE = (0.3, 0.55)  # smoothed verdict -> keep mask (the soft edge)
+MARGIN = 2  # RASTER pixels the keep mask reaches past an occluder's edge (the soft edge lies outside it)
 MAX_OCCLUDED_TO_LEARN = 0.4  # a frame with more of the face occluded than this teaches the model nothing
 MAX_OCCLUDED = 0.6  # ... and one with more than this is a mesh off the face: its evidence is dropped
 MIN_SKIN_TEXELS = 40
@@ -270,7 +271,8 @@ def _deviation(colours: np.ndarray, track: _Track, atlas: UvAtlas) -> np.ndarray
     no gathers): about a millisecond."""
     reach = REGISTRATION
     observed = cv2.split(atlas.scatter(colours @ _FEATURES.T))
-    model = cv2.split(cv2.copyMakeBorder(atlas.scatter(track.mean @ _FEATURES.T, fill=UNSEEN_COLOUR), reach, reach, reach, reach,
+    learnt = np.where((track.seen > 0)[:, None], track.mean @ _FEATURES.T, UNSEEN_COLOUR)  # a texel never seen forgives nothing
+    model = cv2.split(cv2.copyMakeBorder(atlas.scatter(learnt, fill=UNSEEN_COLOUR), reach, reach, reach, reach,
                                          cv2.BORDER_CONSTANT, value=(UNSEEN_COLOUR,) * 3))
     spread = atlas.scatter(np.maximum(track.spread, SPREAD_FLOOR)[:, None], fill=1.0)[..., 0]
     inverse = 1.0 / cv2.copyMakeBorder(spread**2, reach, reach, reach, reach, cv2.BORDER_CONSTANT, value=1.0)
@@ -322,7 +324,7 @@ def _to_crop(verdict: np.ndarray, observation: _Observation, size: int) -> np.nd
     square = np.ones((3, 3), np.uint8)
     splat, drawn = splat.reshape(RASTER, RASTER), drawn.reshape(RASTER, RASTER)
     drawn = cv2.morphologyEx(drawn, cv2.MORPH_CLOSE, square).astype(bool)
-    keep = cv2.dilate(cv2.morphologyEx(splat, cv2.MORPH_CLOSE, square), square)  # the gaps between splats, then a margin
+    keep = cv2.dilate(cv2.morphologyEx(splat, cv2.MORPH_CLOSE, square), np.ones((2 * MARGIN + 1,) * 2, np.uint8))  # the gaps between splats, then a margin
     beyond = cv2.dilate(keep, np.ones((5, 5), np.uint8))
     keep = np.where(drawn, keep, beyond)
     keep = cv2.GaussianBlur(keep, (0, 0), 0.8)
