@@ -277,7 +277,8 @@ def _changed(before: np.ndarray, after: np.ndarray, box) -> float:
     return float(np.abs(after[rows, cols].astype(np.int16) - before[rows, cols]).mean())
 
 
-def test_faces_largest_swaps_only_the_larger_face(media, two_faces, two_face_boxes, tmp_path, capsys):
+def test_faces_largest_swaps_only_the_larger_face(media, two_faces, two_face_boxes, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SWAPCAST_PROVENANCE__WATERMARK", "false")  # its mark covers the whole picture
     output = tmp_path / "largest.png"
     code = main(["swap", "--source", str(media / "astronaut.png"), "--target", str(media / "two_faces.png"),
                  "--output", str(output), "--faces", "largest"])
@@ -293,7 +294,8 @@ def test_faces_largest_swaps_only_the_larger_face(media, two_faces, two_face_box
 
 
 def test_faces_reference_swaps_only_that_person(media, two_faces, two_face_boxes, astronaut_image, identity_of,
-                                                 tmp_path, capsys):
+                                                 tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SWAPCAST_PROVENANCE__WATERMARK", "false")  # its mark covers the whole picture
     output = tmp_path / "reference.png"
     code = main(["swap", "--source", str(media / "astronaut.png"), "--target", str(media / "two_faces.png"),
                  "--output", str(output), "--faces", "reference", "--reference", str(media / "grace.png")])
