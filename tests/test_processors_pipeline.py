@@ -66,7 +66,7 @@ def test_offline_swaps_are_enhanced_live_ones_not(twin_engine: FaceEngine, astro
 def test_the_gate_ends_a_live_stream_on_a_sampled_frame(twin_engine: FaceEngine, astronaut_image, grace_image) -> None:
     source = twin_engine.register_source(grace_image)
     live = FrameSwapper(twin_engine, source)
-    for index in range(20):  # safe frames: sampled, scored, passed
+    for index in range(10):  # safe frames: sampled, scored, passed
         live.process(astronaut_image.copy(), index / 30)
     with pytest.raises(ContentRefused, match="the stream was refused by the content gate"):
         for index in range(200):  # scored in the background: refused a few frames later, never at once

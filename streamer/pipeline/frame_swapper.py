@@ -24,7 +24,7 @@ import numpy as np
 
 from gpu.analysis.identity import identity_distance
 from gpu.analysis.occlusion import OcclusionEstimator
-from gpu.batcher import BatcherBusy, MicroBatcher
+from gpu.batcher import BatcherBusy, BatcherClosed, MicroBatcher
 from gpu.runners.triton import TritonUnavailable
 from gpu.device import to_device, to_host
 from gpu.engine import FaceEngine, SourceFace
@@ -209,7 +209,10 @@ class FrameSwapper:
         if self.offline:
             gate.check(frame, f"the video at {timestamp:.1f} s", "frame", self.session_id)
         elif self._content_pending is None:
-            self._content_pending = gate.submit(frame, self.session_id)
+            try:
+                self._content_pending = gate.submit(frame, self.session_id)
+            except (BatcherBusy, BatcherClosed):
+                self._content_due = None  # try again on the next frame
 
     def _keep_mask(self) -> KeepMask | None:
         """What stays the target's in front of each face: the built-in occlusion estimate
