@@ -264,3 +264,14 @@ def test_rows_of_concurrent_streams_share_a_batch_and_keep_their_own_answers(mod
     assert not np.allclose(together[0], together[1])
     assert occluder.model.metrics()["batch_size_histogram"] == {"2": 1}
     occluder.close()
+
+
+def test_config_section_reaches_the_engine_and_refuses_unknown_regions() -> None:
+    from swapcast.config import ConfigError, load_config
+
+    config = load_config(environ={"SWAPCAST_ENGINE__PROCESSORS__ENHANCER": "live",
+                                  "SWAPCAST_ENGINE__PROCESSORS__PARSER_KEEP": "[glasses, hair]"})
+    settings = config.engine.settings().processors
+    assert settings.enhancer == "live" and settings.parser_keep == ("glasses", "hair")
+    with pytest.raises(ConfigError, match="unknown region\\(s\\) hands"):
+        load_config(environ={"SWAPCAST_ENGINE__PROCESSORS__PARSER_KEEP": "[hands]"})
