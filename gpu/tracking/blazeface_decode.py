@@ -18,7 +18,10 @@ Public API (coordinates: tensor-normalised [0, 1] until ``to_frame``):
   border, scaled to the spec's value range) on the frames' device; ``windows`` integer;
 - ``decode(boxes, scores, spec, min_score)`` -> per row a ``Detections`` (boxes xyxy,
   keypoints (K, 6, 2), scores), suppressed by ``weighted_nms``;
-- ``to_frame(detections, window)`` -> the same in frame pixels.
+- ``to_frame(detections, window, spec.size)`` -> the same in frame pixels.
+
+``gpu.tracking.graphs.TrackingGraphs`` runs the models on these (crop, runner via the
+node's micro-batcher, decode) for the tracker.
 """
 
 from __future__ import annotations
