@@ -117,9 +117,6 @@ class Processors:
         """The content gate's refusals by where (``source``, ``frame``); empty without a gate."""
         return self.gate.refusals() if self.gate is not None else {}
 
-    def metrics(self) -> dict[str, Any]:
-        return {p.kind: p.model.metrics() for p in self.loaded}
-
     def close(self) -> None:
         for processor in self.loaded:
             processor.close()
