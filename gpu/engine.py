@@ -105,6 +105,21 @@ class FaceEngine:
             batcher = self._batcher
         return batcher.metrics() if batcher is not None and not batcher.closed else None
 
+    def runner_statistics(self) -> dict[str, Any] | None:
+        """The swap model server's own numbers (runner triton: Triton's statistics, with
+        ``model``), None for an in-process runner or an unreachable server. Blocking
+        (an HTTP call): callers on an event loop run it in a thread."""
+        runner = self.swapper.runner
+        statistics = getattr(runner, "statistics", None)
+        numbers = statistics() if statistics is not None else None
+        return None if numbers is None else {**numbers, "model": runner.name}
+
+    def runner_health(self) -> tuple[bool, str]:
+        """(ready, why) of the swap model's runner: a model server's answer, else ready.
+        Blocking like ``runner_statistics``."""
+        health = getattr(self.swapper.runner, "health", None)
+        return health() if health is not None else (True, "in process")
+
     def _make_batcher(self, max_batch: int, max_queue_delay_ms: float) -> MicroBatcher:
         # a runner that can take several calls at once (one execution context per CUDA
         # stream) says so with ``max_concurrency``; ONNX Runtime on the CPU gains nothing

@@ -38,6 +38,7 @@ count) and ``swapcast_gateway_registry_up``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -112,15 +113,19 @@ class NodeMetrics(HttpMetrics):
     """A node's metrics. ``sessions`` lists the node's sessions as the API describes them
     (``protocol``, ``state``, ``stats`` with ``fps_in``/``fps_out``); ``batch_metrics`` is
     ``FaceEngine.batch_metrics``; ``content_refusals`` counts the content gate's refusals by
-    where (``Processors.refusals``)."""
+    where (``Processors.refusals``); ``runner_statistics`` is ``FaceEngine.runner_statistics``
+    (a model server's own numbers, fetched over the network: read in a thread at refresh)."""
 
     def __init__(self, sessions: Callable[[], Awaitable[list[dict[str, Any]]]],
                  batch_metrics: Callable[[], Mapping[str, Any] | None],
-                 content_refusals: Callable[[], Mapping[str, int]] = dict) -> None:
+                 content_refusals: Callable[[], Mapping[str, int]] = dict,
+                 runner_statistics: Callable[[], Mapping[str, Any] | None] | None = None) -> None:
         super().__init__()
         self._list_sessions = sessions
         self._batch_metrics = batch_metrics
         self._content_refusals = content_refusals
+        self._runner_statistics = runner_statistics
+        self._runner_numbers: Mapping[str, Any] | None = None
         self._sessions: list[dict[str, Any]] = []
         r = self.registry
         self.stage_seconds = Histogram("swapcast_stage_seconds", "Per-stage time of each swapped frame",
@@ -144,6 +149,8 @@ class NodeMetrics(HttpMetrics):
 
     async def refresh(self) -> None:
         self._sessions = await self._list_sessions()
+        if self._runner_statistics is not None:
+            self._runner_numbers = await asyncio.to_thread(self._runner_statistics)
 
     def collect(self) -> Iterable[Metric]:
         """Scrape-time gauges, from what ``refresh`` gathered."""
@@ -156,6 +163,7 @@ class NodeMetrics(HttpMetrics):
                 fps.add_metric([protocol, direction], sum(float(stats.get(f"fps_{direction}") or 0.0) for stats in mine))
         yield fps
         yield from _batcher_metrics(self._batch_metrics())
+        yield from _model_server_metrics(self._runner_numbers)
         refusals = CounterMetricFamily("swapcast_content_refusals", "Images the content gate refused: source "
                                        "photos, and sampled frames of streams and jobs", labels=["where"])
         counted = {"source": 0, "frame": 0, **self._content_refusals()}
@@ -237,6 +245,35 @@ def _batcher_metrics(numbers: Mapping[str, Any] | None) -> Iterable[Metric]:
     yield GaugeMetricFamily("swapcast_batch_in_flight", "Batches running now", value=float(numbers["in_flight"]))
     yield GaugeMetricFamily("swapcast_device_busy_ratio", "Share of wall time at least one batch was running",
                             value=float(numbers["device_busy_pct"]) / 100.0)
+
+
+def _model_server_metrics(numbers: Mapping[str, Any] | None) -> Iterable[Metric]:
+    """A model server's own view of the swap model (Triton's statistics API: every node
+    that shares the server counts), labelled by model; nothing without one."""
+    if not numbers:
+        return
+    model = [str(numbers["model"])]
+    for name, key, documentation in (
+        ("swapcast_model_server_requests", "requests", "Requests the model server answered (all its clients)"),
+        ("swapcast_model_server_executions", "executions", "Batches the model server ran (all its clients)"),
+    ):
+        counter = CounterMetricFamily(name, documentation, labels=["model"])
+        counter.add_metric(model, float(numbers[key]))
+        yield counter
+    for name, key, documentation in (
+        ("swapcast_model_server_queue_seconds", "queue_ms_mean", "Mean time a request waited in the server's queue"),
+        ("swapcast_model_server_compute_seconds", "compute_ms_mean", "Mean compute time of one server batch"),
+    ):
+        gauge = GaugeMetricFamily(name, documentation, labels=["model"])
+        gauge.add_metric(model, float(numbers[key]) / 1000.0)
+        yield gauge
+    sizes = {int(size): count for size, count in numbers["batch_sizes"].items()}
+    cumulative = [(str(bound), float(sum(c for size, c in sizes.items() if size <= bound))) for bound in BATCH_SIZE_BUCKETS]
+    histogram = HistogramMetricFamily("swapcast_model_server_batch_size", "Rows per batch the model server ran",
+                                      labels=["model"])
+    histogram.add_metric(model, [*cumulative, ("+Inf", float(sum(sizes.values())))],
+                         sum_value=float(sum(size * count for size, count in sizes.items())))
+    yield histogram
 
 
 class GatewayMetrics(HttpMetrics):

@@ -13,6 +13,7 @@ serves what the gateway forwards to it.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
 import ssl
@@ -76,7 +77,8 @@ class Node:
     metrics: NodeMetrics = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = NodeMetrics(self.live_sessions, self.engine.batch_metrics, self.engine.processors.refusals)
+        self.metrics = NodeMetrics(self.live_sessions, self.engine.batch_metrics, self.engine.processors.refusals,
+                                   self.engine.runner_statistics)
         self.sessions.observe_stats = self.rtmp_ingest.observe_stats = self.metrics.stream_observer
 
     @property
@@ -276,6 +278,9 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
         if node.agent is None or not node.agent.registered or not await node.registry.ping():
             return web.json_response({"status": "not ready", "error": "not registered with the session registry"},
                                      status=503)
+        runner_ready, why = await asyncio.to_thread(node.engine.runner_health)  # runner triton: the server's answer
+        if not runner_ready:
+            return web.json_response({"status": "not ready", "error": why}, status=503)
         return web.json_response({"status": "ready", "node_id": node.node_id, "state": node.agent.info.state})
 
     async def list_nodes(request: web.Request) -> web.Response:
