@@ -1,5 +1,6 @@
 """RTMPS end to end with real clients on 127.0.0.1, through the node as ``swapcast serve``
-wires it (``build_node``): ffmpeg publishes to rtmps://, the swapped stream is pushed to an
+wires it (``build_node``): ffmpeg publishes to rtmps:// and plays the swapped stream back
+over rtmps://, and the swapped stream is pushed to an
 rtmps:// destination whose certificate the node verifies against ``push.ca_file``. The
 destination is ``ffmpeg -listen 1`` behind socat's TLS listener (ffmpeg cannot listen for
 rtmps itself: "rtmp_listen not available for rtmps")."""
@@ -73,7 +74,7 @@ def test_ffmpeg_publishes_over_rtmps_and_the_swap_is_pushed_to_an_rtmps_destinat
     write_test_video(clip, moving_face_frames(grace_image, 2 * FPS + 13, (480, 360)), fps=FPS)
     face = tmp_path / "astronaut.png"
     write_image(face, astronaut_image)
-    pushed = tmp_path / "pushed.flv"
+    pushed, played = tmp_path / "pushed.flv", tmp_path / "played.flv"
     tls_destination, plain_destination = free_port(), free_port()
     config = load_config(environ={}, overrides={
         "server": {"data_dir": str(tmp_path / "data")},
@@ -103,17 +104,28 @@ def test_ffmpeg_publishes_over_rtmps_and_the_swap_is_pushed_to_an_rtmps_destinat
                 _, plain = await asyncio.open_connection("127.0.0.1", node.rtmp_server.tls_port)
                 plain.write(b"\x03" + bytes(1536))
                 publish_url = f"rtmps://127.0.0.1:{node.rtmp_server.tls_port}/live/{key}"
-                publisher = await _run(
+                publishing = asyncio.create_task(_run(
                     ["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-i", str(clip), "-c:v", "libx264",
                      "-preset", "ultrafast", "-tune", "zerolatency", "-g", str(FPS), "-c:a", "aac",
-                     "-f", "flv", publish_url], 60)
+                     "-f", "flv", publish_url], 60))
+                for _ in range(100):  # live once the node made the stream
+                    if record.key_id in node.rtmp_ingest.streams or publishing.done():
+                        break
+                    await asyncio.sleep(0.05)
+                # a player over rtmps:// too, with the key's play token
+                viewing = asyncio.create_task(_run(
+                    ["ffmpeg", "-hide_banner", "-loglevel", "error", "-i",
+                     f"rtmps://127.0.0.1:{node.rtmp_server.tls_port}/live/{record.play_token}",
+                     "-c", "copy", "-y", str(played)], 60))
+                publisher = await publishing
                 assert publisher[0] == 0, publisher[1]
                 plain.close()
                 stream = node.rtmp_ingest.streams.get(record.key_id)
                 info = stream.info() if stream is not None else None
-                await node.shutdown()  # the push ends now, not after the publisher's resume window
-                listened = await listener
+                await node.shutdown()  # push and play end now, not after the publisher's resume window
+                listened, viewed = await listener, await viewing
                 assert listened[0] == 0, listened[1]
+                assert viewed[0] == 0, viewed[1]
                 return info
         finally:
             await node.shutdown()
@@ -125,5 +137,6 @@ def test_ffmpeg_publishes_over_rtmps_and_the_swap_is_pushed_to_an_rtmps_destinat
     assert set(streams) == {"video", "audio"}, streams
     assert streams["video"]["codec_name"] == "h264" and (streams["video"]["width"], streams["video"]["height"]) == (480, 360)
     assert streams["audio"]["codec_name"] == "aac"
+    assert "video" in _streams(played)
     assert info is not None and info["stats"]["frames_out"] > 0, info
     assert info["push"][0]["url"].startswith("rtmps://127.0.0.1:"), info["push"]
