@@ -82,6 +82,12 @@ const INSECURE_ORIGIN_MESSAGE = `This page was opened over plain HTTP (${locatio
   + 'with --tls-cert and --tls-key, or put an HTTPS proxy in front), or at http://localhost on the server itself.';
 
 function refuseInsecureOrigin() {
+  if (window.isSecureContext) { // secure, yet no camera API: the browser itself lacks it
+    showMessage('This browser offers no camera access to web pages (navigator.mediaDevices is missing). '
+      + 'Open the page in a current Chrome, Firefox, Safari or Edge.');
+    setStatus('error', 'Camera unavailable');
+    return;
+  }
   showMessage(INSECURE_ORIGIN_MESSAGE);
   setStatus('error', 'HTTPS needed');
 }
