@@ -92,7 +92,7 @@ def test_swap_marks_and_signs_its_image_and_video_outputs(tmp_path, test_ca, mon
     for name, value in {"KEY": "swap test key", "C2PA_CERT": test_ca.cert_chain, "C2PA_KEY": test_ca.key,
                         "C2PA_TRUST_ANCHORS": test_ca.anchors, "ISSUER": "77"}.items():
         monkeypatch.setenv(f"SWAPCAST_PROVENANCE__{name}", str(value))
-    frames = moving_face_frames(grace_hopper(), 30, size=(640, 480))
+    frames = moving_face_frames(grace_hopper(), 20, size=(640, 480))
     target_image, target_video = tmp_path / "target.png", tmp_path / "target.mp4"
     write_image(target_image, frames[0])
     h264(frames, 3000, target_video)
