@@ -7,6 +7,7 @@ from typing import Literal
 
 FaceSelection = Literal["all", "largest", "reference"]
 Occlusion = Literal["auto", "off"]
+Eyes = Literal["target", "source"]
 
 
 @dataclass(frozen=True)
@@ -20,4 +21,5 @@ class SwapOptions:
     feather: float = 0.06  # mask edge softness, as a fraction of the face crop size
     colour_match: bool = True  # match the swapped skin's colour statistics to the target
     smoothing: bool = True  # temporal smoothing of landmarks (no jitter on a still face)
+    eyes: Eyes = "target"  # target: its own eyes (gaze, blinks) stay; source: the source's eyes, opened and closed as the target's (mesh3d)
     occlusion: Occlusion = "auto"  # auto: what is in front of a face (hand, cup, glasses) stays the target's

@@ -69,7 +69,10 @@ class EngineConfig(_Section):
     detector_range: Literal["short", "full"] = "full"
     tracker: Literal["graphs", "mediapipe"] = Field("graphs", description="video tracking: the converted graphs batched across sessions, or mediapipe's own")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    runner: Literal["auto", "onnxruntime", "torch", "tensorrt"] = "auto"
+    runner: Literal["auto", "onnxruntime", "torch", "tensorrt", "triton"] = "auto"
+    triton_url: str = Field("http://127.0.0.1:8000", description="runner triton: Triton's HTTP/REST endpoint, where the swap model runs")
+    triton_timeout_s: float = Field(1.0, gt=0, le=30, description="runner triton: one request; slower = the frame goes on unswapped")
+    triton_model: str = Field("", description="runner triton: the swap model's name on the server (default: the swapper's name)")
     runner_threads: int = Field(0, ge=0, le=64)
     max_batch: int = Field(32, ge=1, le=256)
     max_queue_delay_ms: float = Field(4.0, ge=0, le=100)
@@ -89,6 +92,7 @@ class SwapConfig(_Section):
     colour_match: bool = True
     smoothing: bool = True
     occlusion: Literal["auto", "off"] = "auto"
+    eyes: Literal["target", "source"] = Field("target", description="mesh3d: the target's own eyes (gaze, blinks) or the source's")
 
     def options(self) -> SwapOptions:
         return SwapOptions(**self.model_dump())

@@ -235,6 +235,24 @@ def test_the_targets_own_eyes_stay(engine, swapper, sources, grace_image, astron
     assert change[eyes].mean() < 0.25 * change[face & ~openings].mean()
 
 
+def test_eyes_source_draws_the_sources_eyes_in_the_targets_openings(engine, swapper, sources, astronaut_image):
+    """``eyes: source``: the openings are the source's (drawn on the target's lids, so they
+    blink with it), only the mouth's opening stays kept; the default keeps the eyes."""
+    import cv2
+
+    target_eyes, kept_eyes = _swap(engine, swapper, sources["grace"], astronaut_image)
+    source_eyes, job = _swap(engine, swapper, sources["grace"], astronaut_image, SwapOptions(eyes="source"))
+    mesh = engine.analyse_image(astronaut_image)[0].mesh
+    openings = np.zeros(astronaut_image.shape[:2], np.uint8)
+    for contour in (RIGHT_EYE_CONTOUR, LEFT_EYE_CONTOUR):
+        cv2.fillPoly(openings, [np.round(mesh[list(contour)]).astype(np.int32)], 1)
+    inner = cv2.erode(openings, np.ones((3, 3), np.uint8)).astype(bool)
+    changed = lambda output: np.abs(output.astype(int) - astronaut_image).mean(-1)[inner].mean()  # noqa: E731
+    assert inner.sum() > 20
+    assert changed(source_eyes) > 3.0 * changed(target_eyes)
+    assert 0 < job.feeds["keep"].sum() < 0.8 * kept_eyes.feeds["keep"].sum()  # the mouth opening alone
+
+
 def test_shape_moves_towards_the_source_but_not_the_eye_openings(swapper, sources):
     target = _turned(20)
     pose = fit_pose(target)

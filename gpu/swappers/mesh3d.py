@@ -298,7 +298,7 @@ class Mesh3dSwapper:
         # a face turned too far to fit its light on is lit as the source photo was
         occluded = keep_mask(keep, crop, face, matrix)
         lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False, kept=occluded) or _source_lit(source)
-        uv, rendered, holes, grid = self._render(moved)
+        uv, rendered, holes, grid = self._render(moved, options.eyes == "target")
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
@@ -351,10 +351,12 @@ class Mesh3dSwapper:
                 self._neutral.popitem(last=False)
         return mean
 
-    def _render(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _render(self, points: np.ndarray, target_eyes: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Rasterise the posed mesh at half resolution, back faces culled, z-buffered: the
         UV position of each pixel (half res, (S/2, S/2, 2), -1 where nothing is), whether
-        the face is drawn there, whether an eye or the mouth opening is there, and
+        the face is drawn there, whether a kept opening is there (the mouth's, and the eyes'
+        with ``target_eyes``; otherwise the source's eyes are drawn there, opening and closing
+        with the target's lids), and
         GridSample's grid at full resolution (the map is affine per triangle, so bilinear
         upsampling is exact inside triangles)."""
         mesh = canonical_mesh()
@@ -363,7 +365,8 @@ class Mesh3dSwapper:
         small[:, :2] = points[:, :2] * 0.5 - 0.25  # full-res pixel centres -> half-res
         raster = rasterise(small, mesh.triangles, signed_areas(small, mesh.triangles) < 0, (half, half))
         drawn = raster.covered
-        holes = drawn & mesh.closure[np.maximum(raster.triangle, 0)]
+        closure = mesh.closure if target_eyes else mesh.mouth_closure
+        holes = drawn & closure[np.maximum(raster.triangle, 0)]
         # the openings get UVs too (they are never shown) so no pixel next to them samples (0, 0)
         corners = mesh.triangles[raster.triangle[raster.rows, raster.cols]]
         uv = np.full((half, half, 2), -1.0, dtype=np.float32)

@@ -41,6 +41,7 @@ def add_swap_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-colour-match", dest="colour_match", action="store_false", default=None, help="keep the source's own skin colour")
     group.add_argument("--no-smoothing", dest="smoothing", action="store_false", default=None, help="no temporal landmark smoothing")
     group.add_argument("--occlusion", choices=["auto", "off"], help="keep what is in front of a face (hand, cup, glasses) in front (default: auto)")
+    group.add_argument("--eyes", choices=["target", "source"], help="mesh3d: the target's own eyes (default) or the source's")
 
 
 def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,6 +56,7 @@ def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "colour_match": get("colour_match"),
         "smoothing": get("smoothing"),
         "occlusion": get("occlusion"),
+        "eyes": get("eyes"),
     }
     return {key: value for key, value in values.items() if value is not None}
 
