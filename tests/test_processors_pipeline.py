@@ -1,7 +1,8 @@
 """Processors in the node: the engine loads them from --models, the enhancer runs on offline
 swaps (live only when turned on), and the content gate refuses a source upload (HTTP 422,
-counted in /metrics), a sampled live frame (the stream ends with the reason: RTMP onStatus)
-and an offline video (the job fails)."""
+counted in /metrics), a sampled live frame (the stream ends with the reason: an RTMP
+publisher reads it in an error onStatus) and an offline video (the job fails). Also: bench
+engine's processors section, and the torch runner a CUDA node picks."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ def test_offline_swaps_are_enhanced_live_ones_not(twin_engine: FaceEngine, astro
 
 def test_the_gate_ends_a_live_stream_on_a_sampled_frame(twin_engine: FaceEngine, astronaut_image, grace_image) -> None:
     source = twin_engine.register_source(grace_image)
+    refused_before = twin_engine.processors.refusals().get("frame", 0)
     live = FrameSwapper(twin_engine, source)
     for index in range(10):  # safe frames: sampled, scored, passed
         live.process(astronaut_image.copy(), index / 30)
@@ -75,7 +77,7 @@ def test_the_gate_ends_a_live_stream_on_a_sampled_frame(twin_engine: FaceEngine,
     offline = FrameSwapper(twin_engine, source, offline=True)
     with pytest.raises(ContentRefused, match=r"the video at 2.0 s was refused"):
         offline.process(magenta(), 2.0)
-    assert twin_engine.processors.refusals()["frame"] == 2
+    assert twin_engine.processors.refusals()["frame"] == refused_before + 2
     live.close()
     offline.close()
 
@@ -187,3 +189,29 @@ def test_processors_run_the_same_on_the_torch_runner(tmp_path, astronaut_image) 
                                    reference.model.runner.run(stacked)[0], atol=1e-4)
     torch.close()
     ort.close()
+
+
+def test_an_rtmp_publisher_the_gate_refuses_gets_the_reason_in_on_status(twin_engine: FaceEngine, grace_image,
+                                                                        tmp_path) -> None:
+    import asyncio
+    import subprocess
+
+    from streamer.media.images import write_image
+    from test_rtmp_ingest import Node
+
+    face_file = tmp_path / "grace.png"
+    write_image(face_file, grace_image)
+
+    async def scenario():
+        async with Node(twin_engine, tmp_path / "data") as node:
+            key, _ = node.keys.add("cam", face_file)
+            command = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-f", "lavfi",
+                       "-i", "color=c=magenta:size=320x240:rate=25", "-t", "6", "-c:v", "libx264",
+                       "-pix_fmt", "yuv420p", "-f", "flv", node.url(key)]
+            process = await asyncio.create_subprocess_exec(*command, stdin=subprocess.DEVNULL,
+                                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            _, stderr = await asyncio.wait_for(process.communicate(), 40)
+            return process.returncode, stderr.decode(errors="replace")
+
+    code, stderr = asyncio.run(scenario())
+    assert code != 0 and "refused by the content gate" in stderr  # ffmpeg prints our error onStatus
