@@ -15,6 +15,7 @@ tilt does break is the mesh, which ``face_mesh`` runs on a region turned upright
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -127,7 +128,12 @@ def sweep_views(width: int, height: int, whole_frame: BlazeFaceRange, min_face: 
                 finest: BlazeFaceRange = "short") -> list[View]:
     """The full sweep for one frame size, the whole-frame pass first, then tiles halving in
     side from half the frame down to ~``TILE_PER_FACE`` x ``min_face``: short range, but
-    ``finest`` for the smallest tiles."""
+    ``finest`` for the smallest tiles. Computed once per frame size (video asks every frame)."""
+    return list(_sweep(width, height, whole_frame, min_face, finest))
+
+
+@functools.lru_cache(maxsize=64)
+def _sweep(width: int, height: int, whole_frame: BlazeFaceRange, min_face: int, finest: BlazeFaceRange) -> tuple[View, ...]:
     views = [View((0, 0, width, height), whole_frame)]
     sides = []
     side = max(width, height) / 2
@@ -137,7 +143,7 @@ def sweep_views(width: int, height: int, whole_frame: BlazeFaceRange, min_face: 
     for side in sides:
         model = finest if side == sides[-1] else "short"
         views.extend(View(window, model) for window in tile_windows(width, height, side))
-    return views
+    return tuple(views)
 
 
 class FaceFinder:
