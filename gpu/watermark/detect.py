@@ -28,6 +28,7 @@ SYNC_Z_MIN = 7.0  # the sync peak must stand this many deviations above the surf
 MAX_FRAMES = 150
 PERIOD_FRAMES = 8  # frames whose spectra estimate the tile period
 CANDIDATES = 3
+MIN_SIDE = 64  # a smaller picture cannot hold the tile grid twice: nothing to find
 WORK_HEIGHT = 320  # taller frames are analysed downscaled to this (cells of ~4 px, what the fold uses)
 # whitening, in cells of an unscaled frame: subtract a blur this wide, divide by the local
 # contrast over this wide (edges and texture weigh no more than flat areas); the floor keeps
@@ -78,8 +79,8 @@ class Detector:
         return len(self._frames) < self.max_frames
 
     def result(self) -> Detection:
-        if not self._frames:
-            return Detection(False, 0.0, None, 0.0, 0, (0.0, 0.0), (0, 0))
+        if not self._frames or min(self._frames[0].shape) < MIN_SIDE:
+            return Detection(False, 0.0, None, 0.0, len(self._frames), (0.0, 0.0), (0, 0))
         height, width = self._frames[0].shape
         whitened = [_whiten(f) for f in self._frames]
         best: Detection | None = None

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 
 from gpu.errors import SwapcastError
-from gpu.watermark.detect import Detection, Detector
+from gpu.watermark.detect import MIN_SIDE, Detection, Detector
 from streamer.media.images import is_image_path
 from streamer.provenance.credentials import NO_MANIFEST, ManifestReport, mime_type, read_manifest
 from streamer.provenance.marker import ProvenanceSettings
@@ -97,6 +97,7 @@ def verify(source: str | Path, settings: ProvenanceSettings, *, seconds: float =
         luma = cv2.imdecode(np.fromfile(str(path), dtype=np.uint8), cv2.IMREAD_GRAYSCALE)
         if luma is None:
             raise VerifyError(f"{path}: not a readable image")
+        _check_size(str(path), luma.shape)
         detector = Detector(settings.watermark_key)
         detector.add(luma)
         return Verdict(text, "image", detector.result(), manifest)
@@ -113,12 +114,20 @@ def _detect_video(source: str, settings: ProvenanceSettings, seconds: float, *, 
             first = None
             for frame in container.decode(video=0):
                 at = float(frame.time) if frame.time is not None else 0.0
-                first = at if first is None else first
+                if first is None:
+                    first = at
+                    _check_size(source, (frame.height, frame.width))
                 if at - first >= seconds or not detector.add(frame.to_ndarray(format="gray")):
                     break
-    except (av.error.FFmpegError, OSError) as exc:
+    except (av.error.FFmpegError, OSError, ValueError) as exc:
         if detector.frames == 0:
             raise VerifyError(f"{source}: cannot be read as video: {exc}") from None
     if detector.frames == 0:
         raise VerifyError(f"{source}: no video frames")
     return detector.result()
+
+
+def _check_size(source: str, shape: tuple[int, ...]) -> None:
+    if min(shape[:2]) < MIN_SIDE:
+        raise VerifyError(f"{source}: {shape[1]}x{shape[0]} is too small to carry the watermark "
+                          f"(at least {MIN_SIDE}x{MIN_SIDE})")
