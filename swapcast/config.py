@@ -44,6 +44,8 @@ class ProcessorsConfig(_Section):
     enhancer_model: Literal["auto", "gfpgan_1.4", "codeformer", "gpen_bfr_512", "gpen_bfr_256"] = "auto"
     enhancer_blend: float = Field(0.8, ge=0, le=1)
     enhancer_weight: float = Field(0.5, ge=0, le=1, description="CodeFormer fidelity (0 = most restored)")
+    enhancer_live_budget_ms: float = Field(10.0, gt=0, le=1000, description="live: a stream whose enhance step "
+                                           "takes longer (median of 10 frames) goes on without it")
     content_gate: bool = True
     content_threshold: float = Field(0.8, gt=0, le=1)
     content_sample_s: float = Field(1.0, gt=0, le=60, description="streams: one frame checked per this many seconds")

@@ -215,3 +215,21 @@ def test_an_rtmp_publisher_the_gate_refuses_gets_the_reason_in_on_status(twin_en
 
     code, stderr = asyncio.run(scenario())
     assert code != 0 and "refused by the content gate" in stderr  # ffmpeg prints our error onStatus
+
+
+def test_a_live_stream_drops_the_enhancer_it_cannot_afford(twin_engine: FaceEngine, astronaut_image,
+                                                           grace_image) -> None:
+    from dataclasses import replace
+
+    from streamer.pipeline.frame_swapper import ENHANCE_WINDOW
+
+    processors = twin_engine.processors
+    default = processors.settings
+    processors.settings = replace(default, enhancer="live", enhancer_live_budget_ms=1e-3)  # nothing fits
+    try:
+        live = FrameSwapper(twin_engine, twin_engine.register_source(grace_image))
+        enhanced = [live.process(astronaut_image.copy(), index / 30).enhance > 0 for index in range(ENHANCE_WINDOW + 2)]
+        live.close()
+    finally:
+        processors.settings = default
+    assert enhanced == [True] * ENHANCE_WINDOW + [False] * 2  # measured on its first frames, then dropped

@@ -41,6 +41,7 @@ class ProcessorSettings:
     enhancer_model: str = "auto"  # auto = the first of gfpgan_1.4, codeformer, gpen_bfr_512, gpen_bfr_256 found
     enhancer_blend: float = 0.8  # FaceFusion's default 80 %
     enhancer_weight: float = 0.5  # CodeFormer fidelity
+    enhancer_live_budget_ms: float = 10.0  # live: a stream whose enhance step takes longer goes on without it
     content_gate: bool = True  # use open_nsfw.onnx when there
     content_threshold: float = 0.8
     content_sample_s: float = 1.0  # live and offline streams: one frame per this many seconds

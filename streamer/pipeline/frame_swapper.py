@@ -14,8 +14,10 @@ on that device copy, and the swapped frame comes back once, in place."""
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -31,6 +33,9 @@ from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
 from gpu.swappers.base import KeepMask, any_of, run_jobs
 from gpu.types import Face
+
+ENHANCE_WINDOW = 10  # live frames whose enhance time decides whether a stream keeps the enhancer
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -80,6 +85,8 @@ class FrameSwapper:
         self.frames_dropped_by_batcher = 0
         self._content_due: float | None = None  # stream time of the next content gate sample
         self._content_pending: Future | None = None  # a live stream's sample being scored
+        self._enhance_ms: deque[float] = deque(maxlen=ENHANCE_WINDOW)  # live: recent enhance steps
+        self._enhance_affordable = True  # live: False once this stream's enhance step went over budget
         self._batcher: MicroBatcher | None = None
         self._detach: weakref.finalize | None = None
 
@@ -179,15 +186,28 @@ class FrameSwapper:
 
     def _enhance(self, frame: np.ndarray, faces: list[Face], times: StageTimes) -> None:
         """The user's face enhancer over the swapped faces: offline by default, live streams
-        when the node turns it on for them (engine.processors.enhancer: live). What the
-        mask models keep is left alone."""
+        when the node turns it on for them (engine.processors.enhancer: live) and while it
+        fits their budget. What the mask models keep is left alone."""
         processors = self.engine.processors
-        if processors.enhancer is None or not (self.offline or processors.enhance_live()):
+        live = processors.enhance_live() and self._enhance_affordable
+        if processors.enhancer is None or not (self.offline or live):
             return
         started = _started()
         keep = processors.frame_keep_masks(frame, faces, self.session_id) if processors.keep_masks else None
         processors.enhancer.enhance(frame, faces, self.session_id, processors.settings.enhancer_blend, keep)
         _record(times, "enhance", started)
+        if not self.offline:
+            self._afford_enhancer(times.enhance)
+
+    def _afford_enhancer(self, ms: float) -> None:
+        """A live stream whose enhance step takes more than ``enhancer_live_budget_ms`` (median
+        of its last frames) goes on without the enhancer: the node cannot afford it there."""
+        self._enhance_ms.append(ms)
+        budget = self.engine.processors.settings.enhancer_live_budget_ms
+        if len(self._enhance_ms) == ENHANCE_WINDOW and (median := float(np.median(self._enhance_ms))) > budget:
+            self._enhance_affordable = False
+            log.warning("stream %s: the face enhancer takes %.1f ms a frame (budget %.1f ms): the stream goes on "
+                        "without it", self.session_id, median, budget)
 
     def _check_content(self, frame: np.ndarray, timestamp: float) -> None:
         """One frame per ``content_sample_s`` of stream time goes to the content gate. Offline
