@@ -401,12 +401,13 @@ def _provenance(b: _Builder) -> None:
          params=[{"name": "name", "in": "query", "schema": {"type": "string", "maxLength": 200},
                   "description": "the file's name, whose extension says what it is (else the Content-Type)"}],
          body={"image/jpeg": {"schema": upload}, "image/png": {"schema": upload}, "image/webp": {"schema": upload},
-               "video/mp4": {"schema": upload}, "video/quicktime": {"schema": upload},
                "application/octet-stream": {"schema": upload},
                "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {"file": upload}}}},
          forwarded=True, description="The file as the body, or a multipart form with the field `file`; at most "
-                                     "200 MB. 415: neither the name nor the Content-Type says image or video. "
-                                     "422: the upload cannot be read as one.")
+                                     "200 MB. A video's Content-Type (video/mp4, video/quicktime, video/x-matroska, "
+                                     "video/webm, video/x-flv) works as well as `?name=`. 415: neither the name nor "
+                                     "the Content-Type says image or video. 422: the upload cannot be read as one, "
+                                     "or is under 64x64.")
 
 
 def _events(b: _Builder) -> None:
