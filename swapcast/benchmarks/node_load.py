@@ -141,7 +141,6 @@ class ReplicaServers:
     and thread settings as a single node, from the same config file."""
 
     def __init__(self, config_path: Path, sessions: int, workdir: Path, processes: int) -> None:
-        self.processes = processes
         (workdir / "cluster").mkdir(parents=True, exist_ok=True)
         self.cluster = Cluster(nodes_count=processes, capacity=sessions + 1, workdir=workdir / "cluster",
                                env={"SWAPCAST_CONFIG": str(config_path)})

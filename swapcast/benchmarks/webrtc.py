@@ -184,8 +184,6 @@ def write_node_config(config: Config, sessions: int, workdir: Path, port: int) -
 class ServerProcess:
     """``swapcast serve`` in a child process on 127.0.0.1, with its CPU and memory."""
 
-    processes = 1
-
     def __init__(self, config: Config, sessions: int, workdir: Path) -> None:
         self.port = free_port()
         self.config_path, secret = write_node_config(config, sessions, workdir, self.port)
