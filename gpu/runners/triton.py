@@ -14,7 +14,8 @@ Same-host servers (``127.0.0.1``/``localhost``/a unix host): tensors travel thro
 **system shared memory** (one POSIX segment per direction, registered once, grown when a
 batch needs more); elsewhere they travel in the request body. CUDA shared memory (device
 arrays handed over by IPC handle) is Triton's path for GPU nodes; this runner does not
-implement it yet, so CuPy feeds are copied to the host first.
+implement it yet: it has no ``run_device``, so a CUDA node's rows come to the host first
+(``gpu.swappers.base.run_jobs``) and the answers are pasted back from there.
 
 A server that is down, slow or erroring raises ``TritonUnavailable`` (the caller sends the
 frame on unswapped and counts it); ``health()`` says why and the next call tries again.
@@ -103,6 +104,7 @@ class TritonRunner:
         self.last_error: str | None = None
         self.failures = 0
         self._regions: dict[str, _Region] = {}
+        self._stale: list[str] = []  # region names the server may still hold
         self._use_shm = settings.shared_memory != "off" and self._host in _LOCAL_HOSTS
         self._check_signature()
 
@@ -121,15 +123,11 @@ class TritonRunner:
         self.last_error = None
         return outputs
 
-    def run_device(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
-        """Device feeds are copied to the host (CUDA shared memory is not implemented yet)."""
-        return self.run(feeds)
-
     # -- health and statistics ------------------------------------------------------------
     def health(self) -> tuple[bool, str]:
         """(ready, why) for ``/readyz``: the model ready on the server, or what is wrong."""
         try:
-            status, _ = self._request("GET", f"/v2/models/{self.name}/ready", timeout=min(1.0, self.settings.timeout_s))
+            status, _, _ = self._request("GET", f"/v2/models/{self.name}/ready", timeout=min(1.0, self.settings.timeout_s))
         except (OSError, http.client.HTTPException, TimeoutError) as exc:
             return False, f"Triton at {self.settings.url} unreachable ({exc.__class__.__name__})"
         if status != 200:
@@ -140,7 +138,7 @@ class TritonRunner:
         """Triton's own numbers for this model: requests, executions, mean queue and compute
         times (ms) and the batch sizes it ran (``{size: executions}``); None when unreachable."""
         try:
-            status, body = self._request("GET", f"/v2/models/{self.name}/stats", timeout=min(1.0, self.settings.timeout_s))
+            status, body, _ = self._request("GET", f"/v2/models/{self.name}/stats", timeout=min(1.0, self.settings.timeout_s))
         except (OSError, http.client.HTTPException, TimeoutError):
             return None
         if status != 200:
@@ -166,13 +164,16 @@ class TritonRunner:
         self.failures += 1
         self.last_error = why
         self._drop_connection()
-        # a restarted server forgot our shared-memory registrations: register again next time
+        # the server may still write a timed-out answer into the old regions, or (restarted)
+        # have forgotten them: the next call uses fresh ones and unregisters these names
         for region in self._regions.values():
-            region.registered = False
+            self._stale.append(region.name)
+            region.close()
+        self._regions.clear()
 
     def _check_signature(self) -> None:
         try:
-            status, body = self._request("GET", f"/v2/models/{self.name}")
+            status, body, _ = self._request("GET", f"/v2/models/{self.name}")
         except (OSError, http.client.HTTPException, TimeoutError) as exc:
             raise TritonUnavailable(f"Triton at {self.settings.url} is unreachable ({exc}); model {self.name!r} cannot be checked") from exc
         if status != 200:
@@ -198,7 +199,7 @@ class TritonRunner:
             self._local.connection = None
 
     def _request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
-                 timeout: float | None = None) -> tuple[int, bytes]:
+                 timeout: float | None = None) -> tuple[int, bytes, http.client.HTTPMessage]:
         connection = self._connection(timeout or self.settings.timeout_s)
         try:
             connection.request(method, path, body=body, headers=headers or {})
@@ -209,14 +210,13 @@ class TritonRunner:
             raise
         if response.getheader("Connection", "").lower() == "close":
             self._drop_connection()
-        self._response_headers = response.headers
-        return response.status, payload
+        return response.status, payload, response.headers
 
     def _infer(self, request: dict[str, Any], binary: bytes = b"") -> tuple[dict[str, Any], bytes]:
         header = json.dumps(request).encode()
-        status, payload = self._request("POST", f"/v2/models/{self.name}/infer", header + binary, {
+        status, payload, headers = self._request("POST", f"/v2/models/{self.name}/infer", header + binary, {
             "Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))})
-        json_length = int(self._response_headers.get("Inference-Header-Content-Length") or len(payload))
+        json_length = int(headers.get("Inference-Header-Content-Length") or len(payload))
         reply = json.loads(payload[:json_length] or b"{}")
         if status != 200:
             raise TritonUnavailable(f"Triton refused {self.name!r} (HTTP {status}: {reply.get('error', '')})")
@@ -240,9 +240,11 @@ class TritonRunner:
         return results
 
     def _infer_shm(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Inputs and outputs in system shared memory. Output sizes: ``batch`` times the
-        input-sized guess for symbolic dims; a too-small output region grows and retries."""
+        """Inputs and outputs in system shared memory, in regions grown to fit the batch."""
         batch = next(iter(arrays.values())).shape[0]
+        sizes = [self._output_bytes(spec, batch, arrays) for spec in self.outputs]
+        if None in sizes:  # an output whose size only the data decides: answered in the body
+            return self._infer_body(arrays)
         inputs = self._region("in", sum(a.nbytes for a in arrays.values()))
         offset, described = 0, []
         for name, a in arrays.items():
@@ -251,7 +253,6 @@ class TritonRunner:
                               "parameters": {"shared_memory_region": inputs.name, "shared_memory_byte_size": a.nbytes,
                                              "shared_memory_offset": offset}})
             offset += a.nbytes
-        sizes = [self._output_bytes(spec, batch, arrays) for spec in self.outputs]
         outputs = self._region("out", sum(sizes))
         request_outputs, offset = [], 0
         for spec, size in zip(self.outputs, sizes, strict=True):
@@ -268,9 +269,10 @@ class TritonRunner:
             offset += size
         return results
 
-    def _output_bytes(self, spec: TensorSpec, batch: int, arrays: dict[str, np.ndarray]) -> int:
+    def _output_bytes(self, spec: TensorSpec, batch: int, arrays: dict[str, np.ndarray]) -> int | None:
         """Bytes of an output: its static dims; a symbolic dim takes the size of the input
-        dim with the same symbol (the swap graphs: output crop = input crop)."""
+        dim with the same symbol (the swap graphs: output crop = input crop). None: no
+        input fixes a dim, the size depends on the data."""
         symbols = {}
         for ispec in self.inputs:
             for dim, size in zip(ispec.shape, arrays[ispec.name].shape, strict=False):
@@ -280,8 +282,7 @@ class TritonRunner:
         for dim in spec.shape[1:]:
             size = dim if isinstance(dim, int) else symbols.get(dim) if isinstance(dim, str) else None
             if size is None:
-                raise TritonModelError(f"{self.name}: output {spec.name!r} has a dimension no input fixes; "
-                                       "set engine.triton_shared_memory: off")
+                return None
             count *= size
         return count * spec.dtype.itemsize
 
@@ -292,8 +293,11 @@ class TritonRunner:
                 self._request("POST", f"/v2/systemsharedmemory/region/{region.name}/unregister", b"")
                 region.close()
             region = self._regions[role] = _Region(f"swapcast-{role}-{secrets.token_hex(4)}", max(size, 1 << 20))
+        while self._stale:  # a region given up after a failure, which the server may still hold
+            self._request("POST", f"/v2/systemsharedmemory/region/{self._stale[-1]}/unregister", b"")
+            self._stale.pop()
         if not region.registered:
-            status, payload = self._request("POST", f"/v2/systemsharedmemory/region/{region.name}/register", json.dumps(
+            status, payload, _ = self._request("POST", f"/v2/systemsharedmemory/region/{region.name}/register", json.dumps(
                 {"key": f"/{region.memory.name}", "offset": 0, "byte_size": region.size}).encode())
             if status != 200:
                 raise TritonUnavailable(f"Triton refused shared-memory region {region.name} (HTTP {status}: {payload[:200]!r})")

@@ -1,11 +1,13 @@
 """The Triton runner against a real tritonserver: results equal ONNX Runtime in-process
-per row, Triton merges concurrent clients' requests, missing or mismatched models are
+per row, Triton merges two node processes' requests, missing or mismatched models are
 named in one line, and a dead server is reported, then recovered from."""
 
 from __future__ import annotations
 
-import threading
+import subprocess
+import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,8 @@ from gpu.models.triton_repository import swap_model
 from gpu.runners.onnxruntime import OnnxRuntimeRunner
 from gpu.runners.select import make_runner
 from gpu.runners.triton import TritonModelError, TritonRunner, TritonSettings, TritonUnavailable
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mesh3d_feeds(rows: int, seed: int = 0, crop: int = 64) -> dict[str, np.ndarray]:
@@ -59,28 +63,38 @@ def test_rows_equal_onnxruntime_in_process(triton_server, triton_models: Path, s
         runner.close()
 
 
-def test_concurrent_clients_are_batched_together_by_triton(triton_server, triton_models: Path) -> None:
-    """Two node-like clients (each its own connection and request stream) send 2 rows at a
-    time; Triton's dynamic batcher runs batches larger than either sends."""
+NODE_CLIENT = """
+import sys, time
+import numpy as np
+from gpu.models.triton_repository import swap_model
+from gpu.runners.triton import TritonRunner, TritonSettings
+url, models, seed, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+name, model = swap_model("inswapper", models)
+runner = TritonRunner(model, name=name, settings=TritonSettings(url=url, timeout_s=20))
+rng = np.random.default_rng(seed)
+time.sleep(max(0.0, start_at - time.time()))
+for step in range(6):
+    sources = rng.normal(size=(2, 512)).astype(np.float32)
+    (out,) = runner.run({"target": rng.random((2, 3, 128, 128), np.float32),
+                         "source": sources / np.linalg.norm(sources, axis=1, keepdims=True)})
+    assert out.shape == (2, 3, 128, 128)
+runner.close()
+"""
+
+
+@pytest.mark.slow
+def test_two_node_processes_are_batched_together_by_triton(triton_server, triton_models: Path) -> None:
+    """Two processes, each a node's runner sending 2 rows at a time, load one Triton at
+    once; its dynamic batcher runs batches larger than either sends."""
     name, model = swap_model("inswapper", triton_models)
-    settings = TritonSettings(url=triton_server.url, timeout_s=20)
-    clients = [TritonRunner(model, name=name, settings=settings) for _ in range(2)]
-    before = clients[0].statistics()
-    start = threading.Barrier(2)
-
-    def load(client: TritonRunner, seed: int) -> None:
-        start.wait()
-        for step in range(6):
-            client.run(_inswapper_feeds(2, seed * 100 + step))
-
-    threads = [threading.Thread(target=load, args=(client, i)) for i, client in enumerate(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    after = clients[0].statistics()
-    for client in clients:
-        client.close()
+    observer = TritonRunner(model, name=name, settings=TritonSettings(url=triton_server.url, timeout_s=20))
+    before = observer.statistics()
+    start_at = time.time() + 4.0  # both processes imported and connected by then
+    nodes = [subprocess.Popen([sys.executable, "-c", NODE_CLIENT, triton_server.url, str(triton_models), str(k),
+                               str(start_at)], cwd=ROOT) for k in range(2)]
+    assert [node.wait(60) for node in nodes] == [0, 0]
+    after = observer.statistics()
+    observer.close()
     grown = {size: count - before["batch_sizes"].get(size, 0) for size, count in after["batch_sizes"].items()}
     assert after["requests"] - before["requests"] == 12
     assert any(size > 2 and count > 0 for size, count in grown.items()), grown
@@ -114,6 +128,7 @@ def test_unreachable_server_is_refused_at_start_with_the_reason() -> None:
         TritonRunner(model, name="mesh3d_swap", settings=TritonSettings(url=f"http://127.0.0.1:{free_port()}"))
 
 
+@pytest.mark.slow
 def test_killed_server_fails_fast_and_recovers_after_restart(triton_server, triton_models: Path) -> None:
     name, model = swap_model("inswapper", triton_models)
     runner = TritonRunner(model, name=name, settings=TritonSettings(url=triton_server.url, timeout_s=5))
@@ -132,5 +147,24 @@ def test_killed_server_fails_fast_and_recovers_after_restart(triton_server, trit
         (again,) = runner.run(feeds)  # shared memory registered again with the new server
         np.testing.assert_allclose(again, expected, atol=1e-6)
         assert runner.health()[0] and runner.last_error is None
+    finally:
+        runner.close()
+
+
+def test_slow_answer_is_unavailable_and_the_next_call_recovers(triton_server, triton_models: Path) -> None:
+    """A request past ``timeout_s`` fails at once; the server still holds the shared-memory
+    regions, and the next call registers them again without a conflict."""
+    name, model = swap_model("inswapper", triton_models)
+    patient = TritonSettings(url=triton_server.url, timeout_s=20)
+    runner = TritonRunner(model, name=name, settings=patient)
+    feeds = _inswapper_feeds(3, seed=7)
+    try:
+        (expected,) = runner.run(feeds)
+        runner.settings = replace(patient, timeout_s=1e-4)
+        with pytest.raises(TritonUnavailable, match="did not answer"):
+            runner.run(feeds)
+        runner.settings = patient
+        (again,) = runner.run(feeds)
+        np.testing.assert_allclose(again, expected, atol=1e-6)
     finally:
         runner.close()
