@@ -494,7 +494,7 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
             "kind": {"type": "string", "enum": ["occluder", "parser", "enhancer", "content_gate"]},
             "model": {"type": "string", "description": "the file's name without .onnx, e.g. xseg_1, gfpgan_1.4"},
             "keep_regions": {"type": "array", "items": string, "description": "parser: regions that stay the target's"},
-            "blend": number, "live": boolean, "size": integer, "weight": number,
+            "blend": number, "live": boolean, "size": integer, "weight": number, "live_budget_ms": number,
             "threshold": number, "sample_s": number}},
         "StreamKey": {"type": "object", "required": ["key_id", "name", "created", "revoked", "owner"], "properties": {
             "key_id": string, "name": string, "face_id": _nullable(string), "owner": string, "created": number,

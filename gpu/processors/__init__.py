@@ -106,7 +106,8 @@ class Processors:
             if processor is self.parser:
                 entry["keep_regions"] = list(self.parser.keep)
             if processor is self.enhancer:
-                entry.update(blend=self.settings.enhancer_blend, live=self.enhance_live(), size=self.enhancer.size)
+                entry.update(blend=self.settings.enhancer_blend, live=self.enhance_live(), size=self.enhancer.size,
+                             live_budget_ms=self.settings.enhancer_live_budget_ms)
                 if self.enhancer.weight is not None:
                     entry["weight"] = self.enhancer.weight
             if processor is self.gate:

@@ -78,7 +78,8 @@ def processor_lines(described: list[dict]) -> list[str]:
         elif kind == "enhancer":
             weight = f", weight {entry['weight']}" if "weight" in entry else ""
             what = (f"{entry['size']} px, blend {entry['blend']}{weight}; offline jobs and swap"
-                    + (" and live sessions" if entry["live"] else " (live sessions: engine.processors.enhancer: live)"))
+                    + (f" and live sessions within {entry['live_budget_ms']} ms a frame" if entry["live"]
+                       else " (live sessions: engine.processors.enhancer: live)"))
         elif kind == "content_gate":
             what = f"refuses above {entry['threshold']}, one frame per {entry['sample_s']} s of streams and jobs"
         else:
