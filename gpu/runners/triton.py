@@ -10,12 +10,11 @@ library's ``http.client``. Not ``tritonclient[grpc]``: its grpc extra needs prot
 numpy 2. The call blocks only the thread that makes it: the micro-batcher runs runners on
 its executor thread, never on the event loop.
 
-Same-host servers (``127.0.0.1``/``localhost``/a unix host): tensors travel through Triton's
+Same-host servers (``127.0.0.1``/``localhost``): host tensors travel through Triton's
 **system shared memory** (one POSIX segment per direction, registered once, grown when a
-batch needs more); elsewhere they travel in the request body. CUDA shared memory (device
-arrays handed over by IPC handle) is Triton's path for GPU nodes; this runner does not
-implement it yet: it has no ``run_device``, so a CUDA node's rows come to the host first
-(``gpu.swappers.base.run_jobs``) and the answers are pasted back from there.
+batch needs more), a CUDA node's device rows (``run_device``) through **CUDA shared
+memory** (a device buffer per direction shared by its IPC handle; written, not run: no
+machine of ours has a GPU and Triton together); elsewhere tensors travel in the body.
 
 A server that is down, slow or erroring raises ``TritonUnavailable`` (the caller sends the
 frame on unswapped and counts it); ``health()`` says why and the next call tries again.
@@ -31,7 +30,7 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from gpu.device import to_host
+from gpu.device import is_device_array, to_host
 from gpu.errors import SwapcastError
 from gpu.runners.base import TensorSpec
 
@@ -103,17 +102,32 @@ class TritonRunner:
         self.inputs, self.outputs = onnx_signature(model)
         self.last_error: str | None = None
         self.failures = 0
-        self._regions: dict[str, _Region] = {}
-        self._stale: list[str] = []  # region names the server may still hold
+        self._regions: dict[str, _SystemRegion | _CudaRegion] = {}
+        self._stale: list[tuple[str, str]] = []  # (api, name) of regions the server may still hold
         self._use_shm = settings.shared_memory != "off" and self._host in _LOCAL_HOSTS
         self._check_signature()
 
     # -- the runner contract --------------------------------------------------------------
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         arrays = {spec.name: np.ascontiguousarray(to_host(feeds[spec.name]), dtype=spec.dtype) for spec in self.inputs}
+        return self._guarded(lambda: self._infer_shm(arrays) if self._use_shm else self._infer_body(arrays))
+
+    def run_device(self, feeds: Mapping[str, Any]) -> list[Any]:
+        """CuPy feeds to a same-host server go through Triton's CUDA shared memory and the
+        results come back as CuPy arrays (see ``_CudaRegion``: not run on our machines);
+        host feeds, or a remote server, take ``run`` (host copies)."""
+        if not (self._use_shm and any(is_device_array(feeds[spec.name]) for spec in self.inputs)):
+            return self.run(feeds)
+        import cupy
+
+        arrays = {spec.name: cupy.ascontiguousarray(cupy.asarray(feeds[spec.name], dtype=spec.dtype)) for spec in self.inputs}
+        return self._guarded(lambda: self._infer_shm(arrays, "cuda"))
+
+    def _guarded(self, infer: Callable[[], list[Any]]) -> list[Any]:
+        """One call under the lock; a failure of the server becomes ``TritonUnavailable``."""
         with self._lock:
             try:
-                outputs = self._infer_shm(arrays) if self._use_shm else self._infer_body(arrays)
+                outputs = infer()
             except (OSError, http.client.HTTPException, TimeoutError) as exc:
                 self._failed(f"Triton at {self.settings.url} did not answer ({exc.__class__.__name__}: {exc})")
                 raise TritonUnavailable(f"{self.name}: {self.last_error}") from exc
@@ -147,9 +161,9 @@ class TritonRunner:
 
     def close(self) -> None:
         with self._lock:
-            for name, region in self._regions.items():
+            for region in self._regions.values():
                 try:
-                    self._request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", b"")
+                    self._request("POST", f"/v2/{region.api}/region/{region.name}/unregister", b"")
                 except (OSError, http.client.HTTPException, TimeoutError):
                     pass
                 region.close()
@@ -167,7 +181,7 @@ class TritonRunner:
         # the server may still write a timed-out answer into the old regions, or (restarted)
         # have forgotten them: the next call uses fresh ones and unregisters these names
         for region in self._regions.values():
-            self._stale.append(region.name)
+            self._stale.append((region.api, region.name))
             region.close()
         self._regions.clear()
 
@@ -239,37 +253,39 @@ class TritonRunner:
             offset += size
         return results
 
-    def _infer_shm(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Inputs and outputs in system shared memory, in regions grown to fit the batch."""
+    def _infer_shm(self, arrays: dict[str, Any], kind: str = "system") -> list[Any]:
+        """Inputs and outputs in shared memory of ``kind`` (``system``: NumPy arrays in POSIX
+        segments; ``cuda``: CuPy arrays in device buffers), in regions grown to fit the batch.
+        Results are copies (NumPy or CuPy): the regions are reused by the next call."""
         batch = next(iter(arrays.values())).shape[0]
         sizes = [self._output_bytes(spec, batch, arrays) for spec in self.outputs]
         if None in sizes:  # an output whose size only the data decides: answered in the body
-            return self._infer_body(arrays)
-        inputs = self._region("in", sum(a.nbytes for a in arrays.values()))
+            return self._infer_body({name: to_host(a) for name, a in arrays.items()})
+        inputs = self._region(kind, "in", sum(a.nbytes for a in arrays.values()))
         offset, described = 0, []
         for name, a in arrays.items():
-            inputs.view(offset, a).ravel()[:] = a.ravel()
-            described.append({"name": name, "shape": list(a.shape), "datatype": DATATYPES[a.dtype],
+            inputs.view(offset, a.dtype, a.shape)[...] = a
+            described.append({"name": name, "shape": list(a.shape), "datatype": DATATYPES[np.dtype(a.dtype)],
                               "parameters": {"shared_memory_region": inputs.name, "shared_memory_byte_size": a.nbytes,
                                              "shared_memory_offset": offset}})
             offset += a.nbytes
-        outputs = self._region("out", sum(sizes))
+        outputs = self._region(kind, "out", sum(sizes))
         request_outputs, offset = [], 0
         for spec, size in zip(self.outputs, sizes, strict=True):
             request_outputs.append({"name": spec.name, "parameters": {
                 "shared_memory_region": outputs.name, "shared_memory_byte_size": size, "shared_memory_offset": offset}})
             offset += size
+        inputs.written()
         reply, _ = self._infer({"inputs": described, "outputs": request_outputs})
         by_name = {out["name"]: out for out in reply["outputs"]}
         results, offset = [], 0
         for spec, size in zip(self.outputs, sizes, strict=True):
             out = by_name[spec.name]
-            shape = tuple(out["shape"])
-            results.append(np.array(outputs.view(offset, np.empty(0, NUMPY_TYPES[out["datatype"]]), shape)))
+            results.append(outputs.view(offset, NUMPY_TYPES[out["datatype"]], tuple(out["shape"])).copy())
             offset += size
         return results
 
-    def _output_bytes(self, spec: TensorSpec, batch: int, arrays: dict[str, np.ndarray]) -> int | None:
+    def _output_bytes(self, spec: TensorSpec, batch: int, arrays: dict[str, Any]) -> int | None:
         """Bytes of an output: its static dims; a symbolic dim takes the size of the input
         dim with the same symbol (the swap graphs: output crop = input crop). None: no
         input fixes a dim, the size depends on the data."""
@@ -286,27 +302,32 @@ class TritonRunner:
             count *= size
         return count * spec.dtype.itemsize
 
-    def _region(self, role: str, size: int) -> _Region:
-        region = self._regions.get(role)
+    def _region(self, kind: str, role: str, size: int) -> _SystemRegion | _CudaRegion:
+        key = f"{kind}-{role}"
+        region = self._regions.get(key)
         if region is None or region.size < size:
             if region is not None:
-                self._request("POST", f"/v2/systemsharedmemory/region/{region.name}/unregister", b"")
+                self._request("POST", f"/v2/{region.api}/region/{region.name}/unregister", b"")
                 region.close()
-            region = self._regions[role] = _Region(f"swapcast-{role}-{secrets.token_hex(4)}", max(size, 1 << 20))
+            make = _SystemRegion if kind == "system" else _CudaRegion
+            region = self._regions[key] = make(f"swapcast-{key}-{secrets.token_hex(4)}", max(size, 1 << 20))
         while self._stale:  # a region given up after a failure, which the server may still hold
-            self._request("POST", f"/v2/systemsharedmemory/region/{self._stale[-1]}/unregister", b"")
+            api, name = self._stale[-1]
+            self._request("POST", f"/v2/{api}/region/{name}/unregister", b"")
             self._stale.pop()
         if not region.registered:
-            status, payload, _ = self._request("POST", f"/v2/systemsharedmemory/region/{region.name}/register", json.dumps(
-                {"key": f"/{region.memory.name}", "offset": 0, "byte_size": region.size}).encode())
+            status, payload, _ = self._request("POST", f"/v2/{region.api}/region/{region.name}/register",
+                                               json.dumps(region.registration()).encode())
             if status != 200:
                 raise TritonUnavailable(f"Triton refused shared-memory region {region.name} (HTTP {status}: {payload[:200]!r})")
             region.registered = True
         return region
 
 
-class _Region:
+class _SystemRegion:
     """One POSIX shared-memory segment registered with Triton under ``name``."""
+
+    api = "systemsharedmemory"
 
     def __init__(self, name: str, size: int) -> None:
         self.name = name
@@ -314,13 +335,59 @@ class _Region:
         self.memory = shared_memory.SharedMemory(name=name, create=True, size=size)
         self.registered = False
 
-    def view(self, offset: int, like: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        shape = like.shape if shape is None else shape
-        return np.ndarray(shape, like.dtype, self.memory.buf, offset)
+    def registration(self) -> dict[str, Any]:
+        return {"key": f"/{self.memory.name}", "offset": 0, "byte_size": self.size}
+
+    def view(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        return np.ndarray(shape, dtype, self.memory.buf, offset)
+
+    def written(self) -> None:
+        """Host writes are visible to the server as they happen."""
 
     def close(self) -> None:
         self.memory.close()
         self.memory.unlink()
+
+
+class _CudaRegion:
+    """One device buffer (CuPy, the current device) shared with Triton by its CUDA IPC
+    handle: the server reads the inputs and writes the outputs there, no host copy.
+    Written for GPU nodes with a same-host Triton; no machine of ours has both, so this
+    path has not run."""
+
+    api = "cudasharedmemory"
+
+    def __init__(self, name: str, size: int) -> None:
+        import cupy
+
+        self.name = name
+        self.size = size
+        self.buffer = cupy.empty(size, cupy.uint8)
+        self.device_id = self.buffer.device.id
+        self.registered = False
+
+    def registration(self) -> dict[str, Any]:
+        import base64
+
+        import cupy
+
+        handle = cupy.cuda.runtime.ipcGetMemHandle(self.buffer.data.ptr)
+        return {"raw_handle": {"b64": base64.b64encode(bytes(handle)).decode()}, "device_id": self.device_id,
+                "byte_size": self.size}
+
+    def view(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
+        import cupy
+
+        return cupy.ndarray(shape, dtype, self.buffer.data + offset)
+
+    def written(self) -> None:
+        """The server reads on its own stream: the copies into the buffer must be done."""
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+    def close(self) -> None:
+        self.buffer = None
 
 
 def signature_mismatch(metadata: dict[str, Any], inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> str | None:
