@@ -64,14 +64,18 @@ def run_engine_benchmark(
     compare: str | None = None,
     trackers: Sequence[str] | None = None,
     processors: bool = False,
+    runner: str | None = None,
 ) -> int:
     """``trackers`` (``--trackers``): compare those tracker backends instead (see
     ``swapcast.benchmarks.tracking``); ``processors`` (``--processors``): measure the user's
-    processors instead (``swapcast.benchmarks.processors``)."""
+    processors instead (``swapcast.benchmarks.processors``); ``runner`` (``--runner``): the
+    swap model's runner instead of ``engine.runner``."""
     device_info = _check_device(device)
     settings = config.engine.settings()
     if device != "auto":
         settings = replace(settings, device=device)
+    if runner is not None:  # --runner: e.g. triton vs onnxruntime side by side in two runs
+        settings = replace(settings, runner=runner)
     if trackers is not None:
         unknown = [name for name in trackers if name not in get_args(TrackerName)]
         if unknown or not trackers:

@@ -19,6 +19,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "then the 720p30 capacity ramp (1, 2, 4, ... sessions until p99 > 60 ms or frames drop)")
     engine.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="compute device (default auto); cuda fails when no CUDA device is present")
+    engine.add_argument("--runner", choices=["auto", "onnxruntime", "torch", "tensorrt", "triton"],
+                        help="the swap model's runner (default: engine.runner; triton: the server at engine.triton_url)")
     engine.add_argument("--seconds", type=float, default=6.0, help="with --sessions: seconds per measured run (default 6)")
     engine.add_argument("--max-sessions", type=int, default=64, metavar="N", help="with --sessions: cap of the capacity ramp (default 64)")
     engine.add_argument("--compare", choices=["mesh", "mesh3d", "inswapper"], metavar="SWAPPER",
@@ -121,7 +123,7 @@ def _run_engine(args: argparse.Namespace) -> int:
     return run_engine_benchmark(
         config, frames=args.frames, report_dir=args.report, as_json=args.json,
         sessions=args.sessions, device=args.device, seconds=args.seconds, max_sessions=args.max_sessions,
-        compare=args.compare, trackers=args.trackers, processors=args.processors,
+        compare=args.compare, trackers=args.trackers, processors=args.processors, runner=args.runner,
     )
 
 
