@@ -11,9 +11,10 @@ colour disagrees strongly with its own model AND with the face's skin; the verdi
 smoothed in UV space (rising fast, falling slower), so the edge does not crawl while the
 face moves, and it is drawn back into the crop through the posed mesh with a soft edge.
 
-A still (or a track's first frames) has no history: there a texel must be far from the
-skin and from its mirror image on the other side of the face (or very far from the skin)
--- conservative, so a still's own shadows, beard or make-up stay swapped.
+A still has no history: there a texel must be far from the skin and from its mirror
+image on the other side of the face (or very far from the skin) -- conservative, so a
+still's own shadows, beard or make-up stay swapped. A track's first frames (a fifth of a
+second) only teach its model: what the face wears from the start is part of it.
 
 Everything runs on the host at a low resolution (``GRID`` texels, the crop at ``RASTER``
 pixels): a few milliseconds per face.
@@ -51,13 +52,14 @@ CONFIDENT_FRAMES = 6.0  # a texel's model counts fully after this many seen fram
 MODEL_FRAMES = 30.0  # the model follows about this many recent frames
 SPREAD_FLOOR = 0.09  # colour spread a texel model never goes under (noise, small moves)
 MODEL_DEVIATION = (2.2, 3.5)  # texel vs its model, in spreads: evidence rises across this range
-LEARN_DEVIATION = (1.5, 2.5)  # ... and the model stops learning a texel across this one
+LEARN_DEVIATION = (1.5, 2.5)  # ... and the model's mean stops learning a texel across this one
+SPREAD_LEARN_DEVIATION = (3.0, 4.5)  # ... its spread across this one
 LUMA_WEIGHT = 0.7  # brightness counts this much in colour distances (against the chroma's 1)
 SKIN_DEVIATION = (0.12, 0.25)  # texel vs the skin median, relative colour distance: same
 STILL_SKIN_DEVIATION = (0.30, 0.45)  # stills: a texel this far from the skin ...
 STILL_MIRROR_DEVIATION = (0.20, 0.35)  # ... and this far from its mirror image
 STILL_SKIN_ALONE = (0.55, 0.75)  # ... or this far from the skin alone
-RISE, FALL = 0.75, 0.35  # per-frame smoothing of the verdict in UV space: quick to keep, slower to let go
+RISE, FALL = 0.45, 0.35  # per-frame smoothing of the verdict in UV space: a noisy texel flagged once is not kept
 KEEP_RANGE = (0.3, 0.55)  # smoothed verdict -> keep mask (the soft edge)
 MARGIN = 2  # RASTER pixels the keep mask reaches past an occluder's edge (the soft edge lies outside it)
 MAX_OCCLUDED_TO_LEARN = 0.4  # a frame with more of the face occluded than this teaches the model nothing
@@ -141,14 +143,15 @@ class OcclusionEstimator:
         layout = _layout()
         tracked = face.track_id is not None and face.track_id >= 0
         track = self._track(face.track_id, len(layout.skin)) if tracked else None
-        still = _still_evidence(observation, layout)
         if track is None:
-            verdict = _smooth_in_uv(still * observation.visible, layout.atlas)
+            verdict = _smooth_in_uv(_still_evidence(observation, layout) * observation.visible, layout.atlas)
         else:
+            # a track's first frames teach its model what the face looks like, whatever it
+            # wears (its own glasses are part of it); from then on what comes in front is kept
             deviation = _deviation(observation.colours, track, layout.atlas)
             confidence = np.clip(track.seen / CONFIDENT_FRAMES, 0.0, 1.0)
             from_model = _ramp(deviation, MODEL_DEVIATION) * _ramp(_skin_distance(observation), SKIN_DEVIATION) * layout.judged
-            evidence = _smooth_in_uv((confidence * from_model + (1.0 - confidence) * still) * observation.visible, layout.atlas)
+            evidence = _smooth_in_uv(confidence * from_model * observation.visible, layout.atlas)
             judged = observation.visible & layout.judged
             if float((evidence[judged] > 0.5).mean()) > MAX_OCCLUDED:
                 evidence = np.zeros_like(evidence)  # the mesh is off the face (a lost or misplaced track), not an occluder
@@ -157,8 +160,7 @@ class OcclusionEstimator:
             # learning asks the texel's own model, not its neighbours' (or a thin occluder
             # would creep in along itself, one learnt texel forgiving the next)
             own = _distance(observation.colours, track.mean) / np.maximum(track.spread, SPREAD_FLOOR)
-            agrees = np.where(track.seen > 0, 1.0 - _ramp(own, LEARN_DEVIATION), 1.0 - still)
-            _learn(track, observation, layout, agrees, deviation)
+            _learn(track, observation, layout, own, deviation)
         if float(verdict.max(initial=0.0)) < KEEP_RANGE[0]:
             return None
         return _to_crop(verdict, observation, crop.shape[0])
@@ -292,23 +294,27 @@ def _smooth_in_uv(evidence: np.ndarray, atlas: UvAtlas) -> np.ndarray:
     return cv2.morphologyEx(image, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))[atlas.texels]
 
 
-def _learn(track: _Track, observation: _Observation, layout: _UvLayout, agrees: np.ndarray, deviation: np.ndarray) -> None:
-    """Fold this frame into the texel models where the texel is seen, not occluded and
-    agrees with what it learnt (a sudden change -- something coming in front -- is not
-    learnt; the slow ones of a turning, moving face are). The spread follows the
-    registration-tolerant ``deviation`` (in spreads), so a feature's edge sliding under
-    the mesh does not widen it."""
+def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.ndarray, deviation: np.ndarray) -> None:
+    """Fold this frame into the texel models where the texel is seen and not occluded. The
+    mean learns only where the colour agrees with the texel's ``own`` model (in spreads: a
+    sudden change -- something coming in front -- is not learnt, the slow ones of a turning,
+    moving face are); the spread also where it disagrees moderately (a grainy, wrinkled
+    face's texels vary more than a smooth one's), following the registration-tolerant
+    ``deviation`` so a feature's edge sliding under the mesh does not widen it."""
     seen_now = observation.visible & layout.judged
     if not seen_now.any() or float(track.verdict[seen_now].mean()) > MAX_OCCLUDED_TO_LEARN:
         return
-    weight = (seen_now * agrees * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0))).astype(np.float32)
+    free = seen_now * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0))
+    new = track.seen == 0
+    weight = (free * np.where(new, 1.0, 1.0 - _ramp(own, LEARN_DEVIATION))).astype(np.float32)
+    spread_weight = free * np.where(new, 1.0, 1.0 - _ramp(own, SPREAD_LEARN_DEVIATION))
     count = np.minimum(track.seen + weight, MODEL_FRAMES)
-    rate = np.where(count > 0, weight / np.maximum(count, 1e-6), 0.0)[:, None]
-    track.mean += rate * (observation.colours - track.mean)
-    first = (track.seen == 0) & (weight > 0)
+    rate = np.where(count > 0, weight / np.maximum(count, 1e-6), 0.0)
+    spread_rate = np.where(count > 0, spread_weight / np.maximum(count, 1.0), 0.0)
+    track.mean += rate[:, None] * (observation.colours - track.mean)
     registered = np.minimum(deviation, MODEL_DEVIATION[1]) * np.maximum(track.spread, SPREAD_FLOOR)
-    spread_sq = track.spread**2 + rate[:, 0] * (registered**2 - track.spread**2)
-    track.spread = np.where(first, SPREAD_FLOOR, np.sqrt(np.maximum(spread_sq, SPREAD_FLOOR**2))).astype(np.float32)
+    spread_sq = track.spread**2 + spread_rate * (registered**2 - track.spread**2)
+    track.spread = np.where(new, SPREAD_FLOOR, np.sqrt(np.maximum(spread_sq, SPREAD_FLOOR**2))).astype(np.float32)
     track.seen = count.astype(np.float32)
 
 
