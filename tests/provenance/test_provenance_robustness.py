@@ -52,7 +52,7 @@ def test_payload_survives(attack, clips):
 
 
 def test_clean_video_and_a_wrong_key_find_nothing(clips):
-    assert not _detect(KEY, h264(clips["clean"], 1500)).found
+    assert not _detect(KEY, h264(clips["clean"][:30], 1500)).found
     assert not _detect(WatermarkKey(b"not the key"), clips["h264_1500k_720p"]).found
 
 
