@@ -64,13 +64,15 @@ from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
 from gpu.types import Face
 
-TEXTURE_SIZE = 256  # source albedo in UV space
+TEXTURE_SIZE = 384  # source albedo in UV space (256 softened faces over ~200 px wide: a webcam face close up, a photo)
 LIGHTING_SIZE = 32  # UV grid of the per-frame lighting fit and shading map (lighting is smooth)
 MASK_SIZE = 128  # UV seam masks
 ALBEDO_MAX = 2.0  # albedo is relative to the skin (1); brighter than twice the skin is clipped
 OPENING_EDGE = 0.5  # keep the openings from their own contour inwards: the fade to the source's lids lies inside, none of the target's lid rims shows
 MIN_SKIN_TEXELS = 32  # of the lighting atlas's skin texels, to fit a face's light on
-TRUSTED_WEIGHT = (0.08, 0.3)  # a texel seen at cos^2 below the first is filled, above the second kept
+TRUSTED_WEIGHT = (0.03, 0.12)  # a texel seen at cos^2 below the first is filled, above the second kept: grazing
+# texels (70 deg) stay their own, so a turned head's cheek keeps its detail instead of a smooth fill (a softer
+# range blurred the near cheek at 45-60 deg; on the yaw sweep the face's Laplacian energy +8 %)
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
 SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
 COLOUR_GAIN_RANGE = (0.5, 2.0)
@@ -351,7 +353,7 @@ class Mesh3dSwapper:
                 self._neutral.popitem(last=False)
         return mean
 
-    def _render(self, points: np.ndarray, target_eyes: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _render(self, points: np.ndarray, target_eyes: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Rasterise the posed mesh at half resolution, back faces culled, z-buffered: the
         UV position of each pixel (half res, (S/2, S/2, 2), -1 where nothing is), whether
         the face is drawn there, whether a kept opening is there (the mouth's, and the eyes'
