@@ -35,3 +35,14 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory, triton_models: Path)
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def triton_engine(triton_server):
+    """A node's face engine on runner triton (the built-in mesh3d swapper on the server)."""
+    from gpu.engine import EngineSettings, FaceEngine
+
+    engine = FaceEngine(EngineSettings(swapper="mesh3d", runner="triton", triton_url=triton_server.url,
+                                       triton_timeout_s=5.0, runner_threads=1))
+    yield engine
+    engine.close()

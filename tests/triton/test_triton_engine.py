@@ -6,18 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpu.engine import EngineSettings, FaceEngine
 from streamer.metrics import _model_server_metrics
 from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.samples import moving_face_frames
-
-
-@pytest.fixture(scope="module")
-def triton_engine(triton_server):
-    engine = FaceEngine(EngineSettings(swapper="mesh3d", runner="triton", triton_url=triton_server.url,
-                                       triton_timeout_s=5.0, runner_threads=1))
-    yield engine
-    engine.close()
 
 
 @pytest.mark.slow
