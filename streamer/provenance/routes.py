@@ -22,7 +22,9 @@ from streamer.provenance.verify import verify
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 _SUFFIX_OF_TYPE = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp", "video/mp4": ".mp4",
                    "video/quicktime": ".mov", "video/x-matroska": ".mkv", "video/webm": ".webm", "video/x-flv": ".flv"}
+MAX_CONCURRENT = 2  # verifications run at once per node (each decodes and analyses; the rest wait)
 SETTINGS_KEY = web.AppKey("provenance", ProvenanceSettings)
+SLOTS_KEY = web.AppKey("provenance_slots", asyncio.Semaphore)
 
 
 class UploadError(Exception):
@@ -33,6 +35,7 @@ class UploadError(Exception):
 
 def add_provenance_routes(app: web.Application, settings: ProvenanceSettings) -> None:
     app[SETTINGS_KEY] = settings
+    app[SLOTS_KEY] = asyncio.Semaphore(MAX_CONCURRENT)
     app.router.add_post("/api/v1/provenance/verify", verify_upload)
 
 
@@ -41,7 +44,8 @@ async def verify_upload(request: web.Request) -> web.Response:
         with tempfile.TemporaryDirectory(prefix="swapcast-verify-") as folder:
             path = await _save_upload(request, Path(folder))
             try:
-                verdict = await asyncio.to_thread(verify, path, request.app[SETTINGS_KEY])
+                async with request.app[SLOTS_KEY]:
+                    verdict = await asyncio.to_thread(verify, path, request.app[SETTINGS_KEY])
             except SwapcastError as exc:
                 raise UploadError(422, str(exc).replace(str(path), path.name)) from None
             answer = verdict.to_dict()
