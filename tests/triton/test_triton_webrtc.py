@@ -1,8 +1,10 @@
 """A live WebRTC session through a node on runner triton: the camera's face comes back as
-the source's (the identity checks of tests/webrtc), and /metrics shows Triton's numbers."""
+the source's (the identity checks of tests/webrtc), /metrics shows Triton's numbers; with
+Triton killed the session goes on unswapped and /readyz says why."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from gpu.analysis.identity import identity_distance  # noqa: E402
 
 
 @pytest.mark.slow
-def test_live_session_swaps_through_triton(triton_engine, identity_of, astronaut_image, grace_image, tmp_path) -> None:
+def test_live_session_swaps_through_triton(triton_engine, triton_server, identity_of, astronaut_image, grace_image, tmp_path) -> None:
     source, camera = identity_of(astronaut_image), identity_of(grace_image)
 
     async def scenario():
@@ -32,12 +34,20 @@ def test_live_session_swaps_through_triton(triton_engine, identity_of, astronaut
             state = await (await client.get(f"/api/v1/sessions/{reply['session_id']}")).json()
             ready = await client.get("/readyz")
             metrics = await (await client.get("/metrics")).text()
+            # Triton gone: the session goes on delivering (unswapped, counted), /readyz says why
+            triton_server.kill()
+            mark = collector.count
+            await collector.wait_for(mark + 10)
+            down = await client.get("/readyz")
+            down_body = await down.json()
+            down_state = await (await client.get(f"/api/v1/sessions/{reply['session_id']}")).json()
+            await asyncio.to_thread(triton_server.start)
             await client.delete(f"/api/v1/sessions/{reply['session_id']}")
             await collector.stop()
             await pc.close()
-            return frames, state, ready.status, metrics
+            return frames, state, ready.status, metrics, down.status, down_body, down_state
 
-    frames, state, ready_status, metrics = run(scenario(), timeout=60)
+    frames, state, ready_status, metrics, down_status, down_body, down_state = run(scenario(), timeout=90)
     stats = state["stats"]
     assert stats["frames_out"] > 0 and stats["faces_swapped"] == 1 and stats["swap_errors"] == 0
     # the identity checks of tests/webrtc, on the mean of the last frames: on this loaded
@@ -50,3 +60,6 @@ def test_live_session_swaps_through_triton(triton_engine, identity_of, astronaut
     assert ready_status == 200
     assert 'swapcast_model_server_requests_total{model="mesh3d_swap"}' in metrics
     assert "swapcast_model_server_batch_size_bucket" in metrics
+    assert down_status == 503 and "Triton" in down_body["error"] and "unreachable" in down_body["error"]
+    assert down_state["stats"]["frames_unswapped_busy"] > 0
+    assert down_state["stats"]["frames_out"] >= stats["frames_out"] + 10
