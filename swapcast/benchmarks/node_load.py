@@ -140,10 +140,11 @@ class ReplicaServers:
     each session's media goes straight to the node the gateway placed it on. The same face
     and thread settings as a single node, from the same config file."""
 
-    def __init__(self, config_path: Path, sessions: int, workdir: Path, processes: int) -> None:
+    def __init__(self, config_path: Path, sessions: int, workdir: Path, processes: int, runner_threads: int = 0) -> None:
         (workdir / "cluster").mkdir(parents=True, exist_ok=True)
+        # the config file's runner threads, not the local cluster's 1 (its environment wins over the file)
         self.cluster = Cluster(nodes_count=processes, capacity=sessions + 1, workdir=workdir / "cluster",
-                               env={"SWAPCAST_CONFIG": str(config_path)})
+                               env={"SWAPCAST_CONFIG": str(config_path), "SWAPCAST_ENGINE__RUNNER_THREADS": str(runner_threads)})
         self.token = token("bench", role="admin")
         self.base_url = ""
         self._peak_rss_mb = 0.0

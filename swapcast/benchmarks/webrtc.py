@@ -588,7 +588,7 @@ async def _run_phases(config: Config, counts: list[int], seconds: float, warmup_
         server = ServerProcess(config, max(counts), workdir)
     else:
         config_path, _ = write_node_config(config, max(counts), workdir, free_port())
-        server = ReplicaServers(config_path, max(counts), workdir, processes)
+        server = ReplicaServers(config_path, max(counts), workdir, processes, config.engine.runner_threads)
         print(f"starting {processes} node processes behind a gateway …", file=err, flush=True)
     report: dict[str, Any] = {}
     try:
