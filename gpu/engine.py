@@ -105,13 +105,16 @@ class FaceEngine:
             batcher = self._batcher
         return batcher.metrics() if batcher is not None and not batcher.closed else None
 
-    def runner_statistics(self) -> dict[str, Any] | None:
+    def runner_statistics(self, cached: bool = False) -> dict[str, Any] | None:
         """The swap model server's own numbers (runner triton: Triton's statistics, with
         ``model``), None for an in-process runner or an unreachable server. Blocking
-        (an HTTP call): callers on an event loop run it in a thread."""
+        (an HTTP call): callers on an event loop run it in a thread; ``cached``: the last
+        numbers read, without asking the server."""
         runner = self.swapper.runner
         statistics = getattr(runner, "statistics", None)
-        numbers = statistics() if statistics is not None else None
+        if statistics is None:
+            return None
+        numbers = getattr(runner, "recent_statistics", None) if cached else statistics()
         return None if numbers is None else {**numbers, "model": runner.name}
 
     def runner_health(self) -> tuple[bool, str]:

@@ -148,7 +148,24 @@ class NodeHooksAdapter:
             "sessions_live": len(sessions) + len(self.node.rtmp_ingest.streams),
             "fps_out": round(sum(s.video.stats.snapshot().get("fps_out", 0.0) or 0.0 for s in sessions), 1),
             "device_busy_pct": round(self._recent_busy_pct(metrics), 1),
+            **self._model_server(),
         }
+
+    def _model_server(self) -> dict[str, Any]:
+        """Runner triton: the server's numbers for the dashboard's node row, as last read;
+        a fresh read (an HTTP call) is started in a thread for the next beat."""
+        engine = self.node.engine
+        if not hasattr(engine.swapper.runner, "statistics"):
+            return {}
+        asyncio.get_running_loop().run_in_executor(None, engine.runner_statistics)
+        numbers = engine.runner_statistics(cached=True)
+        if numbers is None:
+            return {}
+        return {"model_server": {
+            "model": numbers["model"], "queue_ms": round(numbers["queue_ms_mean"], 2),
+            "compute_ms": round(numbers["compute_ms_mean"], 2),
+            "mean_batch": round(numbers["inferences"] / max(numbers["executions"], 1), 2),
+        }}
 
     def _recent_busy_pct(self, metrics: dict[str, Any]) -> float:
         """Device busy % since the previous beat (the batcher's own figure averages over its

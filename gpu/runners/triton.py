@@ -102,6 +102,7 @@ class TritonRunner:
         self.inputs, self.outputs = onnx_signature(model)
         self.last_error: str | None = None
         self.failures = 0
+        self.recent_statistics: dict[str, Any] | None = None  # the last ``statistics()`` read
         self._regions: dict[str, _SystemRegion | _CudaRegion] = {}
         self._stale: list[tuple[str, str]] = []  # (api, name) of regions the server may still hold
         self._use_shm = settings.shared_memory != "off" and self._host in _LOCAL_HOSTS
@@ -157,7 +158,8 @@ class TritonRunner:
             return None
         if status != 200:
             return None
-        return model_statistics(json.loads(body))
+        self.recent_statistics = model_statistics(json.loads(body))
+        return self.recent_statistics
 
     def close(self) -> None:
         with self._lock:

@@ -1,6 +1,7 @@
 """A live WebRTC session through a node on runner triton: the camera's face comes back as
-the source's (the identity checks of tests/webrtc), /metrics shows Triton's numbers; with
-Triton killed the session goes on unswapped and /readyz says why."""
+the source's (the identity checks of tests/webrtc); /metrics and the heartbeat behind the
+dashboard's node row show Triton's numbers; with Triton killed the session goes on
+unswapped and /readyz says why."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))  # the W
 from webrtc_harness import answer, camera_offer, client_peer, collect_video, node, run  # noqa: E402
 
 from gpu.analysis.identity import identity_distance  # noqa: E402
+from swapcast.app import NODE_KEY  # noqa: E402
 
 
 @pytest.mark.slow
@@ -34,6 +36,10 @@ def test_live_session_swaps_through_triton(triton_engine, triton_server, identit
             state = await (await client.get(f"/api/v1/sessions/{reply['session_id']}")).json()
             ready = await client.get("/readyz")
             metrics = await (await client.get("/metrics")).text()
+            hooks = client.app[NODE_KEY].agent.hooks  # what the heartbeat sends the dashboard
+            hooks.numbers()  # starts a read of Triton's numbers for the next beat
+            await asyncio.sleep(1.0)
+            _, beat = hooks.numbers()
             # Triton gone: the session goes on delivering (unswapped, counted), /readyz says why
             triton_server.kill()
             mark = collector.count
@@ -45,9 +51,9 @@ def test_live_session_swaps_through_triton(triton_engine, triton_server, identit
             await client.delete(f"/api/v1/sessions/{reply['session_id']}")
             await collector.stop()
             await pc.close()
-            return frames, state, ready.status, metrics, down.status, down_body, down_state
+            return frames, state, ready.status, metrics, down.status, down_body, down_state, beat
 
-    frames, state, ready_status, metrics, down_status, down_body, down_state = run(scenario(), timeout=90)
+    frames, state, ready_status, metrics, down_status, down_body, down_state, beat = run(scenario(), timeout=90)
     stats = state["stats"]
     assert stats["frames_out"] > 0 and stats["faces_swapped"] == 1 and stats["swap_errors"] == 0
     # the identity checks of tests/webrtc, on the mean of the last frames: on this loaded
@@ -60,6 +66,7 @@ def test_live_session_swaps_through_triton(triton_engine, triton_server, identit
     assert ready_status == 200
     assert 'swapcast_model_server_requests_total{model="mesh3d_swap"}' in metrics
     assert "swapcast_model_server_batch_size_bucket" in metrics
+    assert beat["model_server"]["model"] == "mesh3d_swap" and beat["model_server"]["mean_batch"] >= 1
     assert down_status == 503 and "Triton" in down_body["error"] and "unreachable" in down_body["error"]
     assert down_state["stats"]["frames_unswapped_busy"] > 0
     assert down_state["stats"]["frames_out"] >= stats["frames_out"] + 10

@@ -278,7 +278,11 @@ function updateNodeRow(row, node) {
   setText(c.queue, `${fmt(node.queue_delay_ms, 1)} ms`);
   setText(c.sessions, fmt(stats.sessions_live));
   setText(c.fps, fmt(stats.fps_out, 1));
-  setText(c.busy, isNum(stats.device_busy_pct) ? `${fmt(stats.device_busy_pct, 0)} %` : '–');
+  // runner triton: the model server's own numbers (all its nodes) instead of the node's batcher
+  const server = stats.model_server;
+  setText(c.busy, server
+    ? `Triton ${server.model}: batch ${fmt(server.mean_batch, 1)}, queue ${fmt(server.queue_ms, 1)} ms, compute ${fmt(server.compute_ms, 1)} ms`
+    : isNum(stats.device_busy_pct) ? `${fmt(stats.device_busy_pct, 0)} %` : '–');
   setText(c.seen, ago(node.last_seen));
   setAttr(c.seen, 'title', isNum(node.last_seen) ? new Date(node.last_seen * 1000).toLocaleString() : null);
   const [drain, ready] = c.actions.querySelectorAll('button');
