@@ -124,7 +124,7 @@ def test_occlusion_off_hands_the_swapper_no_keep_mask(engine):
 def test_a_gift_box_held_over_a_panning_face_stays_in_front(engine):
     """The occlusion set's pan with the gift box over a cheek: with occlusion on, most of
     the box survives the swap (off: almost none) and the face around it is still the source."""
-    clip = bench.occlusion_set(people=("astronaut",), motions=("pan",), objects=("gift",), frames=16)[0]
+    clip = bench.occlusion_set(people=("astronaut",), motions=("pan",), objects=("gift",), frames=24)[0]
     source = engine.register_source(bench.person_image("grace_hopper"))
     kept = {}
     for mode in ("auto", "off"):

@@ -53,13 +53,13 @@ MODEL_FRAMES = 30.0  # the model follows about this many recent frames
 SPREAD_FLOOR = 0.09  # colour spread a texel model never goes under (noise, small moves)
 MODEL_DEVIATION = (2.2, 3.5)  # texel vs its model, in spreads: evidence rises across this range
 LEARN_DEVIATION = (1.5, 2.5)  # ... and the model's mean stops learning a texel across this one
-SPREAD_LEARN_DEVIATION = (3.0, 4.5)  # ... its spread across this one
+SPREAD_LEARN_DEVIATION = (2.5, 3.5)  # ... its spread across this one
 LUMA_WEIGHT = 0.7  # brightness counts this much in colour distances (against the chroma's 1)
 SKIN_DEVIATION = (0.12, 0.25)  # texel vs the skin median, relative colour distance: same
 STILL_SKIN_DEVIATION = (0.30, 0.45)  # stills: a texel this far from the skin ...
 STILL_MIRROR_DEVIATION = (0.20, 0.35)  # ... and this far from its mirror image
 STILL_SKIN_ALONE = (0.55, 0.75)  # ... or this far from the skin alone
-RISE, FALL = 0.45, 0.35  # per-frame smoothing of the verdict in UV space: a noisy texel flagged once is not kept
+RISE, FALL = 0.75, 0.35  # per-frame smoothing of the verdict in UV space: a noisy texel flagged once is not kept
 KEEP_RANGE = (0.3, 0.55)  # smoothed verdict -> keep mask (the soft edge)
 MARGIN = 2  # RASTER pixels the keep mask reaches past an occluder's edge (the soft edge lies outside it)
 MAX_OCCLUDED_TO_LEARN = 0.4  # a frame with more of the face occluded than this teaches the model nothing
@@ -276,15 +276,13 @@ def _deviation(colours: np.ndarray, track: _Track, atlas: UvAtlas) -> np.ndarray
     learnt = np.where((track.seen > 0)[:, None], track.mean @ _FEATURES.T, UNSEEN_COLOUR)  # a texel never seen forgives nothing
     model = cv2.split(cv2.copyMakeBorder(atlas.scatter(learnt, fill=UNSEEN_COLOUR), reach, reach, reach, reach,
                                          cv2.BORDER_CONSTANT, value=(UNSEEN_COLOUR,) * 3))
-    spread = atlas.scatter(np.maximum(track.spread, SPREAD_FLOOR)[:, None], fill=1.0)[..., 0]
-    inverse = 1.0 / cv2.copyMakeBorder(spread**2, reach, reach, reach, reach, cv2.BORDER_CONSTANT, value=1.0)
     best = np.full((GRID, GRID), np.inf, np.float32)
     for dy in range(2 * reach + 1):
         for dx in range(2 * reach + 1):
             window = (slice(dy, dy + GRID), slice(dx, dx + GRID))
-            squared = sum((plane - shifted[window]) ** 2 for plane, shifted in zip(observed, model, strict=True))
-            np.minimum(best, squared * inverse[window], out=best)
-    return np.sqrt(best[atlas.texels])
+            np.minimum(best, sum((plane - shifted[window]) ** 2 for plane, shifted in zip(observed, model, strict=True)), out=best)
+    # in the texel's own spread: a neighbour whose spread grew (an edge) forgives nothing
+    return np.sqrt(best[atlas.texels]) / np.maximum(track.spread, SPREAD_FLOOR)
 
 
 def _smooth_in_uv(evidence: np.ndarray, atlas: UvAtlas) -> np.ndarray:
