@@ -150,12 +150,15 @@ class FaceEngine:
         return new
 
     def close(self) -> None:
-        """Stop the batcher (its threads); the engine's models need no closing. A later
-        swap makes a new batcher."""
+        """Stop the batcher (its threads); the engine's models need no closing (a Triton
+        runner gives back its shared memory). A later swap makes a new batcher."""
         with self._batcher_lock:
             batcher, self._batcher = self._batcher, None
         if batcher is not None:
             batcher.close()
+        close_runner = getattr(self.swapper.runner, "close", None)  # runner triton: its shared memory
+        if close_runner is not None:
+            close_runner()
         self.processors.close()
         with self._tracking_lock:
             tracking, self._tracking = self._tracking, None

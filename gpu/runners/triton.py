@@ -96,8 +96,7 @@ class TritonRunner:
         if parsed.scheme not in ("http", "") or not parsed.hostname:
             raise SwapcastError(f"engine.triton_url must be http://HOST:PORT (got {settings.url!r})")
         self._host, self._port = parsed.hostname, parsed.port or 8000
-        self._local = local = threading.local()
-        local.connection = None
+        self._local = threading.local()  # one keep-alive connection per calling thread
         self._lock = threading.Lock()
         self.inputs, self.outputs = onnx_signature(model)
         self.last_error: str | None = None
