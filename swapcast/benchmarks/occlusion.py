@@ -288,8 +288,10 @@ def identity_scores(engine: FaceEngine, clip: OccludedClip, outputs: list[np.nda
 
 
 def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], report: Path | None = None,
-                            out=sys.stdout) -> dict[str, Any]:
-    """Every clip swapped with the occlusion estimate on and off; prints the table, returns the numbers."""
+                            out=None) -> dict[str, Any]:
+    """Every clip swapped with the occlusion estimate on and off; prints the table (to
+    ``out``, default stdout), returns the numbers."""
+    out = out or sys.stdout
     sources: dict[str, tuple[SourceFace, np.ndarray]] = {}
     results: list[ClipResult] = []
     for clip in clips:
