@@ -97,6 +97,7 @@ class TritonRunner:
             raise SwapcastError(f"engine.triton_url must be http://HOST:PORT (got {settings.url!r})")
         self._host, self._port = parsed.hostname, parsed.port or 8000
         self._local = threading.local()  # one keep-alive connection per calling thread
+        self._connections: set[http.client.HTTPConnection] = set()  # every thread's, for close()
         self._lock = threading.Lock()
         self.inputs, self.outputs = onnx_signature(model)
         self.last_error: str | None = None
@@ -105,7 +106,11 @@ class TritonRunner:
         self._regions: dict[str, _SystemRegion | _CudaRegion] = {}
         self._stale: list[tuple[str, str]] = []  # (api, name) of regions the server may still hold
         self._use_shm = settings.shared_memory != "off" and self._host in _LOCAL_HOSTS
-        self._check_signature()
+        try:
+            self._check_signature()
+        except SwapcastError:
+            self._drop_connection()
+            raise
 
     # -- the runner contract --------------------------------------------------------------
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
@@ -169,10 +174,9 @@ class TritonRunner:
                     pass
                 region.close()
             self._regions.clear()
-            connection = getattr(self._local, "connection", None)
-            if connection is not None:
+            for connection in list(self._connections):  # other threads' too (health, statistics)
                 connection.close()
-                self._local.connection = None
+            self._connections.clear()
 
     # -- internals ------------------------------------------------------------------------
     def _failed(self, why: str) -> None:
@@ -202,6 +206,7 @@ class TritonRunner:
         connection = getattr(self._local, "connection", None)
         if connection is None:
             connection = self._local.connection = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        self._connections.add(connection)  # again after close(): a closed connection reconnects on use
         connection.timeout = timeout
         if connection.sock is not None:
             connection.sock.settimeout(timeout)
@@ -211,6 +216,7 @@ class TritonRunner:
         connection = getattr(self._local, "connection", None)
         if connection is not None:
             connection.close()
+            self._connections.discard(connection)
             self._local.connection = None
 
     def _request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,

@@ -80,7 +80,9 @@ class TritonServer:
         self.repository = repository
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self.process: subprocess.Popen | None = None
-        self.log = Path(tempfile.mkstemp(prefix="swapcast-triton-", suffix=".log")[1])
+        fd, log = tempfile.mkstemp(prefix="swapcast-triton-", suffix=".log")
+        os.close(fd)
+        self.log = Path(log)
 
     @property
     def url(self) -> str:
@@ -94,8 +96,8 @@ class TritonServer:
                    f"--grpc-port={self.grpc_port}", f"--metrics-port={self.metrics_port}",
                    "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--allow-metrics=false",
                    "--exit-timeout-secs=2", "--log-verbose=0"]
-        self.process = subprocess.Popen(command, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        with self.log.open("ab") as log:  # the server writes to its own copy of the descriptor
+            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -107,8 +109,9 @@ class TritonServer:
             except OSError:
                 pass
             time.sleep(0.2)
+        tail = self.log.read_text()[-3000:]
         self.stop()
-        raise RuntimeError(f"tritonserver not ready in {timeout} s: {self.log.read_text()[-3000:]}")
+        raise RuntimeError(f"tritonserver not ready in {timeout} s: {tail}")
 
     def kill(self) -> None:
         """SIGKILL, as a crash would; its port is free again once it is reaped."""
@@ -118,6 +121,7 @@ class TritonServer:
         self.process = None
 
     def stop(self) -> None:
+        """Stop the server for good (its log goes too)."""
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -125,3 +129,4 @@ class TritonServer:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.process = None
+        self.log.unlink(missing_ok=True)
