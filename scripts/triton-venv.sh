@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A virtualenv with a real Triton Inference Server (nvidia-pytriton's tritonserver, Python
-# backend) and ONNX Runtime, for the tests in tests/triton/. Built on Debian's python3.11:
+# backend) and ONNX Runtime, for the tests in tests/triton_runner/. Built on Debian's python3.11:
 # pytriton's Python-backend stub fails at model load under pyenv's 3.11.7
 # ('_thread.RLock' object has no attribute '_recursion_count'). Idempotent: a stamp file
 # names what was installed; an existing, matching venv is left alone.
