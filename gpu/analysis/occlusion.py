@@ -12,8 +12,8 @@ smoothed in UV space (rising fast, falling slower), so the edge does not crawl w
 face moves, and it is drawn back into the crop through the posed mesh with a soft edge.
 
 A still has no history: there a texel must be far from the skin and from its mirror
-image on the other side of the face (or very far from the skin) -- conservative, so a
-still's own shadows, beard or make-up stay swapped. A track's first frames (a fifth of a
+image on the other side of the face -- conservative, so a still's own glasses, beard or
+make-up stay swapped and only a one-sided object (a hand, a cup) is kept. A track's first frames (a fifth of a
 second) only teach its model: what the face wears from the start is part of it.
 
 Everything runs on the host at a low resolution (``GRID`` texels, the crop at ``RASTER``
@@ -58,7 +58,6 @@ LUMA_WEIGHT = 0.7  # brightness counts this much in colour distances (against th
 SKIN_DEVIATION = (0.12, 0.25)  # texel vs the skin median, relative colour distance: same
 STILL_SKIN_DEVIATION = (0.30, 0.45)  # stills: a texel this far from the skin ...
 STILL_MIRROR_DEVIATION = (0.20, 0.35)  # ... and this far from its mirror image
-STILL_SKIN_ALONE = (0.55, 0.75)  # ... or this far from the skin alone
 RISE, FALL = 0.75, 0.35  # per-frame smoothing of the verdict in UV space: a noisy texel flagged once is not kept
 KEEP_RANGE = (0.3, 0.55)  # smoothed verdict -> keep mask (the soft edge)
 MARGIN = 2  # RASTER pixels the keep mask reaches past an occluder's edge (the soft edge lies outside it)
@@ -255,13 +254,13 @@ def _skin_distance(observation: _Observation) -> np.ndarray:
 
 
 def _still_evidence(observation: _Observation, layout: _UvLayout) -> np.ndarray:
-    """No history: far from the skin and from the mirrored texel, or very far from the
-    skin; judged on plain skin only (eyes, brows and lips differ from skin by nature)."""
+    """No history: far from the skin and from the mirrored texel (what is the same on both
+    sides -- the face's own glasses, make-up -- is its own); judged on plain skin only
+    (eyes, brows and lips differ from skin by nature)."""
     skin = _skin_distance(observation)
     mirror = _distance(observation.colours, observation.mirrored)
     asymmetric = np.where(observation.mirror_visible, _ramp(mirror, STILL_MIRROR_DEVIATION), 0.0)
-    evidence = np.maximum(_ramp(skin, STILL_SKIN_DEVIATION) * asymmetric, _ramp(skin, STILL_SKIN_ALONE))
-    return evidence * layout.skin
+    return _ramp(skin, STILL_SKIN_DEVIATION) * asymmetric * layout.skin
 
 
 def _deviation(colours: np.ndarray, track: _Track, atlas: UvAtlas) -> np.ndarray:
