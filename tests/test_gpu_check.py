@@ -33,7 +33,7 @@ def test_gpu_check_dry_run_writes_a_complete_report(tmp_path: Path) -> None:
     for name in ("device-image", "carry", "imports", "pipeline-bench", "gpu-tests-collect", "bench-gpu"):
         assert steps[name] == 0, f"{name}: {steps[name]}"
     assert "tests/gpu/test_gpu_pipeline.py::" in log  # the gpu tests were collected, so they import
-    assert "tests/gpu/test_pipeline_bench.py::" in log
+    assert "tests/gpu/test_gpu_pipeline_bench.py::" in log
 
     image = report["device_image"]
     assert image["modules"]["numpy"]["importable"] and "missing" in image
