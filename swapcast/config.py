@@ -93,8 +93,15 @@ class SwapConfig(_Section):
     feather: float = Field(0.06, ge=0, le=0.5)
     colour_match: bool = True
     smoothing: bool = True
-    occlusion: Literal["auto", "off"] = "auto"
+    occlusion: Literal["auto", "off"] = Field("off", description="auto: the built-in estimate keeps what is in front of a face "
+                                              "(off by default: it costs identity, see README Occlusion)")
     eyes: Literal["target", "source"] = Field("target", description="mesh3d: the target's own eyes (gaze, blinks) or the source's")
+
+    @field_validator("occlusion", mode="before")
+    @classmethod
+    def _occlusion_from_boolean(cls, value: object) -> object:
+        """YAML and the environment read a bare ``off``/``on`` as a boolean."""
+        return {True: "auto", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     def options(self) -> SwapOptions:
         return SwapOptions(**self.model_dump())
