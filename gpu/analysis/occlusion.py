@@ -9,7 +9,9 @@ taken relative to the face's own skin (its robust median this frame), so a chang
 or white balance over the whole face is not an occluder. A texel is an occluder when its
 colour disagrees strongly with its own model AND with the face's skin; the verdict is
 smoothed in UV space (rising fast, falling slower), so the edge does not crawl while the
-face moves, and it is drawn back into the crop through the posed mesh with a soft edge.
+face moves; only connected regions of a sizeable part of the face are kept (a hand, a cup:
+the specks where a bare face's wrinkles or glasses misfit their model would make the swap
+patchy), drawn back into the crop through the posed mesh with a soft edge.
 
 A still has no history: there a texel must be far from the skin and from its mirror
 image on the other side of the face -- conservative, so a still's own glasses, beard or
@@ -64,6 +66,7 @@ MARGIN = 2  # RASTER pixels the keep mask reaches past an occluder's edge (the s
 MAX_OCCLUDED_TO_LEARN = 0.4  # a frame with more of the face occluded than this teaches the model nothing
 MAX_OCCLUDED = 0.6  # ... and one with more than this is a mesh off the face: its evidence is dropped
 MIN_SKIN_TEXELS = 40
+MIN_REGION = 0.015  # of the face's seen, judged texels: a smaller connected patch of evidence is noise (a wrinkle, a frame's glint)
 # colours -> (brightness x LUMA_WEIGHT, chroma) coordinates, where ``_distance`` is Euclidean
 _FEATURES = (LUMA_WEIGHT / np.sqrt(3.0) / 3.0 * np.ones((3, 3)) + np.eye(3) - np.ones((3, 3)) / 3.0).astype(np.float32)
 UNSEEN_COLOUR = 1e3  # the model's colour off the atlas: matches nothing
@@ -160,6 +163,10 @@ class OcclusionEstimator:
             # would creep in along itself, one learnt texel forgiving the next)
             own = _distance(observation.colours, track.mean) / np.maximum(track.spread, SPREAD_FLOOR)
             _learn(track, observation, layout, own, deviation)
+        if float(verdict.max(initial=0.0)) < KEEP_RANGE[0]:
+            return None
+        # every texel that looks changed stays out of the model, but only sizeable regions are kept
+        verdict = _regions(verdict, observation.visible & layout.judged, layout.atlas)
         if float(verdict.max(initial=0.0)) < KEEP_RANGE[0]:
             return None
         return _to_crop(verdict, observation, crop.shape[0])
@@ -289,6 +296,19 @@ def _smooth_in_uv(evidence: np.ndarray, atlas: UvAtlas) -> np.ndarray:
     between texels) is occluded too."""
     image = atlas.scatter(evidence[:, None])[..., 0]
     return cv2.morphologyEx(image, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))[atlas.texels]
+
+
+def _regions(evidence: np.ndarray, judged: np.ndarray, atlas: UvAtlas) -> np.ndarray:
+    """Only the evidence of connected regions of at least ``MIN_REGION`` of the face: what
+    comes in front of a face (a hand, a cup) is one sizeable piece, while a bare face's
+    misfits (wrinkles, a glint on its glasses, shading) are scattered specks -- kept,
+    they make the swap patchy. The region's soft shoulder (a texel round it) stays."""
+    image = atlas.scatter(evidence[:, None])[..., 0]
+    _, labels, stats, _ = cv2.connectedComponentsWithStats((image > 0.5).astype(np.uint8), connectivity=8)
+    large = stats[:, cv2.CC_STAT_AREA] >= max(MIN_REGION * float(judged.sum()), 1.0)
+    large[0] = False
+    region = cv2.dilate(large[labels].astype(np.uint8), np.ones((3, 3), np.uint8))
+    return evidence * region[atlas.texels]
 
 
 def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.ndarray, deviation: np.ndarray) -> None:
