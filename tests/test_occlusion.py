@@ -176,3 +176,19 @@ def test_a_bare_moving_face_keeps_almost_nothing(engine, person, motion):
         keep = estimator(crop, face, matrix)
         kept.append(0.0 if keep is None else float((keep > 0.5).mean()))
     assert max(kept) < 0.01, [round(k, 4) for k in kept]
+
+
+@pytest.mark.parametrize("value, expected", [("off", "off"), ("false", "off"), ("on", "auto"), ("auto", "auto")])
+def test_occlusion_from_the_environment_reads_yaml_booleans(value, expected):
+    """YAML reads a bare ``off`` as False: the option takes it as what it says."""
+    from swapcast.config import load_config
+
+    assert load_config(environ={"SWAPCAST_SWAP__OCCLUSION": value}).swap.occlusion == expected
+
+
+def test_occlusion_is_off_by_default_and_rejects_other_values():
+    from swapcast.config import ConfigError, load_config
+
+    assert load_config(environ={}).swap.occlusion == "off" == SwapOptions().occlusion
+    with pytest.raises(ConfigError, match="occlusion"):
+        load_config(environ={"SWAPCAST_SWAP__OCCLUSION": "maybe"})
