@@ -276,17 +276,18 @@ def _deviation(colours: np.ndarray, track: _Track, atlas: UvAtlas) -> np.ndarray
     (tracking jitter, an occluder pulling the landmarks) does not make every edge of the
     face -- lids, brows, nostrils, lips -- an occluder, while a colour the neighbourhood
     never had (a thin dark frame on skin) still is. Worked on UV images (shifted views,
-    no gathers): about a millisecond."""
+    no gathers, OpenCV on all three channels at once): under a millisecond."""
     reach = REGISTRATION
-    observed = cv2.split(atlas.scatter(colours @ _FEATURES.T))
+    observed = atlas.scatter(colours @ _FEATURES.T)
     learnt = np.where((track.seen > 0)[:, None], track.mean @ _FEATURES.T, UNSEEN_COLOUR)  # a texel never seen forgives nothing
-    model = cv2.split(cv2.copyMakeBorder(atlas.scatter(learnt, fill=UNSEEN_COLOUR), reach, reach, reach, reach,
-                                         cv2.BORDER_CONSTANT, value=(UNSEEN_COLOUR,) * 3))
+    model = cv2.copyMakeBorder(atlas.scatter(learnt, fill=UNSEEN_COLOUR), reach, reach, reach, reach,
+                               cv2.BORDER_CONSTANT, value=(UNSEEN_COLOUR,) * 3)
     best = np.full((GRID, GRID), np.inf, np.float32)
+    channels = np.ones((1, 3), np.float32)  # sums the squared difference's channels
     for dy in range(2 * reach + 1):
         for dx in range(2 * reach + 1):
-            window = (slice(dy, dy + GRID), slice(dx, dx + GRID))
-            np.minimum(best, sum((plane - shifted[window]) ** 2 for plane, shifted in zip(observed, model, strict=True)), out=best)
+            difference = cv2.subtract(observed, model[dy:dy + GRID, dx:dx + GRID])
+            np.minimum(best, cv2.transform(cv2.multiply(difference, difference), channels), out=best)
     # in the texel's own spread: a neighbour whose spread grew (an edge) forgives nothing
     return np.sqrt(best[atlas.texels]) / np.maximum(track.spread, SPREAD_FLOOR)
 
