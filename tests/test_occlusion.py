@@ -1,6 +1,7 @@
 """Things in front of a face stay in front: the KeepMask hook every swapper honours, the
 built-in occlusion estimate (stills and tracked faces) and the occlusion set's numbers."""
 
+import io
 import json
 from dataclasses import replace
 
@@ -192,3 +193,20 @@ def test_occlusion_is_off_by_default_and_rejects_other_values():
     assert load_config(environ={}).swap.occlusion == "off" == SwapOptions().occlusion
     with pytest.raises(ConfigError, match="occlusion"):
         load_config(environ={"SWAPCAST_SWAP__OCCLUSION": "maybe"})
+
+
+@pytest.mark.slow
+def test_bench_occlusion_scores_bare_faces_apart(engine):
+    """A bare clip counts for identity on bare faces, not for the object's kept pixels."""
+    clips = bench.occlusion_set(people=("astronaut",), motions=("pan",), objects=("gift",), frames=8) \
+        + bench.bare_clips(people=("astronaut",), frames=8)[:1]
+    out = io.StringIO()
+    outcome = bench.run_occlusion_benchmark(engine, clips, out=out)
+    summary, rows = outcome["summary"], outcome["clips"]
+    assert [r.kept is None for r in rows] == [False, False, True, True]
+    for mode in ("auto", "off"):
+        object_rows = [r for r in rows if r.occlusion == mode and r.kept is not None]
+        bare = [r for r in rows if r.occlusion == mode and r.kept is None][0]
+        assert summary[mode]["kept"] == object_rows[0].kept
+        assert summary[mode]["bare_identity_pass"] == bare.identity_passed / bare.identity_scored
+    assert "astronaut/pan+bare" in out.getvalue() and "identity rule on bare faces" in out.getvalue()

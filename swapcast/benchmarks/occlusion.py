@@ -17,6 +17,9 @@ estimate on and off (``SwapOptions.occlusion``), over the frames the object is t
   still), the mean frame-to-frame change of the output in a band around the object's
   edge, over the input's own change there: 1.0 = the swap adds no flicker at the edge;
 - **ms per frame**: ``FrameSwapper.process`` as live sessions run it.
+
+The full run adds the pose set's motion clips with nothing in front (``+bare``): the
+identity rule there, on vs off, is what the estimate's false keeps cost a bare face.
 """
 
 from __future__ import annotations
@@ -75,17 +78,22 @@ class OccludedClip:
     enters: int
     fps: float
 
+    @property
+    def bare(self) -> bool:
+        """Nothing in front of the face: the estimate's false keeps cost identity here."""
+        return not any(mask.any() for mask in self.masks)
+
 
 @dataclass
 class ClipResult:
     clip: str
     occlusion: str
-    kept: float  # fraction of the object's face-region pixels left as they were
+    kept: float | None  # fraction of the object's face-region pixels left as they were; None on a bare face
     identity_passed: int
     identity_scored: int
     to_source: float | None  # mean d(out, source)
     to_target: float | None  # mean d(out, target)
-    edge_flicker: float  # output's frame-to-frame change at the object's edge over the input's
+    edge_flicker: float | None  # output's frame-to-frame change at the object's edge over the input's
     ms: float  # mean per frame
 
 
@@ -170,6 +178,14 @@ def occluded_clip(clip: PoseClip, occluder: Occluder, enters: int | None = None,
         placements.append(matrix)
     return OccludedClip(f"{clip.name}+{occluder.name}", clip.person, frames, clip.meshes, masks, placements,
                         occluder.alpha, enters, clip.fps)
+
+
+def bare_clips(people=PEOPLE, frames: int = 24) -> list[OccludedClip]:
+    """The pose set's motion clips with nothing in front: what keeping costs a bare face."""
+    return [OccludedClip(f"{clip.name}+bare", clip.person, clip.frames, clip.meshes,
+                         [np.zeros(frame.shape[:2], np.float32) for frame in clip.frames],
+                         [np.zeros((2, 3), np.float32)] * len(clip.frames), np.zeros((1, 1), np.float32), 0, clip.fps)
+            for clip in pose_clips(people, frames=frames)]
 
 
 def occlusion_set(people=PEOPLE, motions=MOTIONS, objects=OBJECTS, frames: int = 24) -> list[OccludedClip]:
@@ -307,9 +323,9 @@ def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], repor
             scores = identity_scores(engine, clip, outputs, source_identity)
             passed = sum(1 for s, t in scores if s < SAME_PERSON_DISTANCE and s < t)
             results.append(ClipResult(
-                clip=clip.name, occlusion=mode, kept=kept_fraction(clip, outputs), identity_passed=passed,
+                clip=clip.name, occlusion=mode, kept=None if clip.bare else kept_fraction(clip, outputs), identity_passed=passed,
                 identity_scored=len(scores), to_source=_mean([s for s, _ in scores]), to_target=_mean([t for _, t in scores]),
-                edge_flicker=edge_flicker(clip, outputs), ms=ms,
+                edge_flicker=None if clip.bare else edge_flicker(clip, outputs), ms=ms,
             ))
             pictures.append(outputs[-1])
         if report is not None:
@@ -325,12 +341,13 @@ def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], repor
 def run_occlusion_command(config: Config, frames: int = 24, quick: bool = False, report: str | None = None,
                           as_json: bool = False) -> int:
     """``swapcast bench occlusion``: the set (``quick``: one face, the pan, two objects)
-    through the configured engine; 0 when the kept fraction reaches the target."""
+    through the configured engine, and (not ``quick``) the bare pose clips; 0 when the
+    kept fraction reaches the target."""
     if frames < 8:
         print("bench occlusion: --frames must be at least 8 (the object comes in a quarter of the way)", file=sys.stderr)
         return 2
     clips = occlusion_set(people=PEOPLE[:1], motions=MOTIONS[:1], objects=("cup", "gift"), frames=frames) if quick \
-        else occlusion_set(frames=frames)
+        else occlusion_set(frames=frames) + bare_clips(frames=frames)
     engine = FaceEngine(config.engine.settings())
     try:
         outcome = run_occlusion_benchmark(engine, clips, report=Path(report) if report else None)
@@ -345,11 +362,13 @@ def run_occlusion_command(config: Config, frames: int = 24, quick: bool = False,
 def _summary(results: list[ClipResult]) -> dict[str, Any]:
     summary = {}
     for mode in ("auto", "off"):
-        rows = [r for r in results if r.occlusion == mode]
-        scored = sum(r.identity_scored for r in rows)
+        rows = [r for r in results if r.occlusion == mode and r.kept is not None]
+        bare = [r for r in results if r.occlusion == mode and r.kept is None]
+        scored, bare_scored = sum(r.identity_scored for r in rows), sum(r.identity_scored for r in bare)
         summary[mode] = {
             "kept": _mean([r.kept for r in rows]), "kept_min": min((r.kept for r in rows), default=None),
             "identity_pass": sum(r.identity_passed for r in rows) / scored if scored else None,
+            "bare_identity_pass": sum(r.identity_passed for r in bare) / bare_scored if bare_scored else None,
             "to_source": _mean([r.to_source for r in rows if r.to_source is not None]),
             "to_target": _mean([r.to_target for r in rows if r.to_target is not None]),
             "edge_flicker": _mean([r.edge_flicker for r in rows]), "ms": _mean([r.ms for r in rows]),
@@ -377,6 +396,9 @@ def _print_table(results: list[ClipResult], summary: dict[str, Any], out) -> Non
                 for mode, r in modes.items()}
         print(f"{name:34} | {'':14}{cells(rows['auto'])} | {'':5}{cells(rows['off'])}", file=out)
     print(f"{'all':34} | {'':14}{cells(summary['auto'])} | {'':5}{cells(summary['off'])}", file=out)
+    if summary["auto"]["bare_identity_pass"] is not None:
+        print(f"identity rule on bare faces (+bare, nothing in front): {100 * summary['auto']['bare_identity_pass']:.0f}% on, "
+              f"{100 * summary['off']['bare_identity_pass']:.0f}% off", file=out)
     kept = summary["auto"]["kept"]
     verdict = "holds" if kept is not None and kept >= KEPT_TARGET else "misses"
     print(f"occluder pixels kept with occlusion on: {100 * (kept or 0):.1f}% ({verdict} the {100 * KEPT_TARGET:.0f}% target); "
