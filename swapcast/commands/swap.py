@@ -56,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
     provenance = config.provenance.settings()
     credentials = ContentCredentials(provenance)
     job_id = f"swap-{secrets.token_hex(6)}"  # what the watermark's stream hash is made from
-    print(f"{provenance.describe()}; this run is {job_id} (stream hash {stream_hash(job_id):06x})", file=sys.stderr)
     swapper = FrameSwapper(engine, source, options, reference=reference, marker=provenance.marker(job_id),
                            offline=True)
 
@@ -67,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         if times.faces_swapped:
             credentials.sign(output, stream_id=job_id)
         print(f"{output}: {times.faces_swapped} of {times.faces_seen} face(s) swapped in {time.perf_counter() - started:.2f} s")
+        _say_what_is_marked(provenance, job_id)
         return 0
 
     with ProgressBar(f"swapping {target.name}", enabled=args.progress and sys.stderr.isatty()) as bar:
@@ -83,7 +83,13 @@ def run(args: argparse.Namespace) -> int:
     fps = report.frames_out / report.seconds if report.seconds > 0 else 0.0
     audio = f", audio {report.audio_codec}" if report.audio_codec else ", no audio"
     print(f"{output}: {report.frames_out} frames ({report.width}x{report.height}, {report.duration_s:.2f} s{audio}) at {fps:.1f} frames/s")
+    _say_what_is_marked(provenance, job_id)
     return 0
+
+
+def _say_what_is_marked(provenance, job_id: str) -> None:
+    """After the result, not before: a run that fails says one thing, its error."""
+    print(f"{provenance.describe()}; this run is {job_id} (stream hash {stream_hash(job_id):06x})")
 
 
 def _read(role: str, path: str | Path):
