@@ -103,12 +103,12 @@ def test_swap_marks_and_signs_its_image_and_video_outputs(tmp_path, test_ca, mon
     for target, output in ((target_image, tmp_path / "out.jpg"), (target_video, tmp_path / "out.mp4")):
         assert main(["swap", "--source", str(source), "--target", str(target), "--output", str(output),
                      "--no-progress"]) == 0
-        note = capsys.readouterr().err
+        note = capsys.readouterr().out  # after the result line: a failed run says only its error
         assert "watermark on (issuer 77" in note and "C2PA Content Credentials on files" in note
         assert main(["provenance", "verify", str(output), "--json"]) == 0, output
         answer = json.loads(capsys.readouterr().out)
         assert answer["watermark"]["payload"]["issuer"] == 77
-        assert answer["watermark"]["payload"]["stream_hash"] in note  # the run's id, printed at start
+        assert answer["watermark"]["payload"]["stream_hash"] in note  # the run's id, printed with the result
         assert answer["c2pa"]["state"] == "Trusted"
 
 
