@@ -1,5 +1,5 @@
 """``swapcast models convert``: the mediapipe wheel's face models as ONNX graphs, ahead of time.
-``swapcast models export --triton DIR``: a Triton model repository for the swap model.
+``swapcast models export --triton DIR``: a Triton model repository for the swap model (and the tracking graphs).
 
 A node converts them at first start anyway (``gpu.models.tflite_onnx.convert_builtin``);
 running this at image build time puts them in the cache the node will read, and shows
@@ -51,8 +51,25 @@ def run_export(args: argparse.Namespace) -> int:
     if args.instances < 1:
         raise SwapcastError(f"--instances must be at least 1 (got {args.instances})")
     engine = config_from_args(args).engine
-    name, model = swap_model(engine.swapper, engine.models_dir, engine.prefer_fp16)
+    models = [swap_model(engine.swapper, engine.models_dir, engine.prefer_fp16)]
+    if engine.tracker == "graphs":
+        models += tracking_models(engine.engine_cache_dir)
     plan = BatchingPlan(engine.max_batch, engine.max_queue_delay_ms, args.instances, args.kind)
-    for folder in write_repository(args.triton, [(name, model)], plan, engine.crop_size):
-        print(f"{folder.name:24} -> {folder} (ONNX Runtime backend; TensorRT variant: {folder}_trt, see BUILD.txt)")
+    for folder in write_repository(args.triton, models, plan, engine.crop_size):
+        print(f"{folder.name:32} -> {folder} (ONNX Runtime backend; TensorRT variant: {folder}_trt, see BUILD.txt)")
     return 0
+
+
+def tracking_models(cache_dir: Path | None) -> list:
+    """The converted tracking graphs the node's tracker runs (``engine.tracker: graphs``),
+    named after their TFLite files, for a repository that serves every model of a node
+    (the node itself still runs them in process: see the README's Triton section)."""
+    import tempfile
+
+    import onnx
+
+    from gpu.models.tflite_onnx import convert_builtin
+
+    with tempfile.TemporaryDirectory() as scratch:
+        converted = convert_builtin(cache_dir or Path(scratch))
+        return [(Path(name).stem, onnx.load(str(path))) for name, path in converted.items()]

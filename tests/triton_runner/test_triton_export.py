@@ -1,4 +1,4 @@
-"""``swapcast models export --triton DIR``: the repository for the config's swap model."""
+"""``swapcast models export --triton DIR``: the repository for the config's swap model and tracking graphs."""
 
 from __future__ import annotations
 
@@ -26,6 +26,12 @@ def test_export_writes_the_onnx_model_its_config_and_the_tensorrt_variant(tmp_pa
     trt = tmp_path / "mesh3d_swap_trt"
     assert 'platform: "tensorrt_plan"' in (trt / "config.pbtxt").read_text()
     assert "trtexec --onnx=../mesh3d_swap/1/model.onnx" in (trt / "BUILD.txt").read_text()
+    # the tracking graphs the default tracker runs go beside it, batched the same way
+    for name in ("face_landmark", "face_detection_short_range", "face_detection_full_range_sparse"):
+        onnx.checker.check_model(onnx.load(str(tmp_path / name / "1" / "model.onnx")))
+        tracking = (tmp_path / name / "config.pbtxt").read_text()
+        assert f'name: "{name}"' in tracking and "max_batch_size: 16" in tracking, name
+    assert "dims: [ 3, 192, 192 ]" in (tmp_path / "face_landmark" / "config.pbtxt").read_text()
 
 
 def test_export_takes_the_users_inswapper_with_a_dynamic_batch(tmp_path: Path, monkeypatch) -> None:
