@@ -94,7 +94,7 @@ def rendering_folder(folders: ScratchFolders, worker: WorkerProcess) -> Path:
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while True:
         for folder in folders.root.glob(f"*-{worker.popen.pid}-*"):
-            if (folder / "rendered.mov").exists():
+            if any(folder.glob("*rendered.mov*")):  # the render writes a part file, renamed when complete
                 return folder
         assert time.monotonic() < deadline, "the worker never rendered a chunk\n" + worker.log()
         time.sleep(0.01)
