@@ -203,6 +203,12 @@ class MicroBatcher:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def session_count(self) -> int:
+        """Sessions attached now (a lone one runs its rows inline, see ``run``)."""
+        with self._lock:
+            return len(self._attached)
+
     def __enter__(self) -> Self:
         return self
 

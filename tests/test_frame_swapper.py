@@ -89,3 +89,30 @@ def test_video_frames_are_tracked_and_swapped_with_stage_times(engine, astronaut
         assert {"track", "identity", "prepare", "run", "paste"} <= set(r.cpu_ms)
         assert r.cpu_ms["prepare"] > 0 and r.cpu_ms["run"] > 0
         assert all(r.cpu_ms[stage] <= getattr(r, stage) + 1.0 for stage in ("track", "prepare", "run", "paste"))
+
+
+def test_frames_overlapped_at_a_shared_batcher_come_out_as_one_at_a_time(engine, astronaut_source, grace_image):
+    """While another stream shares the batcher, a stream begins its next frame while the last
+    one's faces run; the frames come out as swapping them one at a time makes them."""
+    frames = moving_face_frames(grace_image, 8, (480, 360))
+    one_at_a_time = [frame.copy() for frame in frames]
+    alone = FrameSwapper(engine, astronaut_source)
+    assert not alone.overlaps()  # a lone stream: its rows run inline
+    for index, frame in enumerate(one_at_a_time):
+        alone.process(frame, index / 30)
+    alone.close()
+    engine.batcher.attach("another-stream")
+    try:
+        swapper = FrameSwapper(engine, astronaut_source)
+        assert swapper.overlaps()
+        overlapped = [frame.copy() for frame in frames]
+        flights = [swapper.begin(overlapped[0], 0.0, overlap=True)]
+        for index in range(1, len(frames)):
+            flights.append(swapper.begin(overlapped[index], index / 30, overlap=True))  # the last one still queued
+            assert flights[-2].rows is not None and swapper.complete(flights[-2]).faces_swapped == 1
+        assert swapper.complete(flights[-1]).faces_swapped == 1
+        swapper.close()
+    finally:
+        engine.batcher.detach("another-stream")
+    for expected, got in zip(one_at_a_time, overlapped, strict=True):
+        np.testing.assert_array_equal(got, expected)

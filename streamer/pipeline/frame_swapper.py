@@ -7,6 +7,10 @@ the node share runner calls; when the batcher refuses them (the session already 
 rows outstanding) or they time out, the frame goes on unswapped and is counted as
 ``dropped_by_batcher`` (the live policy: drop, never queue).
 
+A live stream that shares the batcher with others overlaps its frames: ``begin`` tracks
+and prepares a frame and queues its faces, the stream's thread goes on to the next frame
+while they run, and ``complete`` pastes them back (``process`` is both, one after the other).
+
 On a CUDA node the frame goes to the device once, after tracking (the trackers run on the
 host) and only when a face is to be swapped: crops, the runner and the paste-back all work
 on that device copy, and the swapped frame comes back once, in place."""
@@ -21,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +36,7 @@ from gpu.runners.triton import TritonUnavailable
 from gpu.device import to_device, to_host
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
-from gpu.swappers.base import KeepMask, any_of, run_jobs
+from gpu.swappers.base import FaceJob, KeepMask, Swapper, any_of, run_jobs
 from gpu.types import Face
 
 ENHANCE_WINDOW = 10  # live frames whose enhance time decides whether a stream keeps the enhancer
@@ -60,6 +65,20 @@ class StageTimes:
     @property
     def total(self) -> float:
         return self.track + self.identity + self.prepare + self.run + self.paste + self.enhance + self.mark
+
+
+@dataclass
+class SwapInFlight:
+    """A frame between ``FrameSwapper.begin`` and ``complete``: its faces prepared and, when
+    ``rows`` is set, already queued at the batcher."""
+
+    frame: np.ndarray
+    times: StageTimes
+    faces: list[Face] = field(default_factory=list)  # the faces being swapped
+    jobs: list[FaceJob] = field(default_factory=list)
+    swapper: Swapper | None = None  # the engine's swapper when they were prepared
+    work: Any = None  # the frame, or its device copy, that the jobs read and paste into
+    rows: Future | None = None  # queued at the batcher; None: run them in complete()
 
 
 @dataclass
@@ -113,6 +132,12 @@ class FrameSwapper:
     def process(self, frame: np.ndarray, timestamp: float) -> StageTimes:
         """Swap faces in one video frame in place; ``timestamp`` in seconds drives smoothing.
         Raises ``ContentRefused`` when the content gate refused a sampled frame."""
+        return self.complete(self.begin(frame, timestamp))
+
+    def begin(self, frame: np.ndarray, timestamp: float, overlap: bool = False) -> SwapInFlight:
+        """Track and prepare one video frame. With ``overlap`` its faces are queued at the
+        batcher at once, so the caller can begin its next frame while they run; ``complete``
+        then waits for them and swaps the frame in place. Frames must complete in order."""
         self._check_content(frame, timestamp)
         times = StageTimes()
         started = _started()
@@ -120,7 +145,16 @@ class FrameSwapper:
         _record(times, "track", started)
         self._forget_ended_tracks(faces)
         self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
-        return self._marked(frame, self._swap(frame, faces, times))
+        return self._prepare(frame, faces, times, overlap)
+
+    def complete(self, flight: SwapInFlight) -> StageTimes:
+        return self._marked(flight.frame, self._finish(flight))
+
+    def overlaps(self) -> bool:
+        """Whether overlapping frames pays: only while other streams share the batcher (a
+        lone stream's rows run inline, at once, in its own thread)."""
+        batcher = self._batcher_now()
+        return batcher is not None and batcher.session_count > 1
 
     def process_still(self, image: np.ndarray) -> StageTimes:
         """Swap faces in one still image in place (detector + mesh, no tracking)."""
@@ -135,7 +169,7 @@ class FrameSwapper:
             faces = [f for f in faces if f.mesh is not None]
         for number, face in enumerate(faces):
             face.track_id = -(number + 1)  # still images: identities are never reused
-        return self._marked(image, self._swap(image, faces, times))
+        return self._marked(image, self._finish(self._prepare(image, faces, times, overlap=False)))
 
     def _marked(self, frame: np.ndarray, times: StageTimes) -> StageTimes:
         """A frame with a swapped face leaves marked, the whole picture (the detector finds
@@ -146,43 +180,71 @@ class FrameSwapper:
             _record(times, "mark", started)
         return times
 
-    def _swap(self, frame: np.ndarray, faces: list[Face], times: StageTimes) -> StageTimes:
+    def _prepare(self, frame: np.ndarray, faces: list[Face], times: StageTimes, overlap: bool) -> SwapInFlight:
+        flight = SwapInFlight(frame, times)
         times.faces_seen = len(faces)
         if not self.enabled or self.source is None or not faces or self.options.blend <= 0:
-            return times
+            return flight
         started = _started()
         chosen = self._select(frame, faces)
         _record(times, "identity", started)
         if not chosen:
-            return times
-        swapper = self.engine.swapper
+            return flight
+        flight.swapper = swapper = self.engine.swapper
         started = _started()
-        work = to_device(frame) if self.engine.device.is_cuda else frame
+        flight.work = to_device(frame) if self.engine.device.is_cuda else frame
         keep = self._keep_mask()
-        jobs = [swapper.prepare(work, face, self.source.payload, self.options, keep) for face in chosen]
+        flight.jobs = [swapper.prepare(flight.work, face, self.source.payload, self.options, keep) for face in chosen]
+        flight.faces = chosen
         _record(times, "prepare", started)
-        started = _started()
         batcher = self._batcher_now()
-        if batcher is None:
-            rows = run_jobs(swapper.runner, jobs)
-        else:
+        if overlap and batcher is not None:
             try:
-                rows = batcher.run(self.session_id, jobs, timeout=self.batch_timeout_s)
-            except (BatcherBusy, TimeoutError, TritonUnavailable):  # a Triton server down or slow: the same
-                _record(times, "run", started)
-                times.dropped_by_batcher = 1
-                self.frames_dropped_by_batcher += 1
-                return times
+                flight.rows = batcher.submit(self.session_id, flight.jobs)
+            except BatcherBusy:
+                self._dropped(flight)
+        return flight
+
+    def _finish(self, flight: SwapInFlight) -> StageTimes:
+        times = flight.times
+        if not flight.jobs:
+            return times
+        started = _started()
+        try:
+            rows = self._rows(flight)
+        except (BatcherBusy, TimeoutError, TritonUnavailable):  # a Triton server down or slow: the same
+            _record(times, "run", started)
+            self._dropped(flight)
+            return times
         _record(times, "run", started)
         started = _started()
-        for job, row in zip(jobs, rows, strict=True):
-            swapper.finish(work, job, row)
-        if work is not frame:
-            frame[...] = to_host(work)
+        for job, row in zip(flight.jobs, rows, strict=True):
+            flight.swapper.finish(flight.work, job, row)
+        if flight.work is not flight.frame:
+            flight.frame[...] = to_host(flight.work)
         _record(times, "paste", started)
-        times.faces_swapped = len(chosen)
-        self._enhance(frame, chosen, times)
+        times.faces_swapped = len(flight.faces)
+        self._enhance(flight.frame, flight.faces, times)
         return times
+
+    def _rows(self, flight: SwapInFlight) -> list:
+        """The runner's rows for the flight's jobs: its queued request's, or run now."""
+        if flight.rows is not None:
+            try:
+                return flight.rows.result(self.batch_timeout_s)
+            except TimeoutError:
+                flight.rows.cancel()  # rows not yet shipped are withdrawn
+                raise
+        batcher = self._batcher_now()
+        if batcher is None:
+            return run_jobs(flight.swapper.runner, flight.jobs)
+        return batcher.run(self.session_id, flight.jobs, timeout=self.batch_timeout_s)
+
+    def _dropped(self, flight: SwapInFlight) -> None:
+        """The batcher refused the faces or they timed out: the frame goes on unswapped."""
+        flight.jobs = []
+        flight.times.dropped_by_batcher = 1
+        self.frames_dropped_by_batcher += 1
 
     def _enhance(self, frame: np.ndarray, faces: list[Face], times: StageTimes) -> None:
         """The user's face enhancer over the swapped faces: offline by default, live streams

@@ -4,6 +4,9 @@ A reader task pulls frames from the peer's track as fast as they arrive and keep
 newest one; a single worker (the session's own one-thread executor) swaps that newest frame
 and publishes it. Frames that arrive while the worker is busy are dropped and counted, never
 queued, so the latency the server adds stays bounded by one frame's processing time.
+While other sessions share the node's batcher, the worker overlaps two frames: it tracks and
+prepares the newest frame while the previous one's faces run in the batcher, then pastes
+and publishes that one (a lone session runs each frame start to end: its rows run inline).
 
 Consumers (the peer's own sender, WHEP viewers) each get a :class:`SwappedOutput` track from
 :meth:`SwappedVideo.output`: its ``recv()`` returns the newest swapped frame that consumer
@@ -34,7 +37,7 @@ from streamer.media.hwcodecs import scale_threads
 from streamer.media.images import jpeg_preview
 from streamer.media.yuv import i420_frame, rgb_to_i420
 from streamer.pipeline.failure_log import FailureLog
-from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
+from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes, SwapInFlight
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,19 @@ class SessionStats(LiveStats):
         snap["faces_seen"] = stages.faces_seen if stages else 0
         snap["faces_swapped"] = stages.faces_swapped if stages else 0
         return snap
+
+
+class _Frame:
+    """One decoded frame on its way through the worker."""
+
+    def __init__(self, frame: av.VideoFrame, arrived: float) -> None:
+        self.frame, self.arrived = frame, arrived
+        self.rgb: np.ndarray | None = None
+        self.convert_s = 0.0  # worker CPU seconds spent converting it
+        self.swapper: FrameSwapper | None = None
+        self.flight: SwapInFlight | None = None  # between FrameSwapper.begin and complete
+        self.yuv: np.ndarray | None = None  # set once it is done
+        self.stages = StageTimes()
 
 
 class SwappedVideo:
@@ -138,20 +154,29 @@ class SwappedVideo:
                 self._on_source_end()
 
     async def _work_on_frames(self) -> None:
+        waiting: _Frame | None = None  # begun, its faces at the batcher
         while True:
-            await self._wake.wait()
+            if waiting is None:
+                await self._wake.wait()
             self._wake.clear()
             item, self._pending = self._pending, None
-            if item is None:
-                continue
-            frame, arrived = item
-            yuv, stages = await self.run(self._swap, frame)
-            latency_ms = (time.monotonic() - arrived) * 1000.0
-            self.stats.record_output(latency_ms, stages)
-            self.latency_s += 0.1 * (latency_ms / 1000.0 - self.latency_s)
-            self._latest = (yuv, frame.pts or 0, frame.time_base or Fraction(1, 90000))
-            self._sequence += 1
-            self._publish_event()
+            begun = await self.run(self._begin, *item) if item is not None else None
+            if waiting is not None:
+                self._publish(await self.run(self._complete, waiting))
+                waiting = None
+            if begun is not None and begun.yuv is None:
+                waiting = begun
+            elif begun is not None:
+                self._publish(begun)
+
+    def _publish(self, done: _Frame) -> None:
+        latency_ms = (time.monotonic() - done.arrived) * 1000.0
+        self.stats.record_output(latency_ms, done.stages)
+        self.latency_s += 0.1 * (latency_ms / 1000.0 - self.latency_s)
+        frame = done.frame
+        self._latest = (done.yuv, frame.pts or 0, frame.time_base or Fraction(1, 90000))
+        self._sequence += 1
+        self._publish_event()
 
     def preview_jpeg(self) -> bytes | None:
         """The newest swapped frame as a small JPEG (None before the first)."""
@@ -164,28 +189,43 @@ class SwappedVideo:
         event, self._published = self._published, asyncio.Event()
         event.set()
 
-    def _swap(self, frame: av.VideoFrame) -> tuple[np.ndarray, StageTimes]:
-        """Worker thread: decoded frame -> swapped I420 planes."""
+    def _begin(self, frame: av.VideoFrame, arrived: float) -> _Frame:
+        """Worker thread: track and prepare a decoded frame; done at once (``yuv`` set)
+        unless its faces were queued at a shared batcher."""
         check_frame_size(frame.width, frame.height)  # what the encoders could not take ends the session
-        swapper = self.swapper
+        item = _Frame(frame, arrived)
+        swapper = item.swapper = self.swapper
         if swapper is None or not swapper.enabled or swapper.source is None:
-            return _i420(frame), StageTimes()
+            item.yuv = _i420(frame)
+            return item
         converting = time.thread_time()
-        rgb = frame.to_ndarray(format="rgb24", threads=scale_threads())
-        convert_s = time.thread_time() - converting
+        item.rgb = frame.to_ndarray(format="rgb24", threads=scale_threads())
+        item.convert_s = time.thread_time() - converting
         seconds = float((frame.pts or 0) * (frame.time_base or Fraction(1, 90000)))
         try:
-            stages = swapper.process(rgb, seconds)
+            item.flight = swapper.begin(item.rgb, seconds, overlap=swapper.overlaps())
         except ContentRefused:
             raise  # the content gate ends the session (its failure says why)
         except Exception:  # a swap bug must not end the session: the frame goes out unswapped
-            self._swap_failures.failed()
-            self.stats.swap_errors += 1
-            return _i420(frame), StageTimes()
+            return self._unswapped(item)
+        return item if item.flight.rows is not None else self._complete(item)
+
+    def _complete(self, item: _Frame) -> _Frame:
+        """Worker thread: paste the frame's swapped faces back -> I420 planes."""
+        try:
+            item.stages = item.swapper.complete(item.flight)
+        except Exception:  # a swap bug must not end the session: the frame goes out unswapped
+            return self._unswapped(item)
         converting = time.thread_time()
-        yuv = rgb_to_i420(rgb)
-        stages.cpu_ms["convert"] = (convert_s + time.thread_time() - converting) * 1000.0  # decoded -> RGB -> I420
-        return yuv, stages
+        item.yuv = rgb_to_i420(item.rgb)
+        item.stages.cpu_ms["convert"] = (item.convert_s + time.thread_time() - converting) * 1000.0  # decoded -> RGB -> I420
+        return item
+
+    def _unswapped(self, item: _Frame) -> _Frame:
+        self._swap_failures.failed()
+        self.stats.swap_errors += 1
+        item.yuv, item.stages = _i420(item.frame), StageTimes()
+        return item
 
     # -- consumers ------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from webrtc_harness import client_peer, camera_offer, node, other_tasks, run, settle, swap_threads
 
-from streamer.pipeline.frame_swapper import StageTimes
+from streamer.pipeline.frame_swapper import StageTimes, SwapInFlight
 from streamer.webrtc.delayed_audio import DelayedAudio
 from streamer.webrtc.swapped_track import SwappedVideo
 
@@ -50,11 +50,18 @@ class SlowSwapper:
         self.threads: set[str] = set()
         self.closed = False
 
-    def process(self, rgb: np.ndarray, seconds: float) -> StageTimes:
+    def overlaps(self) -> bool:
+        return False
+
+    def begin(self, rgb: np.ndarray, seconds: float, overlap: bool = False) -> SwapInFlight:
         self.threads.add(threading.current_thread().name)
         time.sleep(0.03)
         rgb[:] = 255 - rgb
-        return StageTimes(track=1.0, run=29.0, faces_seen=1, faces_swapped=1)
+        return SwapInFlight(rgb, StageTimes(track=1.0, run=29.0, faces_seen=1, faces_swapped=1))
+
+    def complete(self, flight: SwapInFlight) -> StageTimes:
+        self.threads.add(threading.current_thread().name)
+        return flight.times
 
     def close(self) -> None:
         self.closed = True
