@@ -33,16 +33,14 @@ import cv2
 import numpy as np
 
 from gpu.device import to_host
-from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, canonical_mesh
+from gpu.models.canonical_mesh import canonical_mesh
 from gpu.swappers.mesh3d_geometry import (
     FACE_OUTLINE,
-    LEFT_BROW,
-    OUTER_LIP_CONTOUR,
-    RIGHT_BROW,
     UvAtlas,
     facing as facing_camera,
     posed,
     uv_atlas,
+    uv_face_regions,
     uv_polygon_mask,
 )
 from gpu.types import Face
@@ -89,11 +87,7 @@ class _UvLayout:
 def _layout() -> _UvLayout:
     mesh = canonical_mesh()
     atlas = uv_atlas(GRID)
-    features = np.zeros((GRID, GRID), np.float32)
-    for contour in (RIGHT_EYE_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_BROW, LEFT_BROW, OUTER_LIP_CONTOUR):
-        features = np.maximum(features, uv_polygon_mask(GRID, contour))
-    features = cv2.dilate(features, np.ones((3, 3), np.uint8))
-    inner = cv2.erode(uv_polygon_mask(GRID, FACE_OUTLINE), np.ones((3, 3), np.uint8))
+    inner, features = uv_face_regions(GRID)
     skin = ((inner > 0.5) & (features < 0.5))[atlas.texels]
     # the outline's texels see hair and background as the mesh jitters: not judged (the
     # keep mask still reaches past the outline where an occluder inside it goes on)

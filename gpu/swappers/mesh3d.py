@@ -46,9 +46,7 @@ from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob, KeepMask, keep_mask
 from gpu.swappers.mesh3d_geometry import (
     FACE_OUTLINE,
-    LEFT_BROW,
     OUTER_LIP_CONTOUR,
-    RIGHT_BROW,
     Similarity,
     fit_pose,
     posed,
@@ -57,6 +55,7 @@ from gpu.swappers.mesh3d_geometry import (
     texel_facing,
     texel_visibility,
     uv_atlas,
+    uv_face_regions,
     uv_polygon_mask,
     vertex_normals,
 )
@@ -135,11 +134,7 @@ def _uv_masks() -> _UvMasks:
     seam = cv2.erode(outline, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * inset + 1,) * 2))
     lips = cv2.dilate(uv_polygon_mask(MASK_SIZE, OUTER_LIP_CONTOUR), np.ones((5, 5), np.uint8))
     atlas = uv_atlas(LIGHTING_SIZE)
-    features = np.zeros((LIGHTING_SIZE, LIGHTING_SIZE), np.float32)
-    for contour in (RIGHT_EYE_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_BROW, LEFT_BROW, OUTER_LIP_CONTOUR):
-        features = np.maximum(features, uv_polygon_mask(LIGHTING_SIZE, contour))
-    features = cv2.dilate(features, np.ones((3, 3), np.uint8))
-    inner = cv2.erode(uv_polygon_mask(LIGHTING_SIZE, FACE_OUTLINE), np.ones((3, 3), np.uint8))
+    inner, features = uv_face_regions(LIGHTING_SIZE)
     skin = (inner * (1.0 - features))[atlas.texels]
     return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), skin=skin.astype(np.float32),
                     shape_strength=_shape_strength(mesh.vertices))

@@ -15,7 +15,7 @@ from functools import lru_cache
 import cv2
 import numpy as np
 
-from gpu.models.canonical_mesh import CanonicalMesh, canonical_mesh
+from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, CanonicalMesh, canonical_mesh
 
 # Eyebrows (texture detail, not skin: left out of the lighting fit).
 RIGHT_BROW = (70, 63, 105, 66, 107, 55, 65, 52, 53, 46)
@@ -230,3 +230,15 @@ def uv_polygon_mask(size: int, contour: tuple[int, ...]) -> np.ndarray:
     polygon = np.round((mesh.uv[list(contour)] * size - 0.5) * 16).astype(np.int32)
     cv2.fillPoly(mask, [polygon], 255, lineType=cv2.LINE_AA, shift=4)
     return mask.astype(np.float32) / 255.0
+
+
+def uv_face_regions(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(inner, features), float32 (size, size) masks in UV space: the face one texel inside
+    its outline, and the eyes, brows and lips grown by one texel -- what skin statistics
+    (the lighting fit, the occlusion estimate's skin model) leave out."""
+    features = np.zeros((size, size), np.float32)
+    for contour in (RIGHT_EYE_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_BROW, LEFT_BROW, OUTER_LIP_CONTOUR):
+        features = np.maximum(features, uv_polygon_mask(size, contour))
+    features = cv2.dilate(features, np.ones((3, 3), np.uint8))
+    inner = cv2.erode(uv_polygon_mask(size, FACE_OUTLINE), np.ones((3, 3), np.uint8))
+    return inner, features
