@@ -373,6 +373,14 @@ class Config(_Section):
     auth: AuthConfig = AuthConfig()
     provenance: ProvenanceConfig = ProvenanceConfig()
 
+    def file_data(self) -> dict[str, Any]:
+        """This config as a config file for a child process holds it (JSON types, secrets in
+        the clear): a plain JSON dump masks secrets, which the child would take for the secret."""
+        data = self.model_dump(mode="json")
+        if self.provenance.key is not None:
+            data["provenance"]["key"] = self.provenance.key.get_secret_value()
+        return data
+
 
 class ConfigError(SwapcastError):
     """The configuration file, environment or flags hold an invalid value."""

@@ -79,3 +79,14 @@ def test_redis_urls_in_messages_hide_their_password():
     assert "hunter2" not in str(refused.value) and "redis+cluster://" in str(refused.value)
     for url in ("redis://h:1/0", "rediss://h:1", "unix:///run/redis.sock", "redis+cluster://a:1,b:2"):
         assert load_config(environ={"SWAPCAST_CLUSTER__REDIS_URL": url}).cluster.redis_url == url
+
+
+def test_a_child_config_file_keeps_the_secret_a_dump_would_mask(tmp_path):
+    config = load_config(environ={"SWAPCAST_PROVENANCE__KEY": "the-watermark-key"})
+    assert config.model_dump(mode="json")["provenance"]["key"] == "**********"  # what a child would have read
+    path = tmp_path / "child.yaml"
+    path.write_text(yaml.safe_dump(config.file_data()))
+    child = load_config(path, environ={})
+    assert child.provenance.key.get_secret_value() == "the-watermark-key"
+    assert child == config
+    assert load_config(environ={}).file_data()["provenance"]["key"] is None

@@ -315,7 +315,7 @@ def run_jobs_benchmark(config: Config, *, seconds: float = 60.0, as_json: bool =
         client = JobsClient(api.url)
         report: dict[str, Any] = {"clip": {"seconds": seconds, "size": list(size), "fps": fps, "frames": frames}, "runs": {}}
         config_file = root / "config.yaml"  # the workers run with this command's config (flags included)
-        config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+        config_file.write_text(yaml.safe_dump(config.file_data()))
         env = worker_env(storage, SWAPCAST_CONFIG=str(config_file))
         try:
             for count in (1, 2):

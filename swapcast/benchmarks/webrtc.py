@@ -169,7 +169,7 @@ def machine_busy_seconds() -> float:
 def write_node_config(config: Config, sessions: int, workdir: Path, port: int) -> tuple[Path, str]:
     """The bench node's config file (loopback, room for ``sessions`` peers and the glass
     page, its own JWT secret) and that secret."""
-    data = config.model_dump(mode="json")
+    data = config.file_data()
     data["server"].update(host="127.0.0.1", port=port, data_dir=str(workdir / "data"))
     data["rtmp"]["port"] = 0
     data["webrtc"]["host_addresses"] = ["127.0.0.1"]
