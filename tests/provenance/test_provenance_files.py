@@ -5,7 +5,6 @@ video outputs; ``swapcast provenance verify`` reads both back, with exit codes f
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

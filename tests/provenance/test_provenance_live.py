@@ -25,7 +25,7 @@ from streamer.provenance import routes  # noqa: E402
 from streamer.provenance.marker import ProvenanceSettings  # noqa: E402
 from streamer.provenance.payload import Payload, stream_hash  # noqa: E402
 from streamer.samples import grace_hopper, moving_face_frames  # noqa: E402
-from provenance_kit import luma, natural_clip  # noqa: E402
+from provenance_kit import natural_clip  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
