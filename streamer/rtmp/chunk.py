@@ -45,6 +45,11 @@ class ChunkReader:
     def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self.chunk_size = DEFAULT_CHUNK_SIZE
         self.max_message_size = max_message_size
+        # one partial message per chunk stream, up to 65,536 of them, would let one peer hold
+        # terabytes: what all chunk streams hold together is bounded too (interleaved audio and
+        # video at the message limit still fit)
+        self.max_partial_bytes = 2 * max_message_size
+        self._partial_bytes = 0
         self._streams: dict[int, _ChunkStreamState] = {}
         self._buffer = bytearray()
 
@@ -78,6 +83,7 @@ class ChunkReader:
         elif message.type_id == MessageType.ABORT:
             state = self._streams.get(parse_abort(message.payload))
             if state is not None:
+                self._partial_bytes -= len(state.partial)
                 state.partial.clear()
 
     def _parse_chunk(self, pos: int) -> tuple[int, RtmpMessage | None]:
@@ -133,6 +139,8 @@ class ChunkReader:
         take = min(self.chunk_size, length - len(state.partial))
         if pos + take > len(buf):
             return 0, None
+        if self._partial_bytes + take > self.max_partial_bytes:
+            raise RtmpProtocolError(f"partial messages over all chunk streams exceed {self.max_partial_bytes} bytes")
 
         # The whole chunk is here: commit the header to the chunk stream state.
         if new_message:
@@ -145,10 +153,12 @@ class ChunkReader:
             state.length, state.type_id, state.stream_id = length, type_id, stream_id
         self._streams[csid] = state
         state.partial += buf[pos : pos + take]
+        self._partial_bytes += take
         pos += take
         if len(state.partial) < state.length:
             return pos - start, None
         message = RtmpMessage(state.type_id, state.stream_id, state.timestamp, bytes(state.partial))
+        self._partial_bytes -= len(state.partial)
         state.partial.clear()
         return pos - start, message
 

@@ -180,3 +180,28 @@ def test_new_header_interrupting_partial_message():
     partial = ChunkWriter(128).write(RtmpMessage(9, 1, 0, bytes(300)), csid=6)[:140]
     with pytest.raises(RtmpProtocolError, match="interrupts"):
         feed_all(partial + header0(6, 0, 1, 9, 1) + b"x")
+
+
+def test_partial_messages_held_across_chunk_streams_are_bounded_in_total():
+    """Each message is under the limit, but one partial per chunk stream (65,536 of them)
+    would let one connection hold gigabytes: the sum of what is held is bounded too."""
+    limit = 1 << 20
+    reader = ChunkReader(max_message_size=limit)
+    writer = ChunkWriter(65536)
+    reader.feed(ChunkWriter().write(msg.set_chunk_size(65536)))
+    whole = RtmpMessage(9, 1, 0, bytes(limit))
+    with pytest.raises(RtmpProtocolError, match="partial messages"):
+        for csid in range(3, 64):  # one-byte basic headers: the cut below is one whole chunk
+            chunks = writer.write(whole, csid=csid)
+            reader.feed(chunks[: -(1 + 65536)])  # all but the last chunk: the message stays partial
+    assert sum(len(s.partial) for s in reader._streams.values()) <= 2 * limit
+
+
+def test_interleaved_messages_up_to_the_limit_still_pass():
+    limit = 1 << 16
+    writer, reader = ChunkWriter(4096), ChunkReader(max_message_size=limit)
+    reader.feed(ChunkWriter().write(msg.set_chunk_size(4096)))
+    video, audio = writer.write(RtmpMessage(9, 1, 0, bytes(limit)), csid=6), writer.write(RtmpMessage(8, 1, 0, bytes(limit)), csid=4)
+    cut_v = cut_a = 12 + 4096 + 7 * (1 + 4096)  # half of each (8 chunks), at a chunk boundary
+    out = reader.feed(video[:cut_v] + audio[:cut_a] + video[cut_v:] + audio[cut_a:])
+    assert [(m.type_id, len(m.payload)) for m in out] == [(9, limit), (8, limit)]
