@@ -185,6 +185,11 @@ class ServerPlayer:
 class RtmpConnection:
     """Server role for one TCP connection; `run()` returns when the connection is over."""
 
+    # Answers to commands and pings are written without waiting for the socket; a peer that
+    # sends those and never reads would make us hold every answer. Players wait for the
+    # socket after each message, so they never come near this.
+    MAX_UNSENT_BYTES = 4 * 1024 * 1024
+
     def __init__(
         self,
         reader: asyncio.StreamReader,
@@ -244,6 +249,10 @@ class RtmpConnection:
         self.close_reason = reason
         self.closed.set()
         self._writer.close()
+        if self._writer.transport.get_write_buffer_size():
+            # close() sends what is unsent first: a peer that stopped reading would hold the
+            # socket and those bytes for ever, so it gets the notice grace time, no more
+            asyncio.get_running_loop().call_later(NOTICE_GRACE_S, self._writer.transport.abort)
         if self._publisher is not None:
             self._publisher.end(reason)
         if self._player is not None:
@@ -470,6 +479,11 @@ class RtmpConnection:
             return
         if self._writer.transport.is_closing():  # the peer reset the socket: writing would raise
             self.close_now("connection lost")
+            return
+        unsent = self._writer.transport.get_write_buffer_size()
+        if unsent > self.MAX_UNSENT_BYTES:
+            self.close_now(f"the peer is not reading: {unsent} bytes unsent")
+            self._writer.transport.abort()  # close() would wait for it to read them, for ever
             return
         try:
             self._writer.write(b"".join(self._chunks_out.write(m) for m in messages))

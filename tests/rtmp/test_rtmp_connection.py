@@ -4,6 +4,7 @@ acknowledgements, ping and the connect answer as a raw client sees them."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from rtmp_testkit import RecordingHandler, run
 
@@ -11,6 +12,7 @@ from streamer.rtmp import MediaMessage, RtmpServer, amf0
 from streamer.rtmp import messages as msg
 from streamer.rtmp.chunk import ChunkReader, ChunkWriter
 from streamer.rtmp.connection import (
+    RtmpConnection,
     ServerPlayer,
     TimestampUnwrapper,
     strip_set_data_frame,
@@ -111,3 +113,40 @@ def test_connect_answer_acks_and_ping_as_a_raw_client_sees_them():
     assert msg.UserControl(msg.UserControlEvent.PING_RESPONSE, 1234) in pongs
     ack = next(m for m in got if m.type_id == msg.MessageType.ACKNOWLEDGEMENT)
     assert msg.parse_acknowledgement(ack.payload) >= 1000
+
+
+def test_a_peer_that_never_reads_its_answers_is_cut_before_they_pile_up():
+    """Commands are answered without waiting for the socket (an unknown command's _error
+    echoes its name): a client that sends them and never reads made the server hold every
+    answer in memory. Past a bound of unsent bytes it is cut."""
+
+    async def scenario() -> tuple[str | None, int]:
+        async with RtmpServer(RecordingHandler({"KEY"}), port=0, stall_timeout=30) as server:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            await client_handshake(reader, writer, timeout=2)
+            out = ChunkWriter()
+            writer.write(out.write(msg.set_chunk_size(65536)) + out.write(msg.command("connect", 1, {"app": "live"})))
+            connection = next(iter(server._connections.values()))
+            unknown = msg.command("x" * 60_000, 2, None)
+            peak = 0
+            try:
+                for _ in range(400):  # 24 MB of answers, never read
+                    writer.write(out.write(unknown))
+                    await writer.drain()
+                    peak = max(peak, connection._writer.transport.get_write_buffer_size())
+                    if connection.closed.is_set():
+                        break
+            except ConnectionError:
+                pass
+            async with asyncio.timeout(5):
+                await connection.closed.wait()
+            writer.close()
+            return connection.close_reason, peak
+
+    reason, peak = run(scenario())
+    assert reason is not None and "not reading" in reason
+    assert peak <= RtmpConnection.MAX_UNSENT_BYTES + 70_000
