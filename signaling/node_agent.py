@@ -148,12 +148,14 @@ class NodeAgent:
         self.registered = True
 
     async def _reconcile(self) -> None:
-        """Drop sessions placed here that never got media; close local copies of sessions
-        that now belong to another node (or were ended elsewhere)."""
+        """Drop sessions placed here that never got media, and RTMP records with no stream
+        here (a publisher that left while being authorised never starts one); close local
+        copies of sessions that now belong to another node (or were ended elsewhere)."""
         live = {record.id for record in self.hooks.records()}
         cutoff = time.time() - self.settings.offer_timeout_s
         for record in await self.registry.sessions(self.node_id):
-            if record.id not in live and record.state == "placed" and record.updated < cutoff:
+            stale = record.state == "placed" or (record.protocol == "rtmp" and record.state == "live")
+            if record.id not in live and stale and record.updated < cutoff:
                 log.info("session %s got no media within %.0f s; dropped", record.id, self.settings.offer_timeout_s)
                 await self.registry.end_session(record.id, node_id=self.node_id)
         for session_id in live:

@@ -271,12 +271,16 @@ class RtmpIngest:
     async def on_publish(self, publisher: Publisher) -> None:
         record = self._keys.find(publisher.name)
         if record is None:  # revoked between authorize and now
-            await publisher.close("stream key revoked")
+            await self._refuse(publisher, "stream key revoked")
             return
         # every await comes before the look-up: a stream is created and listed in one step, so
         # two publishes of one key that start together share it, and none is left unlisted
         # (and never ended) with its swap thread running
-        face = await self._faces.for_stream(record.stream)
+        try:
+            face = await self._faces.for_stream(record.stream)
+        except SwapcastError as exc:  # its owner deleted the face since it was authorised
+            await self._refuse(publisher, f"the stream key's source face is unusable: {exc}")
+            return
         while (stream := self.streams.get(record.key_id)) is not None and stream.failed:
             await self._end(stream)  # never resume a stream whose swap thread died
         if stream is None:
@@ -301,6 +305,15 @@ class RtmpIngest:
             if stream.teardown is not None:  # one timer per stream: none left running unseen
                 stream.teardown.cancel()
             stream.teardown = asyncio.ensure_future(self._end_later(stream))
+
+    async def _refuse(self, publisher: Publisher, reason: str) -> None:
+        """Cut a publish that cannot start, and end the session record its authorisation
+        made unless a stream of the key (a resumable one) still holds it."""
+        await publisher.close(reason)
+        session_id = rtmp_session_id(publisher.name)
+        if not any(stream.record.id == session_id for stream in self.streams.values()):
+            with contextlib.suppress(RegistryUnavailable):
+                await self.registry.end_session(session_id, node_id=self.node_id)
 
     async def _end_later(self, stream: LiveStream) -> None:
         await asyncio.sleep(self._settings.resume_window_s)

@@ -101,3 +101,28 @@ def test_close_ends_a_loop_whose_registry_call_lost_the_cancellation():
     assert registry.swallowed == 1
     assert closed, "NodeAgent.close waited on a heartbeat loop that lost its cancellation"
     assert nodes_left == []
+
+
+def test_an_rtmp_record_with_no_stream_here_is_ended_and_a_live_one_is_kept():
+    """A publisher that leaves while being authorised (the record is saved by then) never
+    starts a stream: its 'live' record stayed for ever, counted in the node's load and the
+    user's session limit, one per stream key made over the API."""
+    registry = MemoryRegistry()
+    info = NodeInfo(id="n1", address="127.0.0.1:1", capacity=2)
+    live = SessionRecord(id="rtmp-live", protocol="rtmp", node_id="n1", owner="alice", state="live")
+
+    class OneStream(IdleNode):
+        def records(self) -> list[SessionRecord]:
+            return [live]
+
+    agent = NodeAgent(registry, info, OneStream(), AgentSettings(heartbeat_s=0.02, offer_timeout_s=0.1))
+
+    async def scenario() -> list[str]:
+        await registry.save_session(live)
+        await registry.save_session(SessionRecord(id="rtmp-gone", protocol="rtmp", node_id="n1", owner="bob",
+                                                  state="live"))
+        await asyncio.sleep(0.2)  # older than offer_timeout_s
+        await agent._reconcile()  # what every heartbeat does once a second
+        return sorted(record.id for record in await registry.sessions("n1"))
+
+    assert asyncio.run(scenario()) == ["rtmp-live"]
