@@ -1,0 +1,92 @@
+"""mesh3d's per-pixel graph on the CPU: the OpenCV twin gives the ONNX graph's output."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpu.engine import EngineSettings, FaceEngine
+from gpu.options import SwapOptions
+from gpu.runners.onnxruntime import OnnxRuntimeRunner
+from gpu.swappers.base import run_jobs
+from gpu.swappers.mesh3d import Mesh3dSwapper
+from gpu.swappers.mesh3d_graph import Mesh3dGraphOnCpu, build_mesh3d_swap_graph
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return OnnxRuntimeRunner(build_mesh3d_swap_graph(), threads=1)
+
+
+def _rows(count: int, size: int = 64, texels: int = 48, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    mask = rng.random((count, 1, size, size), dtype=np.float32)
+    mask[:, :, : size // 4] = 0.0  # rows and columns outside the face region
+    mask[:, :, :, -size // 8 :] = 0.0
+    return {
+        "target": rng.random((count, 3, size, size), dtype=np.float32),
+        "albedo": rng.random((count, 3, texels, texels), dtype=np.float32) * 2,
+        "shading": rng.random((count, 3, size // 2, size // 2), dtype=np.float32) * 1.5,
+        "grid": rng.uniform(-1.2, 1.2, (count, size, size, 2)).astype(np.float32),  # some beyond the border
+        "mask": mask,
+        "keep": (rng.random((count, 1, size, size)) > 0.9).astype(np.float32),
+        "blend": rng.random((count, 1, 1, 1), dtype=np.float32),
+    }
+
+
+def test_the_twin_declares_the_graphs_inputs_and_output(graph):
+    twin = Mesh3dGraphOnCpu()
+    assert [(s.name, s.shape) for s in twin.inputs] == [(s.name, s.shape) for s in graph.inputs]
+    assert [s.name for s in twin.outputs] == [s.name for s in graph.outputs]
+
+
+def test_the_twin_equals_the_onnx_graph_on_random_rows(graph):
+    feeds = _rows(4)
+    expected = graph.run(feeds)[0]
+    got = Mesh3dGraphOnCpu().run(feeds)[0]
+    assert got.shape == expected.shape == (4, 3, 64, 64)
+    np.testing.assert_allclose(got, expected, atol=2e-5)
+
+
+def test_a_row_without_face_region_passes_the_target(graph):
+    feeds = _rows(2, seed=1)
+    feeds["mask"][1] = 0.0
+    got = Mesh3dGraphOnCpu().run(feeds)[0]
+    np.testing.assert_array_equal(got[1], np.clip(feeds["target"][1], 0, 1))
+    np.testing.assert_allclose(got, graph.run(feeds)[0], atol=2e-5)
+
+
+def test_a_crop_the_pyramid_cannot_halve_is_refused():
+    feeds = _rows(1, size=40)
+    with pytest.raises(ValueError, match="divisible by 16"):
+        Mesh3dGraphOnCpu().run(feeds)
+
+
+def test_real_faces_swap_to_the_same_pixels_as_through_the_onnx_graph(engine, graph, astronaut_image, grace_image, two_faces):
+    """Prepared rows of real faces (two sources, blends, one batch): the twin's swapped
+    frames equal the ONNX graph's to within one level in a few pixels."""
+    swapper = Mesh3dSwapper(runner=graph)
+    sources = [swapper.register(image, engine.analyse_image(image)[0]) for image in (astronaut_image, grace_image)]
+    targets = [(grace_image, engine.analyse_image(grace_image)[0]), *[(two_faces, f) for f in engine.analyse_image(two_faces)]]
+    jobs = [swapper.prepare(frame, face, sources[i % 2], replace(SwapOptions(), blend=0.7 + 0.3 * (i % 2)))
+            for i, (frame, face) in enumerate(targets)]
+    through_graph, through_twin = run_jobs(graph, jobs), run_jobs(Mesh3dGraphOnCpu(), jobs)
+    for job, frame_in, old, new in zip(jobs, (t[0] for t in targets), through_graph, through_twin, strict=True):
+        np.testing.assert_allclose(new[0], old[0], atol=1e-4)
+        before, after = frame_in.copy(), frame_in.copy()
+        swapper.finish(before, job, old)
+        swapper.finish(after, job, new)
+        assert (after != frame_in).any()
+        difference = np.abs(after.astype(int) - before.astype(int))
+        assert difference.max() <= 1 and (difference > 0).mean() < 1e-3
+
+
+def test_a_cpu_engine_runs_mesh3d_on_the_twin_unless_onnxruntime_is_asked_for():
+    auto = FaceEngine(EngineSettings(swapper="mesh3d", device="cpu"))
+    asked = FaceEngine(EngineSettings(swapper="mesh3d", device="cpu", runner="onnxruntime"))
+    try:
+        assert isinstance(auto.swapper.runner, Mesh3dGraphOnCpu)
+        assert isinstance(asked.swapper.runner, OnnxRuntimeRunner)
+    finally:
+        auto.close()
+        asked.close()
