@@ -2,7 +2,8 @@
 
     GET    /api/v1/keys            [{key_id, name, face_id, owner, created, revoked, active, push, record, play_token}]
     POST   /api/v1/keys            {name, face_id, options?, push?: [rtmp://...], record?: path} -> 201 {..., key}
-                                   (a user's push destinations must pass the push policy: 400 saying why)
+                                   (a user's push destinations must pass the push policy: 400 saying why;
+                                   409 past MAX_KEYS_PER_USER keys, their oldest revoked ones make room)
     DELETE /api/v1/keys/{key_id}   -> 204 (revoked; its publisher is refused from then on)
 
 The secret key is in the 201 answer only (the store keeps its SHA-256). Checking the face
@@ -22,17 +23,19 @@ from signaling.auth import AuditLog, Principal
 from signaling.auth.middleware import NotYours, principal
 from signaling.http_input import BadInput, read_json_object
 from signaling.push_policy import PushPolicy
-from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore, check_destination
+from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyLimitError, StreamKeyStore, check_destination
 
 KEYS_KEY = web.AppKey("stream_key_api", object)
 MAX_NAME = 80
+MAX_KEYS_PER_USER = 64  # keys (active, or revoked and not yet replaced) one user holds in the store
 
 
 class KeyApi:
     def __init__(self, store: StreamKeyStore, check_face: Callable[[str, Principal], Awaitable[None]],
                  check_options: Callable[[dict[str, Any]], None], audit: AuditLog,
-                 push_policy: PushPolicy | None = None) -> None:
+                 push_policy: PushPolicy | None = None, max_keys_per_user: int = MAX_KEYS_PER_USER) -> None:
         self.store = store
+        self.max_keys_per_user = max_keys_per_user
         self.check_face = check_face
         self.check_options = check_options
         self.audit = audit
@@ -98,7 +101,9 @@ async def create_key(request: web.Request) -> web.Response:
             await api.push_policy.check_new(url)
         key, record = await asyncio.get_running_loop().run_in_executor(None, lambda: api.store.add(
             name.strip(), face_id=face_id, swap=options, push=tuple(push), record=record_to, owner=caller.subject,
-            push_unrestricted=caller.is_admin))
+            push_unrestricted=caller.is_admin, max_per_owner=api.max_keys_per_user))
+    except StreamKeyLimitError as exc:
+        return _error(409, str(exc))
     except StreamKeyError as exc:
         return _error(400, str(exc))
     await api.audit.append(caller.subject, "key.create", record.key_id, name=record.stream.name, face_id=face_id)

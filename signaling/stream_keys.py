@@ -32,6 +32,10 @@ class StreamKeyError(SwapcastError):
     """A stream key operation was refused (unknown id, bad destination, ...)."""
 
 
+class StreamKeyLimitError(StreamKeyError):
+    """The owner already holds as many active keys as one user may."""
+
+
 @dataclass(frozen=True)
 class StreamConfig:
     """What a stream key publishes: whose face, with which options, to where."""
@@ -101,9 +105,12 @@ class StreamKeyStore:
 
     def add(self, name: str, source_face: str | Path | None = None, *, face_id: str | None = None,
             swap: dict | None = None, push: tuple[str, ...] = (), record: str | None = None,
-            owner: str = "", push_unrestricted: bool = False) -> tuple[str, StreamKey]:
+            owner: str = "", push_unrestricted: bool = False,
+            max_per_owner: int | None = None) -> tuple[str, StreamKey]:
         """Create a key for a photo (copied into the store) or a face library id; returns
-        (the secret key, shown only now, and its record)."""
+        (the secret key, shown only now, and its record). With ``max_per_owner`` the owner
+        keeps at most that many records: their oldest revoked ones make room, and with
+        none revoked it is a ``StreamKeyLimitError`` (every publish reads the whole store)."""
         if (source_face is None) == (face_id is None):
             raise StreamKeyError("a stream key needs either a source photo or a face id")
         for url in push:
@@ -128,6 +135,8 @@ class StreamKeyStore:
         )
         with self._locked():
             keys = self._load()
+            if owner and max_per_owner is not None:
+                keys = _room_for_one_more(keys, owner, max_per_owner)
             keys.append(record)
             self._save(keys)
         return key, record
@@ -188,3 +197,16 @@ class StreamKeyStore:
             json.dump([asdict(k) for k in keys], out, indent=2)
         os.chmod(temp, 0o600)
         os.replace(temp, self.path)
+
+
+def _room_for_one_more(keys: list[StreamKey], owner: str, limit: int) -> list[StreamKey]:
+    """``keys`` without as many of ``owner``'s oldest revoked keys as it takes to add one."""
+    theirs = [k for k in keys if k.owner == owner]
+    excess = len(theirs) + 1 - limit
+    if excess <= 0:
+        return keys
+    revoked = sorted((k for k in theirs if not k.active), key=lambda k: k.revoked or 0.0)[:excess]
+    if len(revoked) < excess:
+        raise StreamKeyLimitError(f"you already hold {limit} stream keys, the most one user may; revoke one first")
+    dropped = {id(k) for k in revoked}
+    return [k for k in keys if id(k) not in dropped]

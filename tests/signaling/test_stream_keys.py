@@ -3,10 +3,18 @@ creates and revokes all land, none overwrites another's."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 from pathlib import Path
 
-from signaling.stream_keys import StreamKeyStore
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from signaling.auth import AuditLog, Principal
+from signaling.auth.middleware import PRINCIPAL_KEY
+from signaling.keys_api import KeyApi, add_key_routes
+from signaling.stream_keys import StreamKeyLimitError, StreamKeyStore
 
 WRITERS = 4
 KEYS_EACH = 15
@@ -54,3 +62,42 @@ def test_revoke_during_creates_is_not_undone(tmp_path: Path) -> None:
     assert writer.exitcode == 0
     assert store.find(key) is None and store.get(record.key_id).revoked is not None
     assert all(store.find(k) is not None for k in created)
+
+
+def test_one_user_keeps_a_bounded_number_of_keys_and_revoked_ones_make_room(tmp_path: Path) -> None:
+    """Every publish reads the whole store on the event loop, so one user making keys without
+    end (or making and revoking them) slowed every node's RTMP and WHIP for everyone."""
+    store = StreamKeyStore(tmp_path)
+    made = [store.add(f"k{n}", face_id="f", owner="alice", max_per_owner=3)[1] for n in range(3)]
+    store.add("operator", face_id="f")  # command-line keys have no owner and no limit
+    store.add("bob's", face_id="f", owner="bob", max_per_owner=3)
+    with pytest.raises(StreamKeyLimitError, match="3 stream keys"):
+        store.add("one too many", face_id="f", owner="alice", max_per_owner=3)
+    store.revoke(made[0].key_id)
+    key, fourth = store.add("k3", face_id="f", owner="alice", max_per_owner=3)
+    alices = [r for r in store.list() if r.owner == "alice"]
+    assert [r.key_id for r in alices] == [made[1].key_id, made[2].key_id, fourth.key_id]
+    assert store.find(key) is not None and len(store.list()) == 5
+
+
+def test_the_keys_api_answers_409_past_the_limit(tmp_path: Path) -> None:
+    async def scenario() -> list[int]:
+        @web.middleware
+        async def as_alice(request: web.Request, handler):
+            request[PRINCIPAL_KEY] = Principal("alice", "user")
+            return await handler(request)
+
+        async def any_face(face_id: str, caller: Principal) -> None: ...
+
+        app = web.Application(middlewares=[as_alice])
+        add_key_routes(app, KeyApi(StreamKeyStore(tmp_path), any_face, lambda options: None,
+                                   AuditLog(tmp_path / "audit.jsonl"), max_keys_per_user=2))
+        async with TestClient(TestServer(app)) as client:
+            statuses = []
+            for n in range(3):
+                response = await client.post("/api/v1/keys", json={"name": f"k{n}", "face_id": "f"})
+                statuses.append(response.status)
+            assert "2 stream keys" in (await response.json())["error"]
+            return statuses
+
+    assert asyncio.run(scenario()) == [201, 201, 409]
