@@ -26,6 +26,10 @@ Node metrics (label values: protocol webrtc | whip | rtmp; stage track | identit
     swapcast_batch_queue_delay_seconds{quantile}      gauge, p50 / p99 of recent rows
     swapcast_batch_rows_total, _rows_failed_total, _rows_rejected_total, swapcast_batches_total
     swapcast_batch_queued_rows, swapcast_batch_in_flight, swapcast_device_busy_ratio
+    swapcast_tracking_batch_*{model}, swapcast_tracking_batches_total{model},
+    swapcast_tracking_busy_ratio{model}               the same for the tracking graphs' batchers
+                                                      (model: landmarks | short | full), once a
+                                                      graphs tracker made them
     swapcast_errors_total{kind}                       kind: http_<status> (4xx/5xx answers), swap, decode
     swapcast_http_requests_total{method,route,status}, swapcast_http_request_seconds{method,route}
 
@@ -112,17 +116,19 @@ class HttpMetrics:
 class NodeMetrics(HttpMetrics):
     """A node's metrics. ``sessions`` lists the node's sessions as the API describes them
     (``protocol``, ``state``, ``stats`` with ``fps_in``/``fps_out``); ``batch_metrics`` is
-    ``FaceEngine.batch_metrics``; ``content_refusals`` counts the content gate's refusals by
+    ``FaceEngine.batch_metrics``, ``tracking_metrics`` ``FaceEngine.tracking_metrics``; ``content_refusals`` counts the content gate's refusals by
     where (``Processors.refusals``); ``runner_statistics`` is ``FaceEngine.runner_statistics``
     (a model server's own numbers, fetched over the network: read in a thread at refresh)."""
 
     def __init__(self, sessions: Callable[[], Awaitable[list[dict[str, Any]]]],
                  batch_metrics: Callable[[], Mapping[str, Any] | None],
                  content_refusals: Callable[[], Mapping[str, int]] = dict,
-                 runner_statistics: Callable[[], Mapping[str, Any] | None] | None = None) -> None:
+                 runner_statistics: Callable[[], Mapping[str, Any] | None] | None = None,
+                 tracking_metrics: Callable[[], Mapping[str, Mapping[str, Any]] | None] = lambda: None) -> None:
         super().__init__()
         self._list_sessions = sessions
         self._batch_metrics = batch_metrics
+        self._tracking_metrics = tracking_metrics
         self._content_refusals = content_refusals
         self._runner_statistics = runner_statistics
         self._runner_numbers: Mapping[str, Any] | None = None
@@ -162,7 +168,11 @@ class NodeMetrics(HttpMetrics):
             for direction in ("in", "out"):
                 fps.add_metric([protocol, direction], sum(float(stats.get(f"fps_{direction}") or 0.0) for stats in mine))
         yield fps
-        yield from _batcher_metrics(self._batch_metrics())
+        swap = self._batch_metrics()
+        yield from _batcher_metrics({(): swap} if swap is not None else {})
+        tracking = self._tracking_metrics() or {}
+        yield from _batcher_metrics({(model,): numbers for model, numbers in sorted(tracking.items())},
+                                    "swapcast_tracking_batch", ("model",), "swapcast_tracking_busy_ratio", "tracking ")
         yield from _model_server_metrics(self._runner_numbers)
         refusals = CounterMetricFamily("swapcast_content_refusals", "Images the content gate refused: source "
                                        "photos, and sampled frames of streams and jobs", labels=["where"])
@@ -219,32 +229,46 @@ def _sessions_gauge(name: str, documentation: str, sessions: Iterable[Mapping[st
     return gauge
 
 
-def _batcher_metrics(numbers: Mapping[str, Any] | None) -> Iterable[Metric]:
-    """The batcher's numbers (``MicroBatcher.metrics``), counted since its last reset;
-    nothing before the engine's first swap made the batcher."""
-    if numbers is None:
+def _batcher_metrics(batchers: Mapping[tuple[str, ...], Mapping[str, Any]], prefix: str = "swapcast_batch",
+                     labels: tuple[str, ...] = (), busy: str = "swapcast_device_busy_ratio", kind: str = "") -> Iterable[Metric]:
+    """Batchers' numbers (``MicroBatcher.metrics``, counted since each one's last reset), one
+    sample per batcher, keyed by its ``labels`` values: the swap's batcher unlabelled, the
+    tracking graphs' by model. Nothing for batchers not made yet (none before the first swap)."""
+    if not batchers:
         return
-    sizes = {int(size): count for size, count in numbers["batch_size_histogram"].items()}
-    cumulative = [(str(bound), float(sum(c for size, c in sizes.items() if size <= bound))) for bound in BATCH_SIZE_BUCKETS]
-    yield HistogramMetricFamily("swapcast_batch_size", "Rows per batch the runner ran",
-                                buckets=[*cumulative, ("+Inf", float(numbers["batches"]))], sum_value=float(numbers["rows"]))
-    delay = GaugeMetricFamily("swapcast_batch_queue_delay_seconds", "Time rows waited in the batcher's queue, recent",
-                              labels=["quantile"])
-    for quantile, key in (("0.5", "queue_delay_p50_ms"), ("0.99", "queue_delay_p99_ms")):
-        if numbers.get(key) is not None:
-            delay.add_metric([quantile], numbers[key] / 1000.0)
+    names = list(labels)
+    sizes = HistogramMetricFamily(f"{prefix}_size", f"Rows per batch the {kind}runner ran", labels=names)
+    delay = GaugeMetricFamily(f"{prefix}_queue_delay_seconds", f"Time rows waited in the {kind}batcher's queue, recent",
+                              labels=[*names, "quantile"])
+    counters = [
+        (CounterMetricFamily(f"{prefix}es", f"Batches the {kind}runner ran", labels=names), "batches"),
+        (CounterMetricFamily(f"{prefix}_rows", f"Rows (faces) the {kind}runner ran", labels=names), "rows"),
+        (CounterMetricFamily(f"{prefix}_rows_failed", "Rows whose batch failed", labels=names), "rows_failed"),
+        (CounterMetricFamily(f"{prefix}_rows_rejected", "Rows refused: their session had too many outstanding",
+                             labels=names), "rejected_rows"),
+    ]
+    gauges = [
+        (GaugeMetricFamily(f"{prefix}_queued_rows", f"Rows waiting in the {kind}batcher", labels=names), "queued_rows", 1.0),
+        (GaugeMetricFamily(f"{prefix}_in_flight", "Batches running now", labels=names), "in_flight", 1.0),
+        (GaugeMetricFamily(busy, "Share of wall time at least one batch was running", labels=names), "device_busy_pct", 0.01),
+    ]
+    for values, numbers in batchers.items():
+        counts = {int(size): count for size, count in numbers["batch_size_histogram"].items()}
+        cumulative = [(str(bound), float(sum(c for size, c in counts.items() if size <= bound))) for bound in BATCH_SIZE_BUCKETS]
+        sizes.add_metric(list(values), [*cumulative, ("+Inf", float(numbers["batches"]))], sum_value=float(numbers["rows"]))
+        for quantile, key in (("0.5", "queue_delay_p50_ms"), ("0.99", "queue_delay_p99_ms")):
+            if numbers.get(key) is not None:
+                delay.add_metric([*values, quantile], numbers[key] / 1000.0)
+        for family, key in counters:
+            family.add_metric(list(values), float(numbers[key]))
+        for family, key, scale in gauges:
+            family.add_metric(list(values), float(numbers[key]) * scale)
+    yield sizes
     yield delay
-    for name, key, documentation in (
-        ("swapcast_batches", "batches", "Batches the runner ran"),
-        ("swapcast_batch_rows", "rows", "Rows (faces) the runner swapped"),
-        ("swapcast_batch_rows_failed", "rows_failed", "Rows whose batch failed"),
-        ("swapcast_batch_rows_rejected", "rejected_rows", "Rows refused: their session had too many outstanding"),
-    ):
-        yield CounterMetricFamily(name, documentation, value=float(numbers[key]))
-    yield GaugeMetricFamily("swapcast_batch_queued_rows", "Rows waiting in the batcher", value=float(numbers["queued_rows"]))
-    yield GaugeMetricFamily("swapcast_batch_in_flight", "Batches running now", value=float(numbers["in_flight"]))
-    yield GaugeMetricFamily("swapcast_device_busy_ratio", "Share of wall time at least one batch was running",
-                            value=float(numbers["device_busy_pct"]) / 100.0)
+    for family, _ in counters:
+        yield family
+    for family, _, _ in gauges:
+        yield family
 
 
 def _model_server_metrics(numbers: Mapping[str, Any] | None) -> Iterable[Metric]:

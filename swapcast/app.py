@@ -78,7 +78,7 @@ class Node:
 
     def __post_init__(self) -> None:
         self.metrics = NodeMetrics(self.live_sessions, self.engine.batch_metrics, self.engine.processors.refusals,
-                                   self.engine.runner_statistics)
+                                   self.engine.runner_statistics, self.engine.tracking_metrics)
         self.sessions.observe_stats = self.rtmp_ingest.observe_stats = self.metrics.stream_observer
 
     @property

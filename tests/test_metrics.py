@@ -100,6 +100,11 @@ def test_node_metrics_after_webrtc_and_rtmp_sessions(engine, grace_image, tmp_pa
         assert value(live, "swapcast_batch_rows_total") > 0
         assert 0 < value(live, "swapcast_device_busy_ratio") <= 1
         assert value(live, "swapcast_batch_queue_delay_seconds", quantile="0.99") >= 0
+        # the tracking graphs' batchers, by model, beside the swap's
+        assert value(live, "swapcast_tracking_batch_rows_total", model="landmarks") >= frames_out
+        assert value(live, "swapcast_tracking_batch_size_count", model="landmarks") > 0
+        assert value(live, "swapcast_tracking_batches_total", model="full") > 0
+        assert 0 < value(live, "swapcast_tracking_busy_ratio", model="landmarks") <= 1
         assert value(live, "swapcast_errors_total", kind="http_400") == 1
         assert value(live, "swapcast_http_requests_total", method="POST", route="/api/v1/sessions", status="201") == 1
         assert value(live, "swapcast_http_request_seconds_count", method="POST", route="/api/v1/sessions") == 2
