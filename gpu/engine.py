@@ -15,9 +15,9 @@ from typing import Any, Literal
 import numpy as np
 
 from gpu.analysis.blazeface import BlazeFaceRange
-from gpu.analysis.detection import FaceFinder, suppress
-from gpu.analysis.face_mesh import FaceMesh, FaceTracker
+from gpu.analysis.face_mesh import FaceTracker
 from gpu.analysis.identity import DlibIdentity
+from gpu.analysis.still_faces import StillFaces, analyse_still, still_faces
 from gpu.batcher import MicroBatcher
 from gpu.device import select_device
 from gpu.errors import ManyFacesError, ModelFileError, NoFaceError
@@ -72,9 +72,9 @@ class FaceEngine:
         self.settings = settings or EngineSettings()
         builtin = BuiltinModels.locate()
         self._identity = DlibIdentity(builtin.dlib_landmarks_68, builtin.dlib_identity)
-        self._mesh = FaceMesh()
-        self._detector = self._make_detector()
-        # the still-image graphs (detector, mesh) keep state: one caller at a time
+        self._detector = self._make_detector()  # a user SCRFD model, else None: the built-in finder
+        # still-image analysis on the tracker's backend (made on first use): one caller at a time
+        self._still: StillFaces | None = None
         self._still_lock = threading.Lock()
         self.device = select_device(self.settings.device)  # CUDA requested but absent: a clear error
         self.swapper: Swapper = self._make_swapper()
@@ -160,6 +160,8 @@ class FaceEngine:
         if close_runner is not None:
             close_runner()
         self.processors.close()
+        with self._still_lock:
+            self._still = None  # it runs on the tracking graphs closed below
         with self._tracking_lock:
             tracking, self._tracking = self._tracking, None
         if tracking is not None:
@@ -167,6 +169,8 @@ class FaceEngine:
 
     @property
     def detector_name(self) -> str:
+        if self._detector is None:
+            return "FaceFinder"
         return getattr(self._detector, "name", type(self._detector).__name__)
 
     def _user_models(self):
@@ -182,7 +186,14 @@ class FaceEngine:
             from gpu.analysis.scrfd import ScrfdDetector
 
             return ScrfdDetector(models.detector)
-        return FaceFinder(self.settings.detector_range, hog=True)
+        return None
+
+    def _still_faces(self) -> StillFaces:
+        """Still-image analysis on ``settings.tracker``'s backend: the converted graphs run
+        through the node's tracking batchers (no mediapipe needed), or mediapipe's graphs."""
+        if self._still is None:
+            self._still = still_faces(self.settings.tracker, lambda: self.tracking_graphs, self.settings.detector_range)
+        return self._still
 
     def _make_swapper(self) -> Swapper:
         choice = self.settings.swapper
@@ -242,22 +253,20 @@ class FaceEngine:
                            threads=settings.runner_threads or None)
 
     def analyse_image(self, image: np.ndarray) -> list[Face]:
-        """Faces in a still RGB image, largest first. Built-in: the finder's whole sweep
-        (tiles, HOG), then the mesh on an upright region around each candidate;
+        """Faces in a still RGB image, largest first, on the tracker's backend (the
+        converted graphs or mediapipe's, see ``gpu.analysis.still_faces``). Built-in: the
+        finder's whole sweep (tiles, HOG), then the mesh on an upright region around each candidate;
         a candidate without a plausible mesh is not a face, and each face's box is its
         mesh's. A user SCRFD detector's faces are kept as it boxes them, meshed where
         the mesh finds them."""
         with self._still_lock:
-            if isinstance(self._detector, FaceFinder):
-                meshed = (self._mesh.landmarks(image, candidate) for candidate in self._detector.find(image))
-                faces = suppress([face for face in meshed if face is not None])
-            else:
-                faces = [self._with_mesh(image, face) for face in self._detector.detect(image)]
+            still = self._still_faces()
+            if self._detector is None:
+                return analyse_still(still, image)
+            faces = self._detector.detect(image)
+            meshed = still.landmarks(image, faces)
+            faces = [face if mesh is None else replace(mesh, box=face.box, score=face.score) for face, mesh in zip(faces, meshed)]
             return sorted(faces, key=lambda f: f.area, reverse=True)
-
-    def _with_mesh(self, image: np.ndarray, face: Face) -> Face:
-        meshed = self._mesh.landmarks(image, face)
-        return face if meshed is None else replace(meshed, box=face.box, score=face.score)
 
     def identity(self, image: np.ndarray, face: Face) -> np.ndarray:
         """dlib identity descriptor: for reference selection and scoring (~60 ms)."""
