@@ -304,11 +304,12 @@ def _keys(b: _Builder) -> None:
          ("503",), forwarded=True)
     b.op("post", "/api/v1/keys", "createKey", "Create a stream key for RTMP or WHIP publishers", "keys",
          {"201": _ok("The key: `key` is shown this once", _ref("NewStreamKey"), headers=_location())},
-         ("400", "403", "404", "503"), body=_content(_ref("StreamKeyRequest")), forwarded=True,
+         ("400", "403", "404", "409", "503"), body=_content(_ref("StreamKeyRequest")), forwarded=True,
          description="400: a push destination the push policy refuses (users' keys: public addresses only, "
                      "unless the operator allows more in push.allowed_networks / push.allowed_hosts; checked "
                      "again at every connect). 403: `record` (a server path) is for admins only. 404: unknown "
-                     "face_id, or another user's (the same answer).")
+                     "face_id, or another user's (the same answer). 409: the user already holds 64 keys "
+                     "(their oldest revoked keys make room).")
     b.op("delete", "/api/v1/keys/{key_id}", "revokeKey", "Revoke a stream key; its publisher is refused from then on",
          "keys", {"204": _ok("Revoked")}, ("404", "503"), params=[_path_param("key_id")], forwarded=True)
 
