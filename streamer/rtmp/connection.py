@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Literal
 
 from streamer.rtmp import amf0
@@ -200,7 +201,11 @@ class RtmpConnection:
         chunk_size: int,
         window_ack_size: int = 2_500_000,
         queue_size: int = 512,
+        setup_timeout: float | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> None:
+        """``setup_timeout``: seconds from the connection to its publish or play, which
+        ``on_started`` hears about (pings alone would keep an idle socket from stalling)."""
         peer = writer.get_extra_info("peername")
         self.remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.closed = asyncio.Event()
@@ -222,6 +227,9 @@ class RtmpConnection:
         self._acked = 0
         self._publisher: ServerPublisher | None = None
         self._player: ServerPlayer | None = None
+        self._setup_deadline = None if setup_timeout is None else time.monotonic() + setup_timeout
+        self._setup_timeout = setup_timeout
+        self._on_started = on_started
         self._serve_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing_soon = False
@@ -281,11 +289,17 @@ class RtmpConnection:
             await server_handshake(self._reader, self._writer, timeout=self._stall_timeout)
             while not self.closed.is_set():
                 timeout = None if self._player is not None else self._stall_timeout
+                setup_left = None if self._setup_deadline is None else self._setup_deadline - time.monotonic()
+                if setup_left is not None and (timeout is None or setup_left < timeout):
+                    timeout = max(setup_left, 0.0)
                 try:
                     async with asyncio.timeout(timeout):
                         data = await self._reader.read(_READ_SIZE)
                 except TimeoutError:
-                    self.close_now(f"stalled: no data for {self._stall_timeout:g} s")
+                    if self._setup_deadline is not None and time.monotonic() >= self._setup_deadline:
+                        self.close_now(f"no publish or play within {self._setup_timeout:g} s")
+                    else:
+                        self.close_now(f"stalled: no data for {self._stall_timeout:g} s")
                     return
                 if not data:
                     self.close_now("disconnected")
@@ -394,6 +408,7 @@ class RtmpConnection:
         if self._left_meanwhile():
             return
         self._publisher = ServerPublisher(self, self._app, name, self._queue_size, stream_id)
+        self._started()
         self._send(msg.command("onStatus", 0, None, _status("status", "NetStream.Publish.Start", f"{name} is now published."), stream_id=stream_id))
         log.info("rtmp %s: publishing %s/%s…", self.remote, self._app, name[:6])  # never log a whole stream key
         self._start_handler(self._handler.on_publish(self._publisher))
@@ -416,9 +431,15 @@ class RtmpConnection:
             msg.data("|RtmpSampleAccess", True, True, stream_id=stream_id),
         )
         self._player = ServerPlayer(self, self._app, name, self._queue_size)
+        self._started()
         log.info("rtmp %s: playing %s/%s…", self.remote, self._app, name[:6])
         self._tasks.append(asyncio.create_task(self._play_writer(self._player, stream_id)))
         self._start_handler(self._handler.on_play(self._player))
+
+    def _started(self) -> None:
+        self._setup_deadline = None
+        if self._on_started is not None:
+            self._on_started()
 
     def _left_meanwhile(self) -> bool:
         """After an authorisation (which may take a while): did the client go? Then nothing

@@ -2,6 +2,9 @@
 
 Each connection is its own task, so a peer that stalls or sends garbage only ever takes
 itself down; `close()` cancels and awaits every connection so no task outlives the server.
+A connection must publish or play within `setup_timeout` seconds, and one address holds at
+most `max_pending_per_ip` connections that have not yet: idle sockets cannot pile up (each
+is a file descriptor of the node), while publishers and players do not count.
 With a TLS context it also listens for RTMPS on `tls_port`: the same connections after a
 TLS handshake, which asyncio runs per connection (a failed one ends only that client)."""
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections import Counter
 
 from streamer.rtmp.connection import RtmpConnection
 from streamer.rtmp.handler import MediaMessage, Player, Publisher, PublishRejected, RtmpHandler
@@ -33,8 +37,13 @@ class RtmpServer:
         queue_size: int = 512,
         tls: ssl.SSLContext | None = None,
         tls_port: int = 0,
+        setup_timeout: float = 10.0,
+        max_pending_per_ip: int = 32,
     ) -> None:
         self._handler = handler
+        self._setup_timeout = setup_timeout
+        self._max_pending_per_ip = max_pending_per_ip
+        self._pending_by_ip: Counter[str] = Counter()
         self._tls = tls
         self._requested_tls_port = tls_port
         self._tls_server: asyncio.Server | None = None
@@ -81,6 +90,24 @@ class RtmpServer:
             log.info("rtmps: listening on %s:%d", self._host, self.tls_port)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if self._pending_by_ip[address] >= self._max_pending_per_ip:
+            log.info("rtmp %s: refused: %d connections of this address have not published or played yet",
+                     address, self._pending_by_ip[address])
+            writer.transport.abort()
+            return
+        self._pending_by_ip[address] += 1
+        counted = True
+
+        def started() -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                self._pending_by_ip[address] -= 1
+                if not self._pending_by_ip[address]:
+                    del self._pending_by_ip[address]
+
         connection = RtmpConnection(
             reader,
             writer,
@@ -88,6 +115,8 @@ class RtmpServer:
             stall_timeout=self._stall_timeout,
             chunk_size=self._chunk_size,
             queue_size=self._queue_size,
+            setup_timeout=self._setup_timeout,
+            on_started=started,
         )
         task = asyncio.current_task()
         assert task is not None
@@ -100,6 +129,7 @@ class RtmpServer:
             # Cancelled by close(): end normally, since Python 3.11's stream protocol callback
             # calls task.exception() and would log a spurious CancelledError traceback.
         finally:
+            started()
             self._connections.pop(task, None)
 
     async def close(self, grace: float = 2.0) -> None:

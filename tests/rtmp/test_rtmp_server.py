@@ -4,6 +4,7 @@ publisher, garbage next to a healthy publisher."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import sys
 import time
@@ -361,3 +362,60 @@ def test_gstreamer_rtmp2sink_publish_ends_with_exit_0():
     code, stderr, received = run(scenario(), timeout=90)
     assert code == 0, stderr
     assert received >= 50
+
+
+def test_a_connection_that_neither_publishes_nor_plays_is_cut_after_the_setup_time():
+    """Pings keep a connection from stalling: one that never publishes or plays held its
+    socket (and a file descriptor of the node) for ever."""
+
+    async def scenario() -> str | None:
+        async with RtmpServer(RecordingHandler({"KEY"}), port=0, stall_timeout=5, setup_timeout=1.0) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await client_handshake(reader, writer, timeout=2)
+            chunks = ChunkWriter()
+            writer.write(chunks.write(msg.command("connect", 1, {"app": "live"})))
+            connection = next(iter(server._connections.values()))
+            for _ in range(40):  # 8 s of pings, well past the setup time
+                if connection.closed.is_set():
+                    break
+                writer.write(chunks.write(msg.ping_request(1)))
+                await asyncio.sleep(0.2)
+            writer.close()
+            return connection.close_reason
+
+    reason = run(scenario(), timeout=20)
+    assert reason is not None and "no publish or play" in reason
+
+
+def test_connections_of_one_address_that_have_not_started_are_bounded_and_publishers_are_not():
+    """Many idle sockets from one address took a file descriptor each, for as long as they
+    sent a byte now and then: past ``max_pending_per_ip`` unstarted connections of one
+    address, the next is closed at once. A connection that publishes or plays stops counting."""
+
+    async def first_byte(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> bytes:
+        reader, writer = connection
+        with contextlib.suppress(ConnectionError):
+            writer.write(bytes([3]) + bytes(1536))  # C0 + C1: a server that took us answers S0
+            return await asyncio.wait_for(reader.read(1), 3)
+        return b""
+
+    async def scenario() -> tuple[list[bytes], int, bytes]:
+        handler = RecordingHandler({"KEY"})
+        async with RtmpServer(handler, port=0, max_pending_per_ip=3) as server:
+            publisher = RtmpPublishClient(f"rtmp://127.0.0.1:{server.port}/live/KEY")
+            await publisher.connect()
+            idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(5)]
+            answers = [await first_byte(connection) for connection in idle]
+            for _, writer in idle:
+                writer.close()
+            await wait_for(lambda: server.connection_count == 1, 5)
+            connection = await asyncio.open_connection("127.0.0.1", server.port)
+            room = await first_byte(connection)  # the idle ones left: room again
+            connection[1].close()
+            publishing = len(handler.publishers) - int(handler.publish_ended.is_set())
+            await publisher.close()
+            return answers, publishing, room
+
+    answers, publishing, room = run(scenario(), timeout=30)
+    assert answers == [b"\x03"] * 3 + [b""] * 2
+    assert publishing == 1 and room == b"\x03"
