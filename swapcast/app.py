@@ -223,7 +223,8 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     rtmp_server = RtmpServer(
         ingest, host=config.server.host, port=config.rtmp.port, stall_timeout=config.rtmp.stall_timeout_s,
         chunk_size=config.rtmp.chunk_size, tls=tls if config.rtmp.tls_port is not None else None,
-        tls_port=config.rtmp.tls_port or 0,
+        tls_port=config.rtmp.tls_port or 0, setup_timeout=config.rtmp.setup_timeout_s,
+        max_pending_per_ip=config.rtmp.max_pending_per_ip,
     )
     return Node(config=config, engine=engine, registry=registry, faces=faces, sessions=sessions,
                 rtmp_ingest=ingest, rtmp_server=rtmp_server, keys=keys, video_encoder=video_encoder,

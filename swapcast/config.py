@@ -191,6 +191,9 @@ class WebRtcConfig(_Section):
 class RtmpConfig(_Section):
     port: int = Field(1935, ge=0, le=65535)  # 0 = any free port (tests)
     stall_timeout_s: float = Field(5.0, gt=0)
+    setup_timeout_s: float = Field(10.0, gt=0, description="a connection that has not published or played by then is cut")
+    max_pending_per_ip: int = Field(32, ge=1, description="connections of one address that have not published or "
+                                                          "played yet; the next one is closed at once")
     chunk_size: int = Field(4096, ge=128, le=65536)
     tls_port: int | None = Field(None, ge=0, le=65535, description="RTMPS port (tls.cert_file's certificate); 0 = any free")
 

@@ -78,6 +78,8 @@ class GatewaySettings:
     rtmp_port: int | None = None  # None: no RTMP relay; 0: any free port
     rtmp_connect_timeout_s: float = 5.0
     rtmp_stall_timeout_s: float = 5.0
+    rtmp_setup_timeout_s: float = 10.0  # config rtmp.setup_timeout_s
+    rtmp_max_pending_per_ip: int = 32  # config rtmp.max_pending_per_ip
     rtmp_tls: ssl.SSLContext | None = None  # RTMPS beside the relay's RTMP (config tls)
     rtmp_tls_port: int = 0
 
@@ -429,7 +431,9 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
                               retries=settings.node_retries)
             app[RTMP_SERVER_KEY] = RtmpServer(relay, host=settings.rtmp_host, port=settings.rtmp_port,
                                               stall_timeout=settings.rtmp_stall_timeout_s, tls=settings.rtmp_tls,
-                                              tls_port=settings.rtmp_tls_port)
+                                              tls_port=settings.rtmp_tls_port,
+                                              setup_timeout=settings.rtmp_setup_timeout_s,
+                                              max_pending_per_ip=settings.rtmp_max_pending_per_ip)
             await app[RTMP_SERVER_KEY].start()
         try:
             yield
