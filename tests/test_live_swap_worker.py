@@ -9,7 +9,7 @@ import pytest
 from gpu.analysis.identity import identity_distance
 from streamer.live.h264 import H264Decoder, H264Encoder, to_avcc
 from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, SampleInbox, SequenceHeader, VideoSample
-from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
+from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes, SwapInFlight
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
 from streamer.samples import moving_face_frames
 
@@ -85,6 +85,41 @@ def test_a_burst_is_decoded_fully_but_only_the_newest_frames_are_swapped(engine,
     assert [p.pts for p in out.packets] == sorted(p.pts for p in out.packets)
 
 
+class QueuingSwapper(FrameSwapper):
+    """A frame swapper that notes, per frame, whether its faces were queued at the batcher."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.queued: list[bool] = []
+
+    def begin(self, frame, timestamp, overlap=False):
+        flight = super().begin(frame, timestamp, overlap)
+        self.queued.append(flight.rows is not None)
+        return flight
+
+
+def test_a_stream_that_shares_the_batcher_overlaps_its_frames_and_sends_them_in_order(engine, astronaut_image, camera_stream):
+    record, packets, _ = camera_stream
+    out = Collector()
+    engine.batcher.attach("another-stream")
+    try:
+        swapper = QueuingSwapper(engine, engine.register_source(astronaut_image))
+        worker = LiveSwapWorker(swapper, EncoderSettings(bitrate_kbps=2000), out, name="shared")
+        worker.push(SequenceHeader(record))
+        for packet in packets[:12]:
+            worker.push(VideoSample(packet.data, packet.dts))
+            time.sleep(0.03)
+        _wait_for(lambda: worker.stats.frames_out + worker.stats.frames_dropped >= 12)
+        worker.stop()
+    finally:
+        engine.batcher.detach("another-stream")
+    assert swapper.queued and all(swapper.queued)  # each frame's faces ran in the batcher while the next one began
+    assert worker.stats.frames_out == len(swapper.queued) and worker.stats.swap_errors == 0
+    assert worker.stats.last_stages.faces_swapped == 1 and worker.stats.stage_cpu_ms["paste"] > 0
+    assert out.packets[-1].pts == packets[11].pts  # the last frame begun is sent too, once nothing newer comes
+    assert [p.pts for p in out.packets] == sorted(p.pts for p in out.packets)
+
+
 def test_garbage_samples_are_counted_not_fatal(engine, astronaut_image, camera_stream):
     record, packets, _ = camera_stream
     out = Collector()
@@ -118,9 +153,15 @@ class HeldSwapper:
         self.go = threading.Event()
         self.closed = False
 
-    def process(self, rgb, seconds):
+    def begin(self, rgb, seconds, overlap=False):
         self.go.wait(30)
-        return StageTimes()
+        return SwapInFlight(rgb, StageTimes())
+
+    def complete(self, flight):
+        return flight.times
+
+    def overlaps(self):
+        return False
 
     def close(self):
         self.closed = True

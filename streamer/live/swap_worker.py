@@ -3,7 +3,12 @@ newest frame, drop the rest.
 
 One thread per stream. Decoding must see every packet (inter-frame prediction), but when
 the swap falls behind, the frames decoded meanwhile are dropped instead of queued, so the
-added latency stays bounded by one frame's processing time however slow the machine is."""
+added latency stays bounded by one frame's processing time however slow the machine is.
+
+While other streams share the node's batcher, the thread overlaps two frames, as a WebRTC
+session does: it tracks and prepares the newest frame while the previous one's faces run in
+the batcher, then pastes and encodes that one (``FrameSwapper.begin``/``complete``); a lone
+stream's rows run inline, each frame start to end."""
 
 from __future__ import annotations
 
@@ -18,10 +23,10 @@ import av
 import numpy as np
 
 from gpu.processors.content_gate import ContentRefused
-from streamer.live.h264 import EncodedVideo, FrameSizeError, H264Decoder, H264Encoder
+from streamer.live.h264 import EncodedVideo, FrameSizeError, H264Decoder, H264Encoder, check_frame_size
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, scale_threads
 from streamer.pipeline.failure_log import FailureLog
-from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes
+from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes, SwapInFlight
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +154,10 @@ class SampleInbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    def take_all(self) -> list[VideoSample | SequenceHeader] | None:
-        """Everything queued (waits for something); None once closed."""
+    def take_all(self, wait: bool = True) -> list[VideoSample | SequenceHeader] | None:
+        """Everything queued (with ``wait``, waits for something); None once closed."""
         with self._ready:
-            while not self._items and not self._closed:
+            while wait and not self._items and not self._closed:
                 self._ready.wait()
             if self._closed:
                 return None
@@ -173,6 +178,16 @@ class SampleInbox:
         kept = [item for item in self._items if isinstance(item, SequenceHeader)]
         self.dropped += len(self._items) - len(kept)
         self._items, self._bytes = deque(kept[-1:]), 0
+
+
+@dataclass
+class _Frame:
+    """A decoded frame between the start of its swap and its encode."""
+
+    rgb: np.ndarray
+    pts: int
+    arrived: float
+    flight: SwapInFlight | None = None  # None: the swap failed, the frame goes out unswapped
 
 
 class LiveSwapWorker:
@@ -212,11 +227,18 @@ class LiveSwapWorker:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        waiting: _Frame | None = None  # begun, its faces at the batcher
         try:
-            while (items := self._inbox.take_all()) is not None:
+            while (items := self._inbox.take_all(wait=waiting is None)) is not None:
                 newest = self._decode_all(items)
-                if newest is not None:
-                    self._swap_and_encode(*newest)
+                begun = self._begin(*newest) if newest is not None else None
+                if waiting is not None:
+                    self._finish_and_encode(waiting)
+                    waiting = None
+                if begun is not None and begun.flight is not None and begun.flight.rows is not None:
+                    waiting = begun
+                elif begun is not None:
+                    self._finish_and_encode(begun)
         except Exception as exc:
             # the publisher is told this: the stream's own fault in words, never our internals
             stream_fault = isinstance(exc, (FrameSizeError, ContentRefused))
@@ -262,18 +284,28 @@ class LiveSwapWorker:
                 newest = (frame, item.arrived)
         return newest
 
-    def _swap_and_encode(self, frame: av.VideoFrame, arrived: float) -> None:
-        encoder = self._encoder_for(frame.width, frame.height)  # refuses sizes it cannot take, before any work
-        rgb = frame.to_ndarray(format="rgb24", threads=scale_threads())
-        pts = int(frame.pts)
+    def _begin(self, frame: av.VideoFrame, arrived: float) -> _Frame:
+        """Track and prepare the frame; its faces are queued at the batcher when overlapping
+        pays (``FrameSwapper.overlaps``), else they run in ``_finish_and_encode``."""
+        check_frame_size(frame.width, frame.height)  # refuses sizes the encoder cannot take, before any work
+        item = _Frame(frame.to_ndarray(format="rgb24", threads=scale_threads()), int(frame.pts), arrived)
         try:
-            stages = self.swapper.process(rgb, pts / 1000.0)
+            item.flight = self.swapper.begin(item.rgb, item.pts / 1000.0, overlap=self.swapper.overlaps())
         except ContentRefused:
             raise  # the content gate ends the stream (the publisher is told why)
         except Exception:  # a swap bug must not end the broadcast: the frame goes out unswapped
-            self._swap_failures.failed()
-            self.stats.swap_errors += 1
-            stages = StageTimes()
+            self._swap_failed()
+        return item
+
+    def _finish_and_encode(self, item: _Frame) -> None:
+        stages = StageTimes()
+        if item.flight is not None:
+            try:
+                stages = self.swapper.complete(item.flight)
+            except Exception:  # as in _begin: the frame goes out unswapped
+                self._swap_failed()
+        rgb, pts = item.rgb, item.pts
+        encoder = self._encoder_for(rgb.shape[1], rgb.shape[0])
         self.latest_rgb = rgb  # the newest swapped picture, for operators' previews
         known = encoder.sequence_header
         for packet in encoder.encode(rgb, pts):
@@ -282,7 +314,11 @@ class LiveSwapWorker:
             known = encoder.sequence_header
             assert self._emit is not None  # only cleared when the thread ends
             self._emit(packet, header)
-        self.stats.record_output((time.monotonic() - arrived) * 1000.0, stages)
+        self.stats.record_output((time.monotonic() - item.arrived) * 1000.0, stages)
+
+    def _swap_failed(self) -> None:
+        self._swap_failures.failed()
+        self.stats.swap_errors += 1
 
     def _encoder_for(self, width: int, height: int) -> H264Encoder:
         if self._encoder is None or (self._encoder.width, self._encoder.height) != (width - width % 2, height - height % 2):
