@@ -15,12 +15,14 @@ so they are as fresh as the interval. Messages from the client are read (to noti
 close) and ignored. On server shutdown every socket is closed with 1001 (going away).
 
 Authentication is the auth middleware's (``?token=`` on the upgrade, since browsers cannot
-set headers there); a request that is not a WebSocket upgrade gets 426.
+set headers there); a request that is not a WebSocket upgrade gets 426, and one user gets
+``MAX_SOCKETS_PER_USER`` sockets at once (429 past that).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +35,9 @@ from signaling.auth.middleware import principal
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/api/v1/events"
+# every socket lists its user's sessions each interval (a gateway asks every node for it),
+# while the rate limit sees only the upgrade: one user's sockets at once are bounded
+MAX_SOCKETS_PER_USER = 8
 ListSessions = Callable[[web.Request], Awaitable[list[dict[str, Any]]]]
 ListNodes = Callable[[], Awaitable[list[dict[str, Any]]]]
 _CLOSING = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
@@ -42,13 +47,28 @@ def add_event_routes(app: web.Application, list_sessions: ListSessions, list_nod
                      interval_s: float = 1.0) -> None:
     """Mount the events WebSocket. ``list_nodes`` None: snapshots carry no nodes."""
     sockets: set[web.WebSocketResponse] = set()
+    per_user: collections.Counter[str] = collections.Counter()
 
     async def events(request: web.Request) -> web.StreamResponse:
-        nodes = list_nodes if principal(request).is_admin else None
+        caller = principal(request)
+        nodes = list_nodes if caller.is_admin else None
         ws = web.WebSocketResponse(heartbeat=30.0)
         if not ws.can_prepare(request).ok:
             return web.json_response({"error": "a WebSocket endpoint: connect with Upgrade: websocket"}, status=426,
                                      headers={"Upgrade": "websocket", "Connection": "Upgrade"})
+        if per_user[caller.subject] >= MAX_SOCKETS_PER_USER:
+            return web.json_response({"error": f"{MAX_SOCKETS_PER_USER} event sockets of this user are open already, "
+                                               "the most one user may hold; close one first"},
+                                     status=429, headers={"Retry-After": "5"})
+        per_user[caller.subject] += 1
+        try:
+            return await _serve(request, ws, nodes)
+        finally:
+            per_user[caller.subject] -= 1
+            if not per_user[caller.subject]:
+                del per_user[caller.subject]
+
+    async def _serve(request: web.Request, ws: web.WebSocketResponse, nodes: ListNodes | None) -> web.StreamResponse:
         await ws.prepare(request)
         sockets.add(ws)
         try:
