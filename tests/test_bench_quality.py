@@ -61,3 +61,8 @@ def test_no_available_swapper_is_bad_input(capsys):
     assert main(["bench", "quality", "--quick", "--swappers", "no-such-swapper"]) == 2
     captured = capsys.readouterr()
     assert "not available" in captured.out and "none of the swappers" in captured.err
+
+
+def test_an_unknown_part_of_the_pose_set_is_bad_input(capsys):
+    assert main(["bench", "quality", "--quick", "--swappers", "mesh", "--only", "yaw,somersault"]) == 2
+    assert "unknown pose set part(s) somersault" in capsys.readouterr().err

@@ -41,6 +41,7 @@ from gpu.types import Face
 from streamer.media.images import write_image
 from streamer.pipeline.frame_swapper import FrameSwapper
 from swapcast.benchmarks.pose_set import (
+    MOTIONS,
     PEOPLE,
     PoseClip,
     PoseSample,
@@ -54,6 +55,7 @@ from swapcast.config import Config
 from swapcast.progress import ProgressBar
 
 DEFAULT_SWAPPERS = ("mesh", "mesh3d")
+SUBSETS = ("yaw", "roll", "scale", "light", *MOTIONS)  # ``only``: still kinds and clip motions
 CHANGED_LEVEL = 1.0  # mean absolute change (0..255) inside the face that counts as swapped
 IDENTITY_EVERY = 4  # clips: identity on every 4th frame (dlib costs ~60 ms a face)
 HOG_FACE_PX = 110  # dlib's HOG model wants faces of ~80 px and up: crops are scaled to this
@@ -88,6 +90,7 @@ def run_quality_benchmark(
     quick: bool = False,
     as_json: bool = False,
     progress: bool = True,
+    only: tuple[str, ...] = (),
 ) -> int:
     report = Path(report_dir) if report_dir else None
     if report is not None:
@@ -98,8 +101,11 @@ def run_quality_benchmark(
     if not engines:
         raise SwapcastError(f"none of the swappers {', '.join(swappers)} is available here")
     print("building the pose set ...", file=sys.stderr, flush=True)
-    stills = list(pose_set(quick=quick))
-    clips = list(pose_clips(quick=quick))
+    unknown = set(only) - set(SUBSETS)
+    if unknown:
+        raise SwapcastError(f"unknown pose set part(s) {', '.join(sorted(unknown))}; choose from {', '.join(SUBSETS)}")
+    stills = [s for s in pose_set(quick=quick) if not only or s.kind in only]
+    clips = [c for c in pose_clips(quick=quick) if not only or c.motion in only]
     sources = {person: source_images(person, quick=quick) for person in PEOPLE}
     scorer = _Scorer(next(iter(engines.values())))
     options = replace(config.swap.options(), smoothing=False)
@@ -155,6 +161,7 @@ def run_quality_benchmark(
         "swappers": names,
         "unavailable": unavailable,
         "quick": quick,
+        "only": list(only),
         "people": list(PEOPLE),
         "sources": {person: list(variants) for person, variants in sources.items()},
         "summary": summary,

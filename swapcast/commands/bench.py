@@ -88,6 +88,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     quality.add_argument("--swappers", default="mesh,mesh3d", metavar="A,B",
                          help="swappers to compare, comma-separated (default mesh,mesh3d; one not available is left out)")
     quality.add_argument("--quick", action="store_true", help="a few faces of each kind and one short clip: a smoke run")
+    quality.add_argument("--only", default="", metavar="A,B",
+                         help="only these parts of the pose set: still kinds yaw, roll, scale, light and clip motions pan, "
+                              "zoom, wobble, yaw_sweep (default all)")
     quality.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     add_swap_flags(quality)
@@ -167,7 +170,8 @@ def _run_quality(args: argparse.Namespace) -> int:
 
     swappers = tuple(name.strip() for name in args.swappers.split(",") if name.strip())
     return run_quality_benchmark(config_from_args(args), args.report, swappers=swappers, quick=args.quick,
-                                 as_json=args.json, progress=args.progress)
+                                 as_json=args.json, progress=args.progress,
+                                 only=tuple(part.strip() for part in args.only.split(",") if part.strip()))
 
 
 def _run_fuzz(args: argparse.Namespace) -> int:
