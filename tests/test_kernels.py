@@ -16,7 +16,7 @@ from gpu.kernels.colour import (
     yuv_to_rgb_i420,
     yuv_to_rgb_nv12,
 )
-from gpu.kernels.warp import crop_faces, paste_back, paste_faces, paste_region
+from gpu.kernels.warp import crop_faces, mask_bounds, paste_back, paste_faces, paste_region
 
 H, W = 96, 128
 
@@ -371,6 +371,15 @@ def test_paste_region_bounds_the_touched_pixels():
     np.testing.assert_allclose(roi_to_crop @ [0, 0, 1], matrix @ [x0, y0, 1])
     assert paste_region(np.zeros((8, 8), np.float32), matrix, (200, 200)) is None
     assert paste_region(mask, np.array([[1.0, 0, 500], [0, 1, 500]]), (100, 100)) is None  # off the frame
+
+
+def test_mask_bounds_enclose_exactly_the_pixels_above_the_threshold():
+    mask = np.zeros((64, 48), np.float32)
+    assert mask_bounds(mask) is None
+    mask[5, 40] = 1e-3  # not above it
+    assert mask_bounds(mask) is None
+    mask[7, 3], mask[50, 20], mask[30, 44] = 0.2, 1.0, 0.01  # scattered: no pixel at (3, 50) itself
+    assert mask_bounds(mask) == (3, 7, 45, 51)
 
 
 def test_paste_faces_blends_in_order_into_each_frame():
