@@ -46,6 +46,8 @@ class ProcessorsConfig(_Section):
     enhancer_weight: float = Field(0.5, ge=0, le=1, description="CodeFormer fidelity (0 = most restored)")
     enhancer_live_budget_ms: float = Field(10.0, gt=0, le=1000, description="live: a stream whose enhance step "
                                            "takes longer (median of 10 frames) goes on without it")
+    mask_live_budget_ms: float = Field(20.0, gt=0, le=1000, description="live: a stream whose occluder + parser step "
+                                       "takes longer (median of 10 frames) goes on without them")
     content_gate: bool = True
     content_threshold: float = Field(0.8, gt=0, le=1)
     content_sample_s: float = Field(1.0, gt=0, le=60, description="streams: one frame checked per this many seconds")

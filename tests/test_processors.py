@@ -275,3 +275,30 @@ def test_config_section_reaches_the_engine_and_refuses_unknown_regions() -> None
     assert settings.enhancer == "live" and settings.parser_keep == ("glasses", "hair")
     with pytest.raises(ConfigError, match="unknown region\\(s\\) hands"):
         load_config(environ={"SWAPCAST_ENGINE__PROCESSORS__PARSER_KEEP": "[hands]"})
+
+
+def test_a_live_budget_drops_a_step_once_its_median_goes_over() -> None:
+    from gpu.processors.budget import WINDOW, BudgetedKeepMasks, LiveBudget
+
+    with pytest.raises(ValueError, match="must be positive"):
+        LiveBudget("enhancer", 0.0, "s")
+    budget = LiveBudget("enhancer", 10.0, "s")
+    for ms in [50.0] * (WINDOW // 2 - 1) + [1.0] * (WINDOW // 2 + 1):  # a few slow frames: the median fits
+        budget.record(ms)
+    assert budget.affordable
+    for ms in [50.0] * (WINDOW // 2 + 1):
+        budget.record(ms)
+    assert not budget.affordable
+    budget.record(0.0)
+    assert not budget.affordable  # dropped for good
+
+    answers = []
+    masks = BudgetedKeepMasks((lambda crop, face, matrix: answers.append(1) or np.ones((4, 4), np.float32),),
+                              LiveBudget("mask models", 1e-6, "s"))
+    crop = np.zeros((4, 4, 3), np.uint8)
+    for _ in range(WINDOW):
+        (hook,) = masks.hooks()
+        assert hook(crop, None, None).sum() == 16
+        masks.frame_done()
+    assert masks.hooks() == () and len(answers) == WINDOW
+    assert BudgetedKeepMasks((), LiveBudget("mask models", 1.0, "s")).hooks() == ()

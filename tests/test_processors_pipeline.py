@@ -221,15 +221,55 @@ def test_a_live_stream_drops_the_enhancer_it_cannot_afford(twin_engine: FaceEngi
                                                            grace_image) -> None:
     from dataclasses import replace
 
-    from streamer.pipeline.frame_swapper import ENHANCE_WINDOW
+    from gpu.processors.budget import WINDOW
 
     processors = twin_engine.processors
     default = processors.settings
     processors.settings = replace(default, enhancer="live", enhancer_live_budget_ms=1e-3)  # nothing fits
     try:
         live = FrameSwapper(twin_engine, twin_engine.register_source(grace_image))
-        enhanced = [live.process(astronaut_image.copy(), index / 30).enhance > 0 for index in range(ENHANCE_WINDOW + 2)]
+        enhanced = [live.process(astronaut_image.copy(), index / 30).enhance > 0 for index in range(WINDOW + 2)]
         live.close()
     finally:
         processors.settings = default
-    assert enhanced == [True] * ENHANCE_WINDOW + [False] * 2  # measured on its first frames, then dropped
+    assert enhanced == [True] * WINDOW + [False] * 2  # measured on its first frames, then dropped
+
+
+def test_a_live_stream_drops_the_mask_models_it_cannot_afford(twin_engine: FaceEngine, astronaut_image,
+                                                              grace_image) -> None:
+    from dataclasses import replace
+
+    from gpu.processors.budget import WINDOW
+
+    processors = twin_engine.processors
+    occluder = processors.occluder
+    calls: list[str] = []
+    original = type(occluder).__call__
+
+    def counted(self, crop, face, matrix):
+        calls.append("occluder")
+        return original(self, crop, face, matrix)
+
+    default = processors.settings
+    processors.settings = replace(default, enhancer="off", mask_live_budget_ms=1e-3)  # nothing fits
+    type(occluder).__call__ = counted
+    try:
+        source = twin_engine.register_source(grace_image)
+        live = FrameSwapper(twin_engine, source)
+        ran = []
+        for index in range(WINDOW + 2):
+            before = len(calls)
+            live.process(astronaut_image.copy(), index / 30)
+            ran.append(len(calls) > before)
+        live.close()
+        offline = FrameSwapper(twin_engine, source, offline=True)
+        before = len(calls)
+        for index in range(WINDOW + 2):
+            offline.process(astronaut_image.copy(), index / 30)
+        offline_calls = len(calls) - before
+        offline.close()
+    finally:
+        type(occluder).__call__ = original
+        processors.settings = default
+    assert ran == [True] * WINDOW + [False] * 2  # measured on its first frames, then the stream goes on without it
+    assert offline_calls >= WINDOW + 2  # offline work has no budget

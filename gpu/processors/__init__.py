@@ -42,6 +42,7 @@ class ProcessorSettings:
     enhancer_blend: float = 0.8  # FaceFusion's default 80 %
     enhancer_weight: float = 0.5  # CodeFormer fidelity
     enhancer_live_budget_ms: float = 10.0  # live: a stream whose enhance step takes longer goes on without it
+    mask_live_budget_ms: float = 20.0  # live: a stream whose occluder + parser step takes longer goes on without them
     content_gate: bool = True  # use open_nsfw.onnx when there
     content_threshold: float = 0.8
     content_sample_s: float = 1.0  # live and offline streams: one frame per this many seconds
@@ -105,6 +106,8 @@ class Processors:
             entry: dict[str, Any] = {"kind": processor.kind, "model": processor.path.stem}
             if processor is self.parser:
                 entry["keep_regions"] = list(self.parser.keep)
+            if processor is self.occluder or processor is self.parser:
+                entry["live_budget_ms"] = self.settings.mask_live_budget_ms
             if processor is self.enhancer:
                 entry.update(blend=self.settings.enhancer_blend, live=self.enhance_live(), size=self.enhancer.size,
                              live_budget_ms=self.settings.enhancer_live_budget_ms)

@@ -18,10 +18,8 @@ on that device copy, and the swapped frame comes back once, in place."""
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -36,11 +34,9 @@ from gpu.runners.triton import TritonUnavailable
 from gpu.device import to_device, to_host
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
+from gpu.processors.budget import BudgetedKeepMasks, LiveBudget
 from gpu.swappers.base import FaceJob, KeepMask, Swapper, any_of, run_jobs
 from gpu.types import Face
-
-ENHANCE_WINDOW = 10  # live frames whose enhance time decides whether a stream keeps the enhancer
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,8 +100,10 @@ class FrameSwapper:
         self.frames_dropped_by_batcher = 0
         self._content_due: float | None = None  # stream time of the next content gate sample
         self._content_pending: Future | None = None  # a live stream's sample being scored
-        self._enhance_ms: deque[float] = deque(maxlen=ENHANCE_WINDOW)  # live: recent enhance steps
-        self._enhance_affordable = True  # live: False once this stream's enhance step went over budget
+        budgets = self.engine.processors.settings  # live: each optional step only while this stream affords it
+        self._enhance_budget = LiveBudget("face enhancer", budgets.enhancer_live_budget_ms, self.session_id)
+        self._mask_models = BudgetedKeepMasks(self.engine.keep_masks,
+                                              LiveBudget("mask models", budgets.mask_live_budget_ms, self.session_id))
         self._batcher: MicroBatcher | None = None
         self._detach: weakref.finalize | None = None
 
@@ -196,6 +194,7 @@ class FrameSwapper:
         keep = self._keep_mask()
         flight.jobs = [swapper.prepare(flight.work, face, self.source.payload, self.options, keep) for face in chosen]
         flight.faces = chosen
+        self._mask_models.frame_done()
         _record(times, "prepare", started)
         batcher = self._batcher_now()
         if overlap and batcher is not None:
@@ -251,7 +250,7 @@ class FrameSwapper:
         when the node turns it on for them (engine.processors.enhancer: live) and while it
         fits their budget. What the mask models keep is left alone."""
         processors = self.engine.processors
-        live = processors.enhance_live() and self._enhance_affordable
+        live = processors.enhance_live() and self._enhance_budget.affordable
         if processors.enhancer is None or not (self.offline or live):
             return
         started = _started()
@@ -259,17 +258,7 @@ class FrameSwapper:
         processors.enhancer.enhance(frame, faces, self.session_id, processors.settings.enhancer_blend, keep)
         _record(times, "enhance", started)
         if not self.offline:
-            self._afford_enhancer(times.enhance)
-
-    def _afford_enhancer(self, ms: float) -> None:
-        """A live stream whose enhance step takes more than ``enhancer_live_budget_ms`` (median
-        of its last frames) goes on without the enhancer: the node cannot afford it there."""
-        self._enhance_ms.append(ms)
-        budget = self.engine.processors.settings.enhancer_live_budget_ms
-        if len(self._enhance_ms) == ENHANCE_WINDOW and (median := float(np.median(self._enhance_ms))) > budget:
-            self._enhance_affordable = False
-            log.warning("stream %s: the face enhancer takes %.1f ms a frame (budget %.1f ms): the stream goes on "
-                        "without it", self.session_id, median, budget)
+            self._enhance_budget.record(times.enhance)
 
     def _check_content(self, frame: np.ndarray, timestamp: float) -> None:
         """One frame per ``content_sample_s`` of stream time goes to the content gate. Offline
@@ -300,7 +289,8 @@ class FrameSwapper:
         """What stays the target's in front of each face: the built-in occlusion estimate
         unless the options turn it off, and any mask models the engine has."""
         built_in = self._occlusion if self.options.occlusion == "auto" else None
-        return any_of(built_in, *self.engine.keep_masks)
+        models = self.engine.keep_masks if self.offline else self._mask_models.hooks()  # live: under the stream's budget
+        return any_of(built_in, *models)
 
     def _select(self, frame: np.ndarray, faces: list[Face]) -> list[Face]:
         selection = self.options.face_selection
