@@ -13,6 +13,6 @@ LAYERS = {"http", "sdp", "upload", "rtmp-handshake", "rtmp-chunk", "rtmp-amf", "
 def test_two_thousand_inputs_leave_the_node_well(tmp_path):
     figures = run_fuzz(inputs=2000, seconds=300, seed=20261201, report_dir=tmp_path)
     assert figures.inputs >= 2000, figures.line()
-    assert set(figures.by_layer) == LAYERS, figures.by_layer
+    assert set(figures.by_layer) >= LAYERS, figures.by_layer  # rtmp-hold is rare here: tests/fuzz/test_fuzz_hold.py
     assert figures.node_alive
     assert figures.failures == [], (figures.line(), figures.findings[:5])

@@ -1,7 +1,10 @@
 """The RTMP layers: handshake, chunk stream, AMF commands, FLV tags and play requests, all
 derived from a real ffmpeg publish recorded once per run (through a recording proxy in front
 of an in-process RTMP server), then mutated: bytes, lengths, chunk sizes, timestamps, stream
-names (non-UTF-8 too), commands out of order, media tags damaged, dropped or reordered."""
+names (non-UTF-8 too), commands out of order, media tags damaged, dropped or reordered.
+The hold layer tries to make one connection hold the node's resources: a socket kept open
+by pings alone, answers never read, a partial message on each of many chunk streams; the
+node must cut each of them."""
 
 from __future__ import annotations
 
@@ -10,8 +13,10 @@ import contextlib
 import logging
 import random
 import shutil
+import socket
 import struct
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,13 +165,16 @@ class RtmpLayers:
     """Five kinds of RTMP case; FLV publishes (which start the real decode-swap-encode chain)
     run one at a time, since they share alice's stream key."""
 
-    kinds = ("handshake", "chunk", "amf", "flv", "play")
+    kinds = ("handshake", "chunk", "amf", "flv", "play", "hold")
+    HOLD_IDLE_S = 16.0  # the node's rtmp.setup_timeout_s (10 s) with room to spare
 
     def __init__(self, node: FuzzNode, fixtures: Fixtures, recordings: list[Recording]) -> None:
         self.node, self.fixtures, self.recordings = node, fixtures, recordings
         self._publishing = asyncio.Lock()
 
     async def once(self, rng: random.Random, kind: str) -> Outcome:
+        if kind == "hold":
+            return await self._hold(rng)
         if kind != "flv":
             return await self._once(rng, kind)
         async with self._publishing:  # before connecting: a connection left waiting would stall out
@@ -254,6 +262,78 @@ class RtmpLayers:
             await _send(writer, sent, chunks.write(msg.command("deleteStream", 9.0, None, 1.0)))
         await _drain(reader, 0.5)
         return f"flv/{recording.name}", len(media)
+
+    async def _hold(self, rng: random.Random) -> Outcome:
+        """One connection that tries to hold the node's resources; a problem when the node
+        keeps it (the reproducer says how, since the bytes are just many of the same)."""
+        how = rng.choice(("idle", "unread", "partials"))
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # answers back up at the node, not here
+        sock.setblocking(False)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", self.node.rtmp_port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+        except OSError as exc:
+            sock.close()
+            return Outcome("rtmp-hold", how, "refused", f"RTMP port refused a connection: {exc}")
+        try:
+            async with asyncio.timeout(self.HOLD_IDLE_S + 30):
+                await client_handshake(reader, writer, timeout=5)
+                held = await getattr(self, "_hold_" + how)(reader, writer)
+        except (OSError, asyncio.IncompleteReadError, RtmpHandshakeError):
+            held = None  # cut: what the node should do
+        except TimeoutError:
+            held = "the case did not finish"
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        status = "held" if held else "cut"
+        return Outcome("rtmp-hold", how, status, f"{how}: {held}" if held else None, how.encode() if held else b"")
+
+    async def _hold_idle(self, reader, writer) -> str | None:
+        chunks = ChunkWriter()
+        writer.write(chunks.write(msg.command("connect", 1.0, {"app": "live"})))
+        started = time.monotonic()
+        while time.monotonic() - started < self.HOLD_IDLE_S:
+            writer.write(chunks.write(msg.ping_request(1)))
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    if not await reader.read(65536):
+                        return None
+        return f"a connection sending only pings was held for {self.HOLD_IDLE_S:g} s without a publish or play"
+
+    async def _hold_unread(self, reader, writer) -> str | None:
+        chunks = ChunkWriter()
+        writer.write(chunks.write(msg.set_chunk_size(65536)) + chunks.write(msg.command("connect", 1.0, {"app": "live"})))
+        unknown = chunks.write(msg.command("x" * 60_000, 2.0, None))
+        for _ in range(400):  # 24 MB of commands whose answers are never read
+            writer.write(unknown)
+            await writer.drain()
+        answered = 0
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(15):
+                while data := await reader.read(1 << 20):
+                    answered += len(data)
+                    if answered > 12 * 1024 * 1024:  # more than the node's bound and both socket buffers
+                        return f"the node held over {answered / 2**20:.0f} MB of answers for a peer that did not read them"
+                return None  # cut, its unsent answers dropped
+        return f"the node was still sending answers 15 s later ({answered / 2**20:.1f} MB read)"
+
+    async def _hold_partials(self, reader, writer) -> str | None:
+        chunks = ChunkWriter(65536)
+        writer.write(ChunkWriter().write(msg.set_chunk_size(65536)))
+        whole = msg.RtmpMessage(9, 1, 0, bytes(1 << 20))
+        for csid in range(3, 43):  # 40 MB, one partial message of 1 MB on each of 40 chunk streams
+            writer.write(chunks.write(whole, csid=csid)[: -(1 + 65536)])
+            await writer.drain()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(3):
+                while await reader.read(65536):
+                    pass
+                return None
+        return "the node held 40 MB of partial messages on 40 chunk streams of one connection"
 
     def _with_key(self, message: msg.RtmpMessage) -> msg.RtmpMessage:
         placeholder = PLACEHOLDER_KEY.encode()

@@ -25,7 +25,7 @@ from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
 from swapcast.benchmarks.fuzz.uploads import UploadLayer
 
 HTTP_WEIGHTS = {"http": 94, "upload": 4, "sdp": 2}  # of the HTTP workers' cases (uploads and offers cost the node most)
-RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
+RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2, "hold": 1}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
 HTTP_WORKERS, RTMP_WORKERS = 12, 10
 THREAD_SLACK = 16  # threads the node may hold at the end above its start (pools grown on demand)
 RSS_SLACK_MB = 600.0  # RSS growth allowed at the end (face caches, allocator high-water marks)
