@@ -4,7 +4,8 @@ One ``MicroBatcher`` per model per node. Callers on any thread (each session's w
 ``submit(session_id, jobs)`` their prepared ``FaceJob`` rows and get a
 ``concurrent.futures.Future`` with, per job, its output rows (the same answer as
 ``run_jobs``). A small asyncio loop in a daemon thread owned by the batcher collects rows
-and ships a batch when ``max_batch`` rows are waiting or the oldest row has waited
+and ships a batch when ``max_batch`` rows are waiting, when every attached session has
+rows queued (nobody else could join it), or when the oldest row has waited
 ``max_queue_delay_ms``. The runner call itself runs on an executor thread (up to
 ``max_in_flight`` batches at once: 1 on a CPU, 2+ on GPU streams), so collection goes on
 while a batch runs, and the rows that arrive meanwhile form the next batch.
@@ -406,7 +407,7 @@ class MicroBatcher:
                 now = time.perf_counter()
                 # each session's queue is FIFO: the oldest row is one of the heads
                 due = min(queue[0][0].enqueued for queue in self._queues.values()) + self._delay_s
-                if self._queued_rows < self.max_batch and now < due:
+                if self._queued_rows < self.max_batch and now < due and not self._everyone_queued_locked():
                     self._arm(due, now)
                     return
                 batch = self._take_locked(now)
@@ -414,6 +415,11 @@ class MicroBatcher:
                     continue
                 self._batch_started_locked()
             self._executor.submit(self._run_batch, batch)
+
+    def _everyone_queued_locked(self) -> bool:
+        """Every attached session has rows queued: waiting longer adds nobody's rows, only
+        latency (each session waits for its own before it sends more)."""
+        return bool(self._attached) and all(session in self._queues for session in self._attached)
 
     def _arm(self, due: float, now: float) -> None:
         if self._timer is not None and self._timer_due <= due:

@@ -151,6 +151,21 @@ def test_a_full_batch_ships_at_once(mesh_runner):
     assert len(rows) == 4 and [len(call) for call in runner.calls] == [4]
 
 
+def test_a_batch_ships_at_once_when_every_attached_session_has_rows_queued(mesh_runner):
+    runner = RecordingRunner(mesh_runner)
+    with MicroBatcher(runner, max_batch=8, max_queue_delay_ms=10_000.0, name="t-all-in") as batcher:
+        batcher.attach("a")
+        batcher.attach("b")
+        first = batcher.submit("a", [make_job(1, tag=0.1)])
+        time.sleep(0.3)
+        assert not runner.calls and not first.done()  # b may still send rows: a waits for it
+        started = time.perf_counter()
+        second = batcher.submit("b", [make_job(2, tag=0.2)])
+        assert len(second.result(30)) == 1 and len(first.result(30)) == 1
+        assert time.perf_counter() - started < 5.0  # far less than the 10 s delay
+    assert runner.calls == [[0.1, 0.2]]  # one batch, both sessions' rows
+
+
 def test_batches_are_filled_round_robin_across_sessions(mesh_runner):
     """A greedy session (many faces) queued first cannot crowd out a light one."""
     runner = RecordingRunner(mesh_runner, gated=True)
