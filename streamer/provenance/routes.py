@@ -46,8 +46,8 @@ async def verify_upload(request: web.Request) -> web.Response:
             try:
                 async with request.app[SLOTS_KEY]:
                     verdict = await asyncio.to_thread(verify, path, request.app[SETTINGS_KEY])
-            except SwapcastError as exc:
-                raise UploadError(422, str(exc).replace(str(path), path.name)) from None
+            except SwapcastError as exc:  # unreadable, too small (422) or too many pixels (413)
+                raise UploadError(getattr(exc, "status", 422), str(exc).replace(str(path), path.name)) from None
             answer = verdict.to_dict()
             answer["source"] = path.name
             return web.json_response(answer)

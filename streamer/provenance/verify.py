@@ -14,6 +14,7 @@ from typing import Any
 import av
 import cv2
 import numpy as np
+from PIL import Image
 
 from gpu.errors import SwapcastError
 from gpu.watermark.detect import MIN_SIDE, Detection, Detector
@@ -23,6 +24,9 @@ from streamer.provenance.marker import ProvenanceSettings
 from streamer.provenance.payload import Payload
 
 DEFAULT_SECONDS = 3.0  # of video read: the detector accumulates over frames
+# A picture's header may declare a gigapixel in a megabyte of PNG (2 GB to decode): what is
+# verified is at most 8192x8192 (8K video and ordinary photos), checked before decoding.
+MAX_PIXELS = 8192 * 8192
 STREAM_TIMEOUT_S = 10.0
 EXIT_MARKED, EXIT_UNMARKED, EXIT_MANIFEST_INVALID = 0, 1, 3
 
@@ -94,6 +98,7 @@ def verify(source: str | Path, settings: ProvenanceSettings, *, seconds: float =
     mime = mime_type(path)
     manifest = read_manifest(path, mime, settings.c2pa_trust_anchors) if mime else NO_MANIFEST
     if is_image_path(path):
+        _check_declared_size(path)
         luma = cv2.imdecode(np.fromfile(str(path), dtype=np.uint8), cv2.IMREAD_GRAYSCALE)
         if luma is None:
             raise VerifyError(f"{path}: not a readable image")
@@ -127,7 +132,29 @@ def _detect_video(source: str, settings: ProvenanceSettings, seconds: float, *, 
     return detector.result()
 
 
+class TooManyPixelsError(VerifyError):
+    """A picture or video frame over ``MAX_PIXELS``."""
+
+    status = 413
+
+
+def _check_declared_size(path: Path) -> None:
+    """The size an image's header declares, read without decoding it (a file Pillow cannot
+    read is left to the decoder, which says what is wrong with it)."""
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except Image.DecompressionBombError:
+        raise TooManyPixelsError(f"{path}: the picture declares more than {MAX_PIXELS:,} pixels") from None
+    except (OSError, ValueError, SyntaxError):
+        return
+    _check_size(str(path), (height, width))
+
+
 def _check_size(source: str, shape: tuple[int, ...]) -> None:
+    if shape[0] * shape[1] > MAX_PIXELS:
+        raise TooManyPixelsError(f"{source}: {shape[1]}x{shape[0]} is more than the {MAX_PIXELS:,} pixels "
+                                 "the verifier reads")
     if min(shape[:2]) < MIN_SIDE:
         raise VerifyError(f"{source}: {shape[1]}x{shape[0]} is too small to carry the watermark "
                           f"(at least {MIN_SIDE}x{MIN_SIDE})")
