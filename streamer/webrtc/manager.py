@@ -45,7 +45,7 @@ from streamer.webrtc.errors import (
     SessionLimitError,
     UnprocessableError,
 )
-from streamer.webrtc.offers import Offer, parse_offer
+from streamer.webrtc.offers import MAX_REMOTE_CANDIDATES, Offer, parse_offer
 from streamer.webrtc.session import Session, Viewer, iso_utc
 
 if TYPE_CHECKING:  # sections of the config schema, injected by the composition root
@@ -366,6 +366,10 @@ class SessionManager:
         candidate.sdpMLineIndex = index if isinstance(index, int) and not isinstance(index, bool) else None
         if candidate.sdpMid is None and candidate.sdpMLineIndex is None:
             raise BadRequestError("the candidate needs sdpMid or sdpMLineIndex")
+        if session.remote_candidates >= MAX_REMOTE_CANDIDATES:
+            raise BadRequestError(f"this session has {MAX_REMOTE_CANDIDATES} ICE candidates of its peer already, "
+                                  "the most it takes")
+        session.remote_candidates += 1
         try:
             await session.pc.addIceCandidate(candidate)
         except ValueError as exc:

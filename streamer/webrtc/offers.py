@@ -12,6 +12,9 @@ from streamer.webrtc.errors import BadRequestError
 
 MAX_SDP_BYTES = 64 * 1024
 MAX_MEDIA_SECTIONS = 4  # a browser offers video, audio and maybe a data channel; more only costs us transceivers
+# a peer's ICE candidates, in its offer and trickled each: every one is paired with ours and
+# checked with packets sent to its address (any address): browsers send a handful
+MAX_REMOTE_CANDIDATES = 32
 
 Need = Literal["send", "receive"]  # the peer must send video to us / receive video from us
 
@@ -62,7 +65,10 @@ def parse_offer(text: object, need: Need) -> Offer:
     if bundle is not None and (len(mids) != len(description.media) or set(bundle) != set(mids)):
         # aiortc answers such an offer with a section that has no transport, then fails
         raise BadRequestError("malformed SDP: a=group:BUNDLE must name exactly the media sections' a=mid values")
-    for candidate in (c for m in description.media for c in m.ice_candidates):
+    offered = [c for m in description.media for c in m.ice_candidates]
+    if len(offered) > MAX_REMOTE_CANDIDATES:
+        raise BadRequestError(f"the offer has {len(offered)} ICE candidates; at most {MAX_REMOTE_CANDIDATES} are taken")
+    for candidate in offered:
         # aioice drops other types itself but logs them through a format string that a
         # stray "%" in the candidate breaks (a logging traceback per candidate)
         if candidate.type not in ICE_CANDIDATE_TYPES or "%" in candidate.ip:

@@ -101,6 +101,7 @@ class Session:
         self.updates = asyncio.Lock()
         self.audio: DelayedAudio | None = None
         self.viewers: dict[str, Viewer] = {}
+        self.remote_candidates = 0  # trickled by the peer (offers.MAX_REMOTE_CANDIDATES at most)
         self._closing: asyncio.Future | None = None
 
     @property
