@@ -157,3 +157,51 @@ def test_no_faces_in_blank_or_noise(engine):
     assert engine.analyse_image(rng.integers(0, 256, (886, 1280, 3), dtype=np.uint8)) == []
     tracker = FaceTracker()
     assert [tracker.process(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8), i / 30) for i in range(3)] == [[], [], []]
+
+
+def test_equalised_sweep_finds_a_small_dark_face_in_dim_light():
+    """A 60 px dark face, rolled, in a dim, blurred JPEG: BlazeFace scores it under its
+    threshold as shot; on the equalised photo it is found (stills sweep both)."""
+    import cv2
+
+    from swapcast.benchmarks.detection import _background, _jpeg, _toned, paste_face, sample_heads
+
+    canvas = _background(3, (1280, 886))
+    box = paste_face(canvas, _toned(sample_heads()["grace_hopper"], "dark"), 60, (700, 300), -30, True, "dim")
+    image = _jpeg(np.clip(cv2.GaussianBlur(canvas.astype(np.float32) * 0.3, (0, 0), 0.8), 0, 255).astype(np.uint8), 60)
+    plain, equalising = FaceFinder(hog=False), FaceFinder(hog=False, equalise=True)
+    assert matched([box], [f.box for f in plain.find(image)])[0] == [False]
+    assert matched([box], [f.box for f in equalising.find(image)])[0] == [True]
+
+
+def test_equalised_keeps_size_and_hue():
+    from gpu.analysis.detection import equalised
+
+    rng = np.random.default_rng(0)
+    image = (rng.uniform(0, 60, (90, 130, 3)) * [1.0, 0.6, 0.4]).astype(np.uint8)  # dark and warm
+    out = equalised(image)
+    assert out.shape == image.shape and out.dtype == np.uint8
+    assert out.mean() > image.mean() + 10  # lifted
+    assert out[..., 0].mean() > out[..., 2].mean()  # still warm
+
+
+def test_crowd_photo_is_a_group_photo_with_cut_and_toned_faces():
+    from swapcast.benchmarks.detection import CROWD_FACES, crowd_photo, sample_heads
+
+    heads = sample_heads()
+    scenes = [crowd_photo(seed, heads) for seed in range(4)]
+    labels = [label for scene in scenes for label in scene.labels]
+    for scene in scenes:
+        assert scene.image.shape == (886, 1280, 3)
+        assert CROWD_FACES[0] - 2 <= len(scene.boxes) <= CROWD_FACES[1]  # an overhanging outer head may be left out
+        for box in scene.boxes:
+            assert 0 <= box[0] < box[2] <= 1280 and 0 <= box[1] < box[3] <= 886
+    assert any(" cut" in label for label in labels)
+    assert any(" dark " in label for label in labels)
+
+
+def test_matched_cuts_found_boxes_to_the_frame():
+    truth = [np.array([0, 100, 40, 180], np.float32)]  # a face cut by the left edge
+    found = [np.array([-120, 100, 40, 180], np.float32)]  # its mesh goes on past the edge
+    assert matched(truth, found) == ([False], 1)
+    assert matched(truth, found, (640, 480)) == ([True], 0)

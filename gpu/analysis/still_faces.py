@@ -30,10 +30,10 @@ class StillFaces(Protocol):
 class MediapipeStillFaces:
     """mediapipe's BlazeFace graphs over the sweep and its static face mesh per candidate."""
 
-    def __init__(self, whole_frame: BlazeFaceRange = "full", hog: bool = True) -> None:
+    def __init__(self, whole_frame: BlazeFaceRange = "full", hog: bool = True, equalise: bool = True) -> None:
         from gpu.analysis.face_mesh import FaceMesh
 
-        self.finder = FaceFinder(whole_frame, hog=hog)
+        self.finder = FaceFinder(whole_frame, hog=hog, equalise=equalise)
         self._mesh = FaceMesh()
 
     def find(self, image: np.ndarray) -> list[Face]:
