@@ -69,6 +69,10 @@ async def refresh(node: FuzzNode, fixtures: Fixtures) -> bool:
     for face in json.loads(listing.body) if listing.status == 200 else []:
         if face.get("owner"):  # hers (samples have none)
             await node.request(b"DELETE", f"/api/v1/faces/{face['id']}".encode(), bearer)
+    keys = await node.request(b"GET", b"/api/v1/keys", bearer)  # hers too: a user holds at most 64
+    for key in json.loads(keys.body) if keys.status == 200 else []:
+        if key.get("active") and key.get("owner") == "alice":
+            await node.request(b"DELETE", f"/api/v1/keys/{key['key_id']}".encode(), bearer)
     face, key = await _alices_face_and_key(node, fixtures.alice, fixtures.face_jpeg)
     fixtures.face_id, fixtures.stream_key, fixtures.play_token = face["id"], key["key"], str(key.get("play_token") or "")
     fixtures.remember("face", face["id"])
