@@ -7,7 +7,7 @@ One ``MicroBatcher`` per model per node. Callers on any thread (each session's w
 and ships a batch when ``max_batch`` rows are waiting, when every attached session has
 rows queued (nobody else could join it), or when the oldest row has waited
 ``max_queue_delay_ms``. The runner call itself runs on an executor thread (up to
-``max_in_flight`` batches at once: 1 on a CPU, 2+ on GPU streams), so collection goes on
+``max_in_flight`` batches at once: 2+ on GPU streams, a core each on the CPU), so collection goes on
 while a batch runs, and the rows that arrive meanwhile form the next batch.
 
 Fairness: queued rows are taken round-robin across sessions, one row per session per turn,
@@ -22,6 +22,13 @@ Solo fast path (``run()`` only): while exactly one session is attached and nothi
 queued or running, waiting ``max_queue_delay_ms`` could gather nobody else's rows, so the
 rows run at once on the caller's thread (same runner, same metrics). A single-stream render
 (``swapcast swap``) thus costs what a direct ``run_jobs`` costs.
+
+With ``wait_for_company=False`` (a runner whose calls gain nothing from company: ONNX
+Runtime and OpenCV on the CPU, where two rows cost what two calls cost) nothing waits for
+company: ``run()`` goes inline whenever one of the ``max_in_flight`` slots is free and
+nothing is queued, and queued rows ship as soon as a slot is free; rows batch only while
+every slot is busy. On 2 cores with 2 sessions the tracking calls then run side by side on
+both cores instead of waiting 4 ms for each other and queueing for one executor thread.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class MicroBatcher:
         max_queue_delay_ms: float = 4.0,
         max_pending_per_session: int = 16,
         max_in_flight: int = 1,
+        wait_for_company: bool = True,
         name: str | None = None,
         window: int = 4096,
     ) -> None:
@@ -97,6 +105,7 @@ class MicroBatcher:
         self.max_in_flight = int(max_in_flight)
         self.name = name or f"batcher-{next(_batcher_ids)}"
         self._delay_s = self.max_queue_delay_ms / 1000.0
+        self.wait_for_company = bool(wait_for_company)
 
         # all state below is guarded by _lock (touched by callers, the loop and executors)
         self._lock = threading.Lock()
@@ -330,16 +339,17 @@ class MicroBatcher:
     # -- internals: the solo fast path -------------------------------------------------------------
 
     def _start_inline(self, session_id: SessionId, jobs: Sequence[FaceJob]) -> bool:
-        """Check for the solo case and claim the runner in one step (under the lock, so the
-        loop cannot ship a batch between the check and the call)."""
+        """Check for the solo case (or a free slot of a runner that gains nothing from
+        company) and claim the runner in one step (under the lock, so the loop cannot ship a
+        batch between the check and the call)."""
         with self._lock:
+            solo = len(self._attached) == 1 and session_id in self._attached and self._in_flight == 0
+            free = not self.wait_for_company and self._in_flight < self.max_in_flight
             solo = (
-                not self._closed
-                and len(self._attached) == 1
-                and session_id in self._attached
+                (solo or free)
+                and not self._closed
                 and self._queued_rows == 0
                 and not self._inbox
-                and self._in_flight == 0
                 and len(jobs) <= self.max_batch
             )
             if solo:
@@ -407,7 +417,8 @@ class MicroBatcher:
                 now = time.perf_counter()
                 # each session's queue is FIFO: the oldest row is one of the heads
                 due = min(queue[0][0].enqueued for queue in self._queues.values()) + self._delay_s
-                if self._queued_rows < self.max_batch and now < due and not self._everyone_queued_locked():
+                if (self.wait_for_company and self._queued_rows < self.max_batch and now < due
+                        and not self._everyone_queued_locked()):
                     self._arm(due, now)
                     return
                 batch = self._take_locked(now)

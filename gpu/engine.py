@@ -125,13 +125,15 @@ class FaceEngine:
 
     def _make_batcher(self, max_batch: int, max_queue_delay_ms: float) -> MicroBatcher:
         # a runner that can take several calls at once (one execution context per CUDA
-        # stream) says so with ``max_concurrency``; ONNX Runtime on the CPU gains nothing
+        # stream, mesh3d's OpenCV twin on every core) says so with ``max_concurrency``; one
+        # whose calls gain nothing from company (that twin) with ``gains_from_batching``
         runner = self.swapper.runner
         return MicroBatcher(
             runner,
             max_batch=max_batch,
             max_queue_delay_ms=max_queue_delay_ms,
             max_in_flight=int(getattr(runner, "max_concurrency", 1)),
+            wait_for_company=bool(getattr(runner, "gains_from_batching", True)),
             name=f"batcher-{self.swapper.name}",
         )
 

@@ -166,6 +166,33 @@ def test_a_batch_ships_at_once_when_every_attached_session_has_rows_queued(mesh_
     assert runner.calls == [[0.1, 0.2]]  # one batch, both sessions' rows
 
 
+def test_without_waiting_for_company_rows_run_inline_on_free_slots_and_queue_only_when_all_are_busy(mesh_runner):
+    runner = RecordingRunner(mesh_runner, gated=True)
+    threads_seen: list[str] = []
+    original = runner.run
+    runner.run = lambda feeds: (threads_seen.append(threading.current_thread().name), original(feeds))[1]
+    with MicroBatcher(runner, max_batch=8, max_queue_delay_ms=10_000.0, max_in_flight=2, wait_for_company=False,
+                      name="t-free") as batcher:
+        for session in ("a", "b", "c"):
+            batcher.attach(session)
+        results: dict[str, list] = {}
+        callers = [threading.Thread(target=lambda s=s: results.setdefault(s, batcher.run(s, [make_job(1)], timeout=30)),
+                                    name=f"caller-{s}") for s in ("a", "b")]
+        for caller in callers:
+            caller.start()
+        wait_until(lambda: len(threads_seen) == 2)  # both run at once, each on its own thread
+        assert sorted(threads_seen) == ["caller-a", "caller-b"]
+        third = batcher.submit("c", [make_job(2, tag=0.5)])  # both slots busy: it queues
+        time.sleep(0.2)
+        assert not third.done() and len(runner.calls) == 2
+        started = time.perf_counter()
+        runner.gate.set()
+        assert len(third.result(30)) == 1 and time.perf_counter() - started < 5.0  # shipped when a slot freed, not after 10 s
+        for caller in callers:
+            caller.join(30)
+        assert sorted(results) == ["a", "b"] and batcher.metrics()["inline_batches"] == 2
+
+
 def test_batches_are_filled_round_robin_across_sessions(mesh_runner):
     """A greedy session (many faces) queued first cannot crowd out a light one."""
     runner = RecordingRunner(mesh_runner, gated=True)

@@ -11,13 +11,13 @@ import pytest
 
 from gpu.runners.select import make_runner
 from gpu.tracking import face_roi
-from gpu.tracking.graphs import TrackingGraphs
+from gpu.tracking.graphs import TrackingGraphs, calls_per_machine
 from streamer.samples import moving_face_frames
 
 
-def _graphs(runner: str, delay_ms: float = 4.0) -> TrackingGraphs:
+def _graphs(runner: str, delay_ms: float = 4.0, wait_for_company: bool | None = None) -> TrackingGraphs:
     return TrackingGraphs(lambda model, name: make_runner(model, device="cpu", runner=runner, name=name, threads=1),
-                          max_queue_delay_ms=delay_ms)
+                          max_queue_delay_ms=delay_ms, wait_for_company=wait_for_company)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def _rois(graphs: TrackingGraphs, frames: list[np.ndarray]) -> np.ndarray:
 def test_rows_of_several_sessions_share_a_batch_and_equal_rows_run_alone(frames, tracking_graphs) -> None:
     rois = _rois(tracking_graphs, frames)
     alone = [tracking_graphs.landmarks("alone", [frame], roi[None]) for frame, roi in zip(frames, rois, strict=True)]
-    graphs = _graphs("onnxruntime", delay_ms=200.0)  # long enough for all four sessions to join
+    graphs = _graphs("onnxruntime", delay_ms=200.0, wait_for_company=True)  # long enough for all four sessions to join
     sessions = [f"session-{k}" for k in range(len(frames))]
     for session in sessions:
         graphs.attach(session)
@@ -60,6 +60,35 @@ def test_rows_of_several_sessions_share_a_batch_and_equal_rows_run_alone(frames,
     for k, (points, presence) in enumerate(alone):
         np.testing.assert_allclose(results[k][0], points, atol=1e-3)
         np.testing.assert_allclose(results[k][1], presence, atol=1e-5)
+
+
+def test_on_the_cpu_sessions_calls_run_at_once_side_by_side_without_waiting_for_company(frames, tracking_graphs) -> None:
+    rois = _rois(tracking_graphs, frames)
+    graphs = _graphs("onnxruntime", delay_ms=10_000.0)  # the CPU default: no waiting, whatever the delay
+    sessions = ["a", "b"]
+    for session in sessions:
+        graphs.attach(session)
+    results: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    start = threading.Barrier(2)
+
+    def session_main(k: int) -> None:
+        start.wait()
+        results[k] = graphs.landmarks(sessions[k], [frames[k]], rois[k][None])
+
+    try:
+        threads = [threading.Thread(target=session_main, args=(k,)) for k in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(5.0)  # far less than the 10 s a waiting row would wait
+        assert not any(thread.is_alive() for thread in threads)
+        metrics = graphs.metrics()["landmarks"]
+    finally:
+        graphs.close()
+    assert metrics["rows"] == 2 and metrics["inline_batches"] >= 1 and metrics["max_in_flight"] == calls_per_machine()
+    for k in range(2):
+        points, presence = tracking_graphs.landmarks("alone", [frames[k]], rois[k][None])
+        np.testing.assert_allclose(results[k][0], points, atol=1e-3)
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ import onnx
 from onnx import numpy_helper
 
 from gpu.runners.base import TensorSpec
+from gpu.threads import usable_cpus
 from gpu.swappers.swap_graph import GraphNodes, swap_model, tensor
 
 LEVELS = 4  # Laplacian levels: S must be divisible by 2**LEVELS (crop sizes are multiples of 32)
@@ -110,9 +111,11 @@ class Mesh3dGraphOnCpu:
         ("grid", ("N", "S", "S", 2)), ("mask", ("N", 1, "S", "S")), ("keep", ("N", 1, "S", "S")), ("blend", ("N", 1, 1, 1)),
     ))
     outputs = (TensorSpec("swapped", ("N", 3, "S", "S"), _FLOAT),)
+    gains_from_batching = False  # rows run one after the other: the batcher need not wait for company
 
     def __init__(self, levels: int = LEVELS) -> None:
         self.levels = levels
+        self.max_concurrency = usable_cpus()  # stateless: calls may run side by side, one per core
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         rows = {spec.name: np.ascontiguousarray(feeds[spec.name], dtype=np.float32) for spec in self.inputs}
