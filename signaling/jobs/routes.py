@@ -153,6 +153,7 @@ class _JobsApi:
         limit = self.jobs.settings.max_upload_bytes
         if request.content_length is not None and request.content_length > limit + MAX_SOURCE_BYTES + _FORM_SLACK_BYTES:
             raise UploadRejected(413, _too_large(limit))
+        await self._check_active(request.get(PRINCIPAL_KEY))
         await self.jobs.check_storage()
         job_id = self.jobs.new_job_id()
         try:
@@ -164,6 +165,17 @@ class _JobsApi:
         if not created:  # the same key raced in: the upload just stored is not needed
             await self._discard(job_id)
         return _job_response(job, 201 if created else 200)
+
+    async def _check_active(self, caller: Principal | None) -> None:
+        """A user's unfinished jobs are bounded, before their upload is read: each may store
+        gigabytes, and the workers every user shares render them in turn."""
+        most = self.jobs.settings.max_active_per_user
+        if caller is None or caller.is_admin:
+            return
+        unfinished = [job for job in await self.jobs.queue.list(max(most, 200), caller.subject) if not job.final]
+        if len(unfinished) >= most:
+            raise UploadRejected(429, f"you have {len(unfinished)} unfinished jobs, the most one user may; "
+                                      "wait for one to finish or cancel one")
 
     async def _discard(self, job_id: str) -> None:
         """Remove what a submission stored; a storage that fails here too keeps the first error."""

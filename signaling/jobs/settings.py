@@ -23,6 +23,7 @@ class JobsSection(Protocol):
     claim_timeout_s: float
     max_attempts: int
     max_upload_mb: int
+    max_active_per_user: int
     webhook_secret: str | None
 
 
@@ -43,6 +44,7 @@ class JobSettings:
     claim_timeout_s: float = 30.0
     max_attempts: int = 3
     max_upload_mb: int = 2048
+    max_active_per_user: int = 16  # a user's unfinished jobs (each may store a 2 GB upload): more are a 429
     webhook_secret: str | None = None
     s3: S3Location | None = None  # set: the files live in this bucket instead of storage_dir
 
@@ -61,6 +63,7 @@ class JobSettings:
             claim_timeout_s=jobs.claim_timeout_s,
             max_attempts=jobs.max_attempts,
             max_upload_mb=jobs.max_upload_mb,
+            max_active_per_user=jobs.max_active_per_user,
             webhook_secret=jobs.webhook_secret,
             s3=s3,
         )
