@@ -266,6 +266,7 @@ class JobsConfig(_Section):
     claim_timeout_s: float = Field(30.0, gt=0)  # a chunk unacknowledged this long is reclaimed
     max_attempts: int = Field(3, ge=1, le=20)  # then the chunk goes to the dead-letter stream
     max_upload_mb: int = Field(2048, ge=1)
+    max_active_per_user: int = Field(16, ge=1, description="a user's unfinished jobs; the next submission is a 429")
     webhook_secret: str | None = None  # HMAC-SHA256 key for webhook bodies
 
     @model_validator(mode="after")
