@@ -13,6 +13,7 @@ import pytest
 from swapcast.benchmarks.webrtc import (
     HEIGHT,
     WIDTH,
+    _table,
     burn_counter,
     clip_i420,
     measure_webrtc,
@@ -100,6 +101,8 @@ def test_one_then_two_sessions_real_numbers():
     assert report["server_idle"]["rss_mb"] > 100
     assert report["server_peak_rss_mb"] >= two["server_rss_mb"]
     assert isinstance(report["memory_per_extra_session_mb"], float)
+    table = "\n".join(_table(report))
+    assert "server CPU cores (per session)" in table and "per session at 30 fps out" in table
     # the node's own /metrics agree: every stage observed, frames out of the node's webrtc sessions
     scraped = report["metrics"]
     assert set(scraped["stage_mean_ms"]) >= {"track", "identity", "prepare", "run", "paste", "total"}
