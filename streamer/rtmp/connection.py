@@ -345,6 +345,7 @@ class RtmpConnection:
         if message.type_id == msg.MessageType.AMF3_DATA:
             payload = payload[1:]
         if kind == "data":
+            msg.check_command_size(payload)  # decoded here and by the handler, on the event loop
             payload = strip_set_data_frame(payload)
         await self._publisher.deliver(MediaMessage(kind, self._unwrap(message.timestamp), payload))
 

@@ -53,6 +53,10 @@ class PeerBandwidthLimit(IntEnum):
 
 
 MAX_CHUNK_SIZE = 0x7FFFFFFF
+# Commands and data messages are a few hundred bytes (onMetaData ~1 KiB). AMF0 decodes some
+# 2 million values a second on the event loop, so a 16 MiB one would hold every session of
+# the node for seconds: bigger ones are refused undecoded.
+MAX_COMMAND_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,10 +189,17 @@ def command(
     return RtmpMessage(MessageType.AMF0_COMMAND, stream_id, 0, body)
 
 
+def check_command_size(payload: bytes) -> None:
+    """``RtmpProtocolError`` for a command or data message over ``MAX_COMMAND_BYTES``."""
+    if len(payload) > MAX_COMMAND_BYTES:
+        raise RtmpProtocolError(f"a command or data message of {len(payload)} bytes (at most {MAX_COMMAND_BYTES})")
+
+
 def parse_command(type_id: int, payload: bytes) -> Command:
     """Parse an AMF0 command, or an AMF3 command message (whose body is AMF0 after one byte).
 
     A missing transaction id reads as 0: ffmpeg's listen mode sends a bare `onFCPublish`."""
+    check_command_size(payload)
     if type_id == MessageType.AMF3_COMMAND:
         payload = payload[1:]
     values = amf0.decode_all(payload)

@@ -4,6 +4,7 @@ acknowledgements, ping and the connect answer as a raw client sees them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 from rtmp_testkit import RecordingHandler, run
@@ -150,3 +151,31 @@ def test_a_peer_that_never_reads_its_answers_is_cut_before_they_pile_up():
     reason, peak = run(scenario())
     assert reason is not None and "not reading" in reason
     assert peak <= RtmpConnection.MAX_UNSENT_BYTES + 70_000
+
+
+def test_an_oversized_command_or_data_message_cuts_the_connection_without_decoding_it():
+    async def scenario(message: msg.RtmpMessage, publish_first: bool) -> str | None:
+        async with RtmpServer(RecordingHandler({"KEY"}), port=0) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await client_handshake(reader, writer, timeout=2)
+            out = ChunkWriter()
+            writer.write(out.write(msg.set_chunk_size(65536)))
+            if publish_first:
+                writer.write(out.write(msg.command("connect", 1, {"app": "live"})) + out.write(msg.command("createStream", 2, None))
+                             + out.write(msg.command("publish", 3, None, "KEY", "live", stream_id=1)))
+            connection = next(iter(server._connections.values()))
+            with contextlib.suppress(ConnectionError):
+                writer.write(out.write(message))
+                await writer.drain()
+            async with asyncio.timeout(10):
+                await connection.closed.wait()
+            writer.close()
+            return connection.close_reason
+
+    nulls = 1 << 20
+    strict_array = b"\x0a" + nulls.to_bytes(4, "big") + b"\x05" * nulls
+    command = msg.RtmpMessage(20, 0, 0, amf0.encode("connect", 1.0) + strict_array)
+    data = msg.RtmpMessage(18, 1, 0, amf0.encode("@setDataFrame", "onMetaData") + strict_array)
+    for message, publish_first in ((command, False), (data, True)):
+        reason = run(scenario(message, publish_first))
+        assert reason is not None and "protocol error" in reason and "bytes" in reason, reason

@@ -85,3 +85,17 @@ def test_command_without_transaction_id_reads_as_zero():
 def test_data_message():
     message = msg.data("|RtmpSampleAccess", True, True, stream_id=1)
     assert message.type_id == 18 and amf0.decode_all(message.payload) == ["|RtmpSampleAccess", True, True]
+
+
+def test_a_command_bigger_than_any_client_sends_is_refused_before_it_is_decoded():
+    """AMF0 decodes about 2 million values a second: a 16 MiB command of null markers in a
+    strict array held the event loop (every session of the node) for some 9 s, before any
+    stream key was checked. Commands are small; one over the limit is a protocol error."""
+    nulls = msg.MAX_COMMAND_BYTES
+    payload = amf0.encode("connect", 1.0) + b"\x0a" + nulls.to_bytes(4, "big") + b"\x05" * nulls
+    with pytest.raises(RtmpProtocolError, match="bytes"):
+        msg.parse_command(msg.MessageType.AMF0_COMMAND, payload)
+    with pytest.raises(RtmpProtocolError, match="bytes"):
+        msg.parse_command(msg.MessageType.AMF3_COMMAND, b"\x00" + payload)
+    big_but_allowed = amf0.encode("connect", 1.0, {"app": "live", "x": "y" * 60_000})
+    assert msg.parse_command(msg.MessageType.AMF0_COMMAND, big_but_allowed).command_object["app"] == "live"
