@@ -3,8 +3,8 @@ derived from a real ffmpeg publish recorded once per run (through a recording pr
 of an in-process RTMP server), then mutated: bytes, lengths, chunk sizes, timestamps, stream
 names (non-UTF-8 too), commands out of order, media tags damaged, dropped or reordered.
 The hold layer tries to make one connection hold the node's resources: a socket kept open
-by pings alone, answers never read, a partial message on each of many chunk streams; the
-node must cut each of them."""
+by pings alone, answers never read, a partial message on each of many chunk streams, a
+command whose decoding would hold the event loop; the node must cut each of them."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ RECORDINGS = {  # name -> ffmpeg video input options: an ordinary camera and a 1
     "camera": ("testsrc=size=320x240:rate=30", "yuv420p"),
     "one-pixel-wide": ("testsrc=size=1x64:rate=30", "yuv444p"),
 }
+HOLD_WAYS = ("idle", "unread", "partials", "bomb")
 COMMANDS = ("connect", "createStream", "publish", "play", "releaseStream", "FCPublish", "FCUnpublish", "deleteStream",
             "closeStream", "getStreamLength", "_checkbw", "receiveVideo", "pause", "seek", "", "\u00e9")
 
@@ -266,7 +267,7 @@ class RtmpLayers:
     async def _hold(self, rng: random.Random) -> Outcome:
         """One connection that tries to hold the node's resources; a problem when the node
         keeps it (the reproducer says how, since the bytes are just many of the same)."""
-        how = rng.choice(("idle", "unread", "partials"))
+        how = rng.choice(HOLD_WAYS)
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # answers back up at the node, not here
         sock.setblocking(False)
@@ -334,6 +335,20 @@ class RtmpLayers:
                     pass
                 return None
         return "the node held 40 MB of partial messages on 40 chunk streams of one connection"
+
+    async def _hold_bomb(self, reader, writer) -> str | None:
+        nulls = 4 * 1024 * 1024  # 4 MB of AMF0 null markers in a strict array: ~2 s of decoding
+        chunks = ChunkWriter(65536)
+        writer.write(ChunkWriter().write(msg.set_chunk_size(65536)))
+        payload = amf0.encode("connect", 1.0, {"app": "live"}) + b"\x0a" + nulls.to_bytes(4, "big") + b"\x05" * nulls
+        writer.write(chunks.write(msg.RtmpMessage(20, 0, 0, payload)))
+        await writer.drain()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                while await reader.read(65536):
+                    pass
+                return None
+        return "the node took a 4 MB connect command of null markers (decoded on its event loop) and kept the connection"
 
     def _with_key(self, message: msg.RtmpMessage) -> msg.RtmpMessage:
         placeholder = PLACEHOLDER_KEY.encode()
