@@ -22,7 +22,7 @@ import logging
 import secrets
 import threading
 import unicodedata
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 4096  # per side
 MAX_FACES_PER_OWNER = 64  # uploads one user keeps in the face store; samples do not count
+# uploads are analysed one at a time on the library's thread, which also loads the faces
+# sessions start with: a user has one in analysis at a time, the node a few
+MAX_UPLOADS_IN_ANALYSIS = 4
 MAX_CACHED_FACES = 64  # decoded uploads a node keeps in memory
 THUMBNAIL_SIZE = 160
 MAX_NAME_CHARS = 80
@@ -75,6 +78,14 @@ class TooManyFacesError(FaceLibraryError):
     """The owner already keeps as many faces as allowed; deleting one makes room."""
 
     status = 409
+
+
+class UploadsBusyError(FaceLibraryError):
+    """Too many uploads in analysis: the caller's own (429) or the node's (503)."""
+
+    def __init__(self, reason: str, status: int) -> None:
+        super().__init__(reason)
+        self.status = status
 
 
 class UnknownFaceError(FaceLibraryError):
@@ -162,6 +173,7 @@ class FaceLibrary:
         self._lock = threading.Lock()  # guards the dicts (worker thread + event loop)
         self._samples_ready: asyncio.Future | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="face-library")
+        self._analysing: Counter[str] = Counter()  # uploads in analysis, by owner
 
     # -- event-loop API -------------------------------------------------------------------
 
@@ -197,8 +209,18 @@ class FaceLibrary:
             name = face_name(name)
         if len(await self.store.faces(owner)) >= self.max_faces_per_owner:  # before the ~100 ms detection
             raise self._full()
-        entry = await self._run(self._register_upload, image_bytes, name, owner)
-        data = await self._run(self.engine.source_to_bytes, entry.source)
+        if self._analysing[owner]:
+            raise UploadsBusyError("an upload of yours is being analysed; send the next one when it is answered", 429)
+        if sum(self._analysing.values()) >= MAX_UPLOADS_IN_ANALYSIS:
+            raise UploadsBusyError(f"the node is analysing {MAX_UPLOADS_IN_ANALYSIS} uploads; try again shortly", 503)
+        self._analysing[owner] += 1
+        try:
+            entry = await self._run(self._register_upload, image_bytes, name, owner)
+            data = await self._run(self.engine.source_to_bytes, entry.source)
+        finally:
+            self._analysing[owner] -= 1
+            if not self._analysing[owner]:
+                del self._analysing[owner]
         try:  # checked again where it is stored: another node may have stored one meanwhile
             await self.store.put_face(FaceRecord(entry.id, entry.name, entry.thumbnail_jpeg, data, owner=owner),
                                       owner_limit=self.max_faces_per_owner)
