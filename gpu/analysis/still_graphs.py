@@ -5,21 +5,26 @@
 
 Per candidate, as mediapipe's static face mesh does on the region ``FaceMesh`` gives it:
 the region (``REGION_SCALE`` x the box) is turned upright by the candidate's roll and seen
-by short range (a rotated pass: a tilted head's keypoints are found on an upright face);
-the landmark model runs on the ROI of that detection (a candidate short range does not find
-there keeps its own box and keypoints); where the mesh's roll disagrees with that ROI's by
-more than ``RETRY_DEGREES`` (``FaceMesh``'s retry) or the model doubts a face is there,
-once more on the ROI of its own mesh (the tracker's rule: a small turned face whose region
-detection boxed it badly, presence 0.13, is found there at 0.96). All candidates of a photo share each of these runner calls. One pass
-where the rolls agree: a second on the mesh's ROI moved the meshes away from mediapipe's
-(pose set: 1.21 px mean against 0.70 px) and from the set's truth (1.49 % of the face
-width against 1.43 %).
+by short range (a rotated pass: a tilted head's keypoints are found on an upright face),
+and the landmark model runs on the ROI of that detection. Once more, on the ROI of its own
+mesh (the tracker's rule), where
+- short range found nothing there: the candidate's own box and keypoints gave the ROI, and
+  the face must hold its presence on its mesh's ROI (a HOG box on a neck scored 0.66 on its
+  box, 0.0 there);
+- the model doubts a face is there (a small turned face that its region detection boxed
+  badly: presence 0.13, then 0.96 on its mesh's ROI);
+- the mesh's roll disagrees with the ROI's by more than ``RETRY_DEGREES`` (``FaceMesh``'s
+  retry).
+All candidates of a photo share each of these runner calls. Only one pass otherwise: a
+second on the mesh's ROI moved the meshes away from mediapipe's (pose set: 1.21 px mean
+against 0.70 px) and from the set's truth (1.49 % of the face width against 1.43 %).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+
 import cv2
 import numpy as np
 
@@ -67,10 +72,11 @@ class GraphStillFaces:
             return []
         self._graphs.attach(self._session)
         try:
-            rois = self._detection_rois(image, faces)
+            rois, seen = self._detection_rois(image, faces)
             points, presence = self._graphs.landmarks(self._session, [image] * len(rois), rois)
-            retry = [i for i, (mesh, roi, alive) in enumerate(zip(points, rois, presence, strict=True))
-                     if alive < MIN_PRESENCE or abs(_angle(mesh_roll(mesh) - np.degrees(roi[3]))) > RETRY_DEGREES]
+            retry = [i for i, (mesh, roi, alive, detected) in enumerate(zip(points, rois, presence, seen, strict=True))
+                     if not detected or alive < MIN_PRESENCE
+                     or abs(_angle(mesh_roll(mesh) - np.degrees(roi[3]))) > RETRY_DEGREES]
             if retry:
                 again, alive = self._graphs.landmarks(self._session, [image] * len(retry),
                                                       face_roi.roi_from_landmarks(points[retry]))
@@ -82,24 +88,26 @@ class GraphStillFaces:
             for face, mesh, alive in zip(faces, points, presence, strict=True)
         ]
 
-    def _detection_rois(self, image: np.ndarray, faces: Sequence[Face]) -> np.ndarray:
-        """(N, 4) landmark ROIs: each candidate's face as short range sees it in its upright
-        region (all regions side by side in one strip, one batched call), mapped back to
-        the frame; the candidate's own box and keypoints where short range finds nothing."""
+    def _detection_rois(self, image: np.ndarray, faces: Sequence[Face]) -> tuple[np.ndarray, list[bool]]:
+        """(N, 4) landmark ROIs and whether short range saw each: the candidate's face as
+        short range sees it in its upright region (all regions side by side in one strip,
+        one batched call), mapped back to the frame; the candidate's own box and keypoints
+        where short range finds nothing."""
         to_region = np.stack([region_matrix(face) for face in faces])
         regions = ops.crop_faces([image] * len(faces), to_region, REGION_PX)
         xp = array_module(regions)
         strip = xp.ascontiguousarray(xp.concatenate(list(regions), axis=1))
         windows = [(i * REGION_PX, 0, (i + 1) * REGION_PX, REGION_PX) for i in range(len(faces))]
         found = self._graphs.detect(self._session, "short", strip, windows)
-        rois = []
+        rois, seen = [], []
         for index, (face, matrix, in_region) in enumerate(zip(faces, to_region, found, strict=True)):
-            seen = _central(in_region, index * REGION_PX)
-            if seen is None:
+            central = _central(in_region, index * REGION_PX)
+            seen.append(central is not None)
+            if central is None:
                 rois.append(face_roi.roi_from_detection(face.box[None], face.kps[None])[0])
             else:
-                rois.append(_roi_in_frame(seen, index * REGION_PX, matrix))
-        return np.stack(rois).astype(np.float32)
+                rois.append(_roi_in_frame(central, index * REGION_PX, matrix))
+        return np.stack(rois).astype(np.float32), seen
 
     def close(self) -> None:
         self.finder.close()
