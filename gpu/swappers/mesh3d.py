@@ -46,7 +46,9 @@ from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob, KeepMask, keep_mask
 from gpu.swappers.mesh3d_geometry import (
     FACE_OUTLINE,
+    LEFT_BROW,
     OUTER_LIP_CONTOUR,
+    RIGHT_BROW,
     Similarity,
     fit_pose,
     posed,
@@ -59,6 +61,7 @@ from gpu.swappers.mesh3d_geometry import (
     uv_polygon_mask,
     vertex_normals,
 )
+from gpu.swappers.mesh3d_eyewear import remove_eyewear
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
 from gpu.types import Face
@@ -72,6 +75,13 @@ MIN_SKIN_TEXELS = 32  # of the lighting atlas's skin texels, to fit a face's lig
 TRUSTED_WEIGHT = (0.03, 0.12)  # a texel seen at cos^2 below the first is filled, above the second kept: grazing
 # texels (70 deg) stay their own, so a turned head's cheek keeps its detail instead of a smooth fill (a softer
 # range blurred the near cheek at 45-60 deg; on the yaw sweep the face's Laplacian energy +8 %)
+GRAZING_OUTLIER = (0.25, 0.6)  # |log albedo / skin| (worst channel) from which a texel starts to / stops counting ...
+GRAZING_BELOW = 0.5  # ... where it is seen at cos^2 below this (fully at 0): hair or shadow beside a frontal face
+LIPS_TEETH = (1.02, 0.95)  # lip texels no redder than this (red over green/blue) and this bright are teeth ...
+LIPS_GAP = 0.6  # ... and darker than this times the lips' median the mouth's gap: both take the lips' colour
+CHROMA_SMOOTHING = 0.8  # how much of the skin's colour detail gives way to its low-passed colour
+CHROMA_SIGMA = 6 / 384  # of the texture: the low pass's sigma
+SHADOW_NEUTRAL = 0.4  # an albedo this far below the skin's (1) takes the skin's colour fully
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
 SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
 COLOUR_GAIN_RANGE = (0.5, 2.0)
@@ -257,6 +267,7 @@ class Mesh3dSwapper:
             raise NoFaceError("too little of the source face's skin is visible; use a more frontal photo")
         shading = np.maximum(lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles)))), 1e-3)
         albedo = np.clip(colours / shading, 0.0, ALBEDO_MAX)
+        visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)
         weight_image = atlas.scatter(visibility[:, None])[..., 0]
         # soft symmetry: the mirrored side fills in where this side is not seen
@@ -268,6 +279,9 @@ class Mesh3dSwapper:
         # what neither side shows well (grazing: stretched, often hair at the temples) takes
         # the smooth average of what is well seen around it
         filled = push_pull_fill(mixed, np.clip((combined - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0))
+        filled, _ = remove_eyewear(filled)
+        filled = _lips_without_mouth(filled)
+        filled = _smooth_skin_chroma(filled)
         shape = fit_pose(points).normalise(points)
         return Mesh3dSource(
             albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
@@ -364,6 +378,10 @@ class Mesh3dSwapper:
         drawn = raster.covered
         closure = mesh.closure if target_eyes else mesh.mouth_closure
         holes = drawn & closure[np.maximum(raster.triangle, 0)]
+        # the target's own mouth line stays too when its mouth is closed (the closure then covers no pixel)
+        line = np.zeros((half, half), np.uint8)
+        cv2.polylines(line, [np.round(small[list(INNER_LIP_CONTOUR), :2] * 16).astype(np.int32)], True, 1, 1, cv2.LINE_8, shift=4)
+        holes |= drawn & (line > 0)
         # the openings get UVs too (they are never shown) so no pixel next to them samples (0, 0)
         corners = mesh.triangles[raster.triangle[raster.rows, raster.cols]]
         uv = np.full((half, half, 2), -1.0, dtype=np.float32)
@@ -428,6 +446,85 @@ class Mesh3dSwapper:
         grown[grown < 0.02] = 0.0
         paste = cv2.resize(np.clip(np.maximum(small, grown), 0.0, 1.0), (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
         return np.maximum(paste, mask).astype(np.float32)
+
+
+def _grazing_outliers(albedo: np.ndarray, visibility: np.ndarray) -> np.ndarray:
+    """(P,) in [0, 1]: how much a texel is not the face's skin though the unwrap would keep it.
+    Where a frontal photo sees the face at a grazing angle (past the cheeks, at the temples
+    and jaw) its texels are often hair, the background or the shadow beside the face; a
+    turned target shows that part of the mesh wide open on its near cheek, as dark stripes
+    (on the yaw sweep they cost dlib's HOG detector the face at -39..-45 deg). Such texels
+    differ from the well-seen skin by far more than skin varies, so at grazing angles
+    those count for less and the mirrored side or the fill takes over."""
+    seen = albedo[visibility > 0.5]
+    if len(seen) < MIN_SKIN_TEXELS:
+        return np.zeros(len(albedo), np.float32)
+    logs = np.log(np.maximum(albedo, 1e-3))
+    deviation = np.abs(logs - np.median(np.log(np.maximum(seen, 1e-3)), axis=0)).max(1)
+    outlier = np.clip((deviation - GRAZING_OUTLIER[0]) / (GRAZING_OUTLIER[1] - GRAZING_OUTLIER[0]), 0.0, 1.0)
+    grazing = np.clip((GRAZING_BELOW - visibility) / GRAZING_BELOW, 0.0, 1.0)
+    return (outlier * grazing).astype(np.float32)
+
+
+@lru_cache(maxsize=2)
+def _lips_mask(size: int) -> np.ndarray:
+    """(T, T) the lips in UV, grown by a texel."""
+    return cv2.dilate(uv_polygon_mask(size, OUTER_LIP_CONTOUR), np.ones((3, 3), np.uint8))
+
+
+def _lips_without_mouth(albedo: np.ndarray) -> np.ndarray:
+    """The source's lips with what its open mouth put on them (teeth, the dark gap) painted
+    over in the colour of its lips: landmarks of a smiling, open mouth sit off its inner
+    edge, so the lips' UV region carries a band of teeth and a dark line, which a closed
+    target mouth then shows as a second, open mouth. Teeth are paler than skin and no
+    redder (the albedo is relative to the skin: 1 in every channel), lips redder."""
+    lips = _lips_mask(albedo.shape[0]) > 0.5
+    colours = albedo[lips]
+    luminance = colours.mean(1)
+    redness = colours[:, 0] / np.maximum(colours[:, 1:].mean(1), 1e-3)
+    odd = ((redness < LIPS_TEETH[0]) & (luminance > LIPS_TEETH[1])) | (luminance < LIPS_GAP * np.median(luminance))
+    if not odd.any() or odd.all():
+        return albedo
+    weight = np.zeros(albedo.shape[:2], np.float32)
+    weight[lips] = ~odd  # only real lip texels give their colour
+    lip_colour = push_pull_fill(albedo, weight, levels=5)
+    cover = np.zeros(albedo.shape[:2], np.float32)
+    cover[lips] = odd
+    cover = np.clip(cv2.GaussianBlur(cv2.dilate(cover, np.ones((3, 3), np.uint8)), (0, 0), 1.0) * 1.5, 0.0, 1.0)[..., None]
+    return (albedo * (1.0 - cover) + lip_colour * cover).astype(np.float32)
+
+
+@lru_cache(maxsize=2)
+def _features_mask(size: int) -> np.ndarray:
+    """(T, T, 1) the eyes and lips, grown and softened: their colour is their own."""
+    features = np.zeros((size, size), np.float32)
+    for contour in (OUTER_LIP_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR):
+        features = np.maximum(features, uv_polygon_mask(size, contour))
+    return cv2.GaussianBlur(cv2.dilate(features, np.ones((5, 5), np.uint8)), (0, 0), 2.0)[..., None]
+
+
+@lru_cache(maxsize=2)
+def _below_brows(size: int) -> np.ndarray:
+    """(T, 1, 1) 0 above the brows (hair is dark without being a shadow), 1 from a little below them."""
+    brows = canonical_mesh().uv[list(RIGHT_BROW + LEFT_BROW), 1].mean() * size
+    rows = np.arange(size, dtype=np.float32)
+    return np.clip((rows - brows) / (0.05 * size), 0.0, 1.0)[:, None, None]
+
+
+def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
+    """The albedo's colour (chromaticity) evened out over the skin, its luminance untouched:
+    skin's colour varies slowly, and what a photo's folds, wrinkles and cast shadows carry
+    is the light's (shadowed skin turns red, light scattered under it), not the skin's. The
+    colour is low-passed, and where the albedo is darker than the skin (a shadow the
+    lighting model does not explain) pulled towards the skin's own (1 in every channel),
+    so a colour match towards the target's skin does not turn them into red stripes."""
+    luminance = albedo.mean(2, keepdims=True) + 1e-3
+    chroma = albedo / luminance
+    smooth = cv2.GaussianBlur(chroma, (0, 0), CHROMA_SIGMA * albedo.shape[0])
+    shadow = np.clip((1.0 - luminance) / SHADOW_NEUTRAL, 0.0, 1.0) * _below_brows(albedo.shape[0])
+    target = smooth + shadow * (1.0 - smooth)
+    mixed = chroma + (1.0 - _features_mask(albedo.shape[0])) * CHROMA_SMOOTHING * (target - chroma)
+    return np.clip(luminance * mixed, 0.0, ALBEDO_MAX).astype(np.float32)
 
 
 def _sample_crop(crop, at: np.ndarray) -> np.ndarray:

@@ -1,0 +1,95 @@
+"""mesh3d's source clean-up at registration: glasses out of the albedo, teeth and the mouth
+gap off the lips, hair and shadow past a frontal face's cheeks not painted onto a turned
+target's; on the real sample faces (Grace Hopper wears glasses, the astronaut smiles with
+her teeth showing and wears none)."""
+
+import cv2
+import numpy as np
+import pytest
+
+from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
+from gpu.swappers import mesh3d
+from gpu.swappers.mesh3d import Mesh3dSwapper
+from gpu.swappers.mesh3d_eyewear import _eyes, _line_map, remove_eyewear
+from gpu.swappers.mesh3d_geometry import OUTER_LIP_CONTOUR, uv_polygon_mask
+
+
+@pytest.fixture(scope="module")
+def raw_albedos(engine, astronaut_image, grace_image):
+    """Each face's albedo as the unwrap leaves it, before any clean-up."""
+    swapper = Mesh3dSwapper()
+    albedos = {}
+    for name, image in (("astronaut", astronaut_image), ("grace", grace_image)):
+        captured = {}
+        original = mesh3d.remove_eyewear
+
+        def capture(albedo, captured=captured, original=original):
+            captured["albedo"] = albedo
+            return original(albedo)
+
+        mesh3d.remove_eyewear = capture
+        try:
+            swapper.register(image, engine.analyse_image(image)[0])
+        finally:
+            mesh3d.remove_eyewear = original
+        albedos[name] = captured["albedo"]
+    return albedos
+
+
+def _frame_band(size: int) -> np.ndarray:
+    """Where Grace Hopper's frames run around each eye in UV: a ring between the lids and the lens's edge."""
+    band = np.zeros((size, size), np.uint8)
+    for centre, width in _eyes(size):
+        outer, inner = np.zeros_like(band), np.zeros_like(band)
+        at = (int(round(centre[0])), int(round(centre[1] + 0.12 * width)))
+        cv2.ellipse(outer, at, (int(1.2 * width), int(0.8 * width)), 0, 0, 360, 1, -1)
+        cv2.ellipse(inner, at, (int(0.75 * width), int(0.45 * width)), 0, 0, 360, 1, -1)
+        band |= outer & (1 - inner)
+    return band.astype(bool)
+
+
+def test_glasses_are_found_on_grace_hopper_and_not_on_the_astronaut(raw_albedos):
+    cleaned, found = remove_eyewear(raw_albedos["grace"])
+    assert found
+    _, found = remove_eyewear(raw_albedos["astronaut"])
+    assert not found
+    # the astronaut's albedo comes back as it was
+    assert remove_eyewear(raw_albedos["astronaut"])[0] is raw_albedos["astronaut"]
+
+
+def test_grace_hoppers_frames_leave_the_albedo_and_her_eyes_stay(raw_albedos):
+    raw = raw_albedos["grace"]
+    cleaned, _ = remove_eyewear(raw)
+    size = raw.shape[0]
+    band = _frame_band(size)
+    frame_texels = band & (_line_map(raw) > 1.0)
+    assert frame_texels.sum() > 500  # the frames are there to begin with
+    assert (_line_map(cleaned)[frame_texels] > 1.0).mean() < 0.15  # and gone after
+    eyes = (uv_polygon_mask(size, LEFT_EYE_CONTOUR) + uv_polygon_mask(size, RIGHT_EYE_CONTOUR)) > 0.5
+    assert np.abs(cleaned[eyes] - raw[eyes]).max() < 1e-3  # the eyes themselves are untouched
+
+
+def test_registered_sources_have_no_frames_and_no_teeth_on_the_lips(engine, astronaut_image, grace_image):
+    swapper = Mesh3dSwapper()
+    grace = swapper.register(grace_image, engine.analyse_image(grace_image)[0]).albedo.transpose(1, 2, 0)
+    astronaut = swapper.register(astronaut_image, engine.analyse_image(astronaut_image)[0]).albedo.transpose(1, 2, 0)
+    size = grace.shape[0]
+    assert (_line_map(grace)[_frame_band(size)] > 1.0).mean() < 0.1
+    # the astronaut smiles with her teeth showing: her lips' UV region is lips, not teeth
+    # (teeth are no redder than skin, relative to which the albedo is; lips are redder)
+    lips = uv_polygon_mask(size, OUTER_LIP_CONTOUR) > 0.5
+    redness = astronaut[lips][:, 0] / astronaut[lips][:, 1:].mean(1)
+    pale = astronaut[lips].mean(1) > mesh3d.LIPS_TEETH[1]
+    assert ((redness < mesh3d.LIPS_TEETH[0]) & pale).mean() < 0.05
+
+
+def test_hair_and_shadow_at_grazing_angles_count_less_than_skin():
+    albedo = np.ones((6, 3), np.float32)
+    albedo[1] = albedo[3] = (0.3, 0.3, 0.35)  # dark hair
+    visibility = np.array([0.9, 0.9, 0.05, 0.05, 0.9, 0.9], np.float32)
+    albedo = np.concatenate([albedo, np.ones((40, 3), np.float32)])
+    visibility = np.concatenate([visibility, np.full(40, 0.9, np.float32)])
+    outliers = mesh3d._grazing_outliers(albedo, visibility)
+    assert outliers[3] > 0.8  # hair seen at a grazing angle: mostly dropped
+    assert outliers[1] == 0.0  # the same colour seen head-on is the face's own (brows, a beard)
+    assert outliers[2] == 0.0  # skin at a grazing angle stays
