@@ -14,6 +14,7 @@ from streamer.rtmp import messages as msg
 from streamer.rtmp.chunk import ChunkReader, ChunkWriter
 from streamer.rtmp.connection import (
     RtmpConnection,
+    WorkBudget,
     ServerPlayer,
     TimestampUnwrapper,
     strip_set_data_frame,
@@ -179,3 +180,26 @@ def test_an_oversized_command_or_data_message_cuts_the_connection_without_decodi
     for message, publish_first in ((command, False), (data, True)):
         reason = run(scenario(message, publish_first))
         assert reason is not None and "protocol error" in reason and "bytes" in reason, reason
+
+
+def test_a_peer_is_read_no_faster_than_its_parsing_budget():
+    """1-byte chunks cost ~1 µs of parsing per byte on the event loop: one peer at 2 MB/s
+    took all of it. Past its budget a connection is read more slowly, so after one second
+    the server has parsed about a second's budget of a burst, not all of it."""
+
+    async def scenario() -> tuple[int, int]:
+        async with RtmpServer(RecordingHandler({"KEY"}), port=0, stall_timeout=30) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await client_handshake(reader, writer, timeout=2)
+            out = ChunkWriter()
+            burst = out.write(msg.set_chunk_size(1)) + out.write(msg.RtmpMessage(9, 0, 0, bytes(200_000)))
+            connection = next(iter(server._connections.values()))
+            connection._work = WorkBudget(10_000)
+            writer.write(burst)
+            await asyncio.sleep(1.0)
+            parsed = connection._chunks_in.chunks_parsed
+            writer.close()
+            return parsed, 200_000
+
+    parsed, sent = run(scenario())
+    assert 0 < parsed <= 10_000 + 65_536 < sent  # a second's budget and one 64 KiB read past it
