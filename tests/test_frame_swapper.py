@@ -104,7 +104,7 @@ def test_frames_overlapped_at_a_shared_batcher_come_out_as_one_at_a_time(engine,
     engine.batcher.attach("another-stream")
     try:
         swapper = FrameSwapper(engine, astronaut_source)
-        assert swapper.overlaps()
+        assert not swapper.overlaps()  # a CPU node's batcher does not wait for company: rows run at once, inline
         overlapped = [frame.copy() for frame in frames]
         flights = [swapper.begin(overlapped[0], 0.0, overlap=True)]
         for index in range(1, len(frames)):
@@ -116,3 +116,18 @@ def test_frames_overlapped_at_a_shared_batcher_come_out_as_one_at_a_time(engine,
         engine.batcher.detach("another-stream")
     for expected, got in zip(one_at_a_time, overlapped, strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+def test_streams_overlap_only_at_a_shared_batcher_that_waits_for_company(engine, astronaut_source, monkeypatch):
+    from gpu.batcher import MicroBatcher
+
+    waiting = MicroBatcher(engine.swapper.runner, wait_for_company=True, name="gpu-like")
+    monkeypatch.setattr(type(engine), "batcher", property(lambda self: waiting))
+    try:
+        swapper = FrameSwapper(engine, astronaut_source)
+        assert not swapper.overlaps()  # alone
+        waiting.attach("another-stream")
+        assert swapper.overlaps()
+        swapper.close()
+    finally:
+        waiting.close()

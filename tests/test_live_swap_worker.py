@@ -86,11 +86,16 @@ def test_a_burst_is_decoded_fully_but_only_the_newest_frames_are_swapped(engine,
 
 
 class QueuingSwapper(FrameSwapper):
-    """A frame swapper that notes, per frame, whether its faces were queued at the batcher."""
+    """A frame swapper that overlaps whenever other streams share the batcher (as a GPU
+    node's do) and notes, per frame, whether its faces were queued at the batcher."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.queued: list[bool] = []
+
+    def overlaps(self) -> bool:
+        batcher = self._batcher_now()
+        return batcher is not None and batcher.session_count > 1
 
     def begin(self, frame, timestamp, overlap=False):
         flight = super().begin(frame, timestamp, overlap)

@@ -5,10 +5,11 @@ One thread per stream. Decoding must see every packet (inter-frame prediction), 
 the swap falls behind, the frames decoded meanwhile are dropped instead of queued, so the
 added latency stays bounded by one frame's processing time however slow the machine is.
 
-While other streams share the node's batcher, the thread overlaps two frames, as a WebRTC
-session does: it tracks and prepares the newest frame while the previous one's faces run in
-the batcher, then pastes and encodes that one (``FrameSwapper.begin``/``complete``); a lone
-stream's rows run inline, each frame start to end."""
+While other streams share the node's batcher and it waits for company (a GPU node's), the
+thread overlaps two frames, as a WebRTC session does: it tracks and prepares the newest frame
+while the previous one's faces run in the batcher, then pastes and encodes that one
+(``FrameSwapper.begin``/``complete``, ``FrameSwapper.overlaps``); otherwise each frame runs
+start to end, its rows inline."""
 
 from __future__ import annotations
 

@@ -4,9 +4,10 @@ A reader task pulls frames from the peer's track as fast as they arrive and keep
 newest one; a single worker (the session's own one-thread executor) swaps that newest frame
 and publishes it. Frames that arrive while the worker is busy are dropped and counted, never
 queued, so the latency the server adds stays bounded by one frame's processing time.
-While other sessions share the node's batcher, the worker overlaps two frames: it tracks and
-prepares the newest frame while the previous one's faces run in the batcher, then pastes
-and publishes that one (a lone session runs each frame start to end: its rows run inline).
+While other sessions share the node's batcher and it waits for company (a GPU node's), the
+worker overlaps two frames: it tracks and prepares the newest frame while the previous one's
+faces run in the batcher, then pastes and publishes that one (a lone session, and every
+session of a CPU node, runs each frame start to end: its rows run inline).
 
 Consumers (the peer's own sender, WHEP viewers) each get a :class:`SwappedOutput` track from
 :meth:`SwappedVideo.output`: its ``recv()`` returns the newest swapped frame that consumer
