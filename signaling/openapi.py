@@ -193,7 +193,7 @@ def _faces(b: _Builder) -> None:
          {"200": _ok("Faces", {"type": "array", "items": _ref("Face")})}, ("503",), forwarded=True)
     image = {"type": "string", "format": "binary"}
     b.op("post", "/api/v1/faces", "uploadFace", "Upload a source photo with exactly one face", "faces",
-         {"201": _ok("The face", _ref("Face"), headers=_location())}, ("400", "409", "413", "415", "422", "503"),
+         {"201": _ok("The face", _ref("Face"), headers=_location())}, ("400", "409", "413", "415", "422", "429", "503"),
          params=[{"name": "name", "in": "query", "schema": {"type": "string", "maxLength": 80},
                   "description": "display name (default: the file's name)"}],
          body={"image/jpeg": {"schema": image}, "image/png": {"schema": image}, "image/webp": {"schema": image},
@@ -335,7 +335,7 @@ def _jobs(b: _Builder) -> None:
     b.op("post", "/api/v1/jobs", "submitJob", "Submit an offline video job", "jobs",
          {"201": _ok("Queued", _ref("Job"), headers=_location()),
           "200": _ok("The job an earlier request with the same Idempotency-Key made", _ref("Job"))},
-         ("400", "413", "415", "503"),
+         ("400", "413", "415", "429", "503"),
          params=[{"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "minLength": 1, "maxLength": 200},
                   "description": "The same key again returns the same job"}],
          body={"multipart/form-data": {"schema": {"allOf": [fields, {"type": "object", "properties": {
@@ -413,7 +413,7 @@ def _provenance(b: _Builder) -> None:
 
 def _events(b: _Builder) -> None:
     b.op("get", "/api/v1/events", "events", "WebSocket of session events and live stats", "events",
-         {"101": _ok("Switching to the WebSocket")}, ("426",),
+         {"101": _ok("Switching to the WebSocket")}, ("426", "429"),
          params=[{"name": "token", "in": "query", "schema": {"type": "string"},
                   "description": "The bearer JWT (browsers cannot set headers on a WebSocket)"}],
          description=(
