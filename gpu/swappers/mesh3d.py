@@ -46,9 +46,7 @@ from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob, KeepMask, keep_mask
 from gpu.swappers.mesh3d_geometry import (
     FACE_OUTLINE,
-    LEFT_BROW,
     OUTER_LIP_CONTOUR,
-    RIGHT_BROW,
     Similarity,
     fit_pose,
     posed,
@@ -78,10 +76,10 @@ TRUSTED_WEIGHT = (0.03, 0.12)  # a texel seen at cos^2 below the first is filled
 GRAZING_OUTLIER = (0.25, 0.6)  # |log albedo / skin| (worst channel) from which a texel starts to / stops counting ...
 GRAZING_BELOW = 0.5  # ... where it is seen at cos^2 below this (fully at 0): hair or shadow beside a frontal face
 LIPS_TEETH = (1.02, 0.95)  # lip texels no redder than this (red over green/blue) and this bright are teeth ...
+OPEN_MOUTH = 0.06  # a source's mouth this open (gap over width) may show teeth on its lips; a closed one's lips are left as they are
 LIPS_GAP = 0.6  # ... and darker than this times the lips' median the mouth's gap: both take the lips' colour
 CHROMA_SMOOTHING = 0.8  # how much of the skin's colour detail gives way to its low-passed colour
 CHROMA_SIGMA = 6 / 384  # of the texture: the low pass's sigma
-SHADOW_NEUTRAL = 0.4  # an albedo this far below the skin's (1) takes the skin's colour fully
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
 SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
 COLOUR_GAIN_RANGE = (0.5, 2.0)
@@ -280,7 +278,8 @@ class Mesh3dSwapper:
         # the smooth average of what is well seen around it
         filled = push_pull_fill(mixed, np.clip((combined - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0))
         filled, _ = remove_eyewear(filled)
-        filled = _lips_without_mouth(filled)
+        if _mouth_opening(points) > OPEN_MOUTH:
+            filled = _lips_without_mouth(filled)
         filled = _smooth_skin_chroma(filled)
         shape = fit_pose(points).normalise(points)
         return Mesh3dSource(
@@ -472,6 +471,11 @@ def _lips_mask(size: int) -> np.ndarray:
     return cv2.dilate(uv_polygon_mask(size, OUTER_LIP_CONTOUR), np.ones((3, 3), np.uint8))
 
 
+def _mouth_opening(points: np.ndarray) -> float:
+    """The gap between the inner lips' centres over the mouth's width (0: closed)."""
+    return float(np.linalg.norm(points[13, :2] - points[14, :2]) / max(np.linalg.norm(points[61, :2] - points[291, :2]), 1e-6))
+
+
 def _lips_without_mouth(albedo: np.ndarray) -> np.ndarray:
     """The source's lips with what its open mouth put on them (teeth, the dark gap) painted
     over in the colour of its lips: landmarks of a smiling, open mouth sit off its inner
@@ -503,27 +507,16 @@ def _features_mask(size: int) -> np.ndarray:
     return cv2.GaussianBlur(cv2.dilate(features, np.ones((5, 5), np.uint8)), (0, 0), 2.0)[..., None]
 
 
-@lru_cache(maxsize=2)
-def _below_brows(size: int) -> np.ndarray:
-    """(T, 1, 1) 0 above the brows (hair is dark without being a shadow), 1 from a little below them."""
-    brows = canonical_mesh().uv[list(RIGHT_BROW + LEFT_BROW), 1].mean() * size
-    rows = np.arange(size, dtype=np.float32)
-    return np.clip((rows - brows) / (0.05 * size), 0.0, 1.0)[:, None, None]
-
-
 def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
-    """The albedo's colour (chromaticity) evened out over the skin, its luminance untouched:
-    skin's colour varies slowly, and what a photo's folds, wrinkles and cast shadows carry
-    is the light's (shadowed skin turns red, light scattered under it), not the skin's. The
-    colour is low-passed, and where the albedo is darker than the skin (a shadow the
-    lighting model does not explain) pulled towards the skin's own (1 in every channel),
-    so a colour match towards the target's skin does not turn them into red stripes."""
+    """The albedo's colour (chromaticity) low-passed over the skin, its luminance untouched:
+    skin's colour varies slowly, while a photo's folds and wrinkles carry saturated shadow
+    colour (light scattered under the skin) that a colour match towards the target's skin
+    turns into red stripes. (Pulling dark texels all the way to the skin's colour took
+    dlib's HOG detector further off the turned faces of the yaw sweep: not done.)"""
     luminance = albedo.mean(2, keepdims=True) + 1e-3
     chroma = albedo / luminance
     smooth = cv2.GaussianBlur(chroma, (0, 0), CHROMA_SIGMA * albedo.shape[0])
-    shadow = np.clip((1.0 - luminance) / SHADOW_NEUTRAL, 0.0, 1.0) * _below_brows(albedo.shape[0])
-    target = smooth + shadow * (1.0 - smooth)
-    mixed = chroma + (1.0 - _features_mask(albedo.shape[0])) * CHROMA_SMOOTHING * (target - chroma)
+    mixed = chroma + (1.0 - _features_mask(albedo.shape[0])) * CHROMA_SMOOTHING * (smooth - chroma)
     return np.clip(luminance * mixed, 0.0, ALBEDO_MAX).astype(np.float32)
 
 

@@ -13,7 +13,9 @@ UV space, where every face's eyes lie in the same place:
   the band a frame runs in. Brows, lids and wrinkles cover some rays, never most of the ring;
 - **removed**: the line texels inside the lens and temple region are filled from their
   neighbourhood (push-pull), then that region is median-smoothed (what the lenses did to
-  the skin behind them: glare, tint, refraction edges), the eye openings excluded.
+  the skin behind them: glare, tint, refraction edges) and levelled with the skin around
+  it, the eyes and their lids excluded. (Filling the glare as well left a smooth, pale
+  patch that read less as the source and took dlib's HOG detector further off turned faces.)
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ RING_COVERAGE = 0.75  # of the rays, on both eyes, that must cross a line for gl
 LENS_SIZE = (1.2, 0.8)  # the lens region's half-axes in eye widths (a frame's rim lies inside)
 LID_MARGIN = 0.15  # eye widths around the eye opening left alone (lids, lashes)
 LENS_DROP = 0.12  # the lens centre sits this many eye widths below the eye's centre
-GLARE = 0.45  # albedo units: a lens reflection's height above its surroundings
 MEDIAN_KERNEL = 5  # texels: smooths what the lenses did to the skin behind them
 LEVEL_SIGMA = 8 / 384  # of the texture: the scale on which the lens region's brightness is levelled with the skin's
 
@@ -52,7 +53,7 @@ def remove_eyewear(albedo: np.ndarray) -> tuple[np.ndarray, bool]:
     margin = max(1, int(round(LID_MARGIN * _eyes(size)[0][1])))  # the lids and lashes are the face's, not the frame's
     region = region * (1.0 - cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * margin + 1,) * 2)))
     region = cv2.GaussianBlur(cv2.dilate(region, np.ones((5, 5), np.uint8)), (0, 0), 1.5)
-    frames = region * cv2.dilate(np.maximum(found, lens * _glare(albedo)), cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
+    frames = region * cv2.dilate(found, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
     frames = np.clip(1.5 * cv2.GaussianBlur(frames, (0, 0), 1.0), 0.0, 1.0)[..., None]
     filled = push_pull_fill(albedo, 1.0 - frames[..., 0]) * frames + albedo * (1.0 - frames)
     scale = 255.0 / 2.0  # the median filter wants 8 bits; the albedo is within [0, 2]
@@ -75,15 +76,6 @@ def _line_map(albedo: np.ndarray) -> np.ndarray:
     dark = cv2.morphologyEx(np.ascontiguousarray(albedo.mean(2)), cv2.MORPH_BLACKHAT, kernel)
     blue = cv2.morphologyEx(np.ascontiguousarray(albedo[..., 2]), cv2.MORPH_BLACKHAT, kernel)
     return np.maximum(dark / DARK_LINE, np.clip(blue - dark, 0.0, None) / YELLOW_LINE)
-
-
-def _glare(albedo: np.ndarray) -> np.ndarray:
-    """(T, T) 1 where a lens reflects: brighter than its surroundings, beyond what skin's
-    sheen does."""
-    radius = max(3, int(round(albedo.shape[0] * LINE_RADIUS)))
-    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1,) * 2)
-    bright = cv2.morphologyEx(np.ascontiguousarray(albedo.mean(2)), cv2.MORPH_TOPHAT, kernel)
-    return (bright > GLARE).astype(np.float32)
 
 
 @lru_cache(maxsize=2)
