@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from gpu.analysis.detection import (
+    SWEEP_FRAMES,
     FaceFinder,
     SweepSchedule,
     View,
@@ -205,3 +206,13 @@ def test_matched_cuts_found_boxes_to_the_frame():
     found = [np.array([-120, 100, 40, 180], np.float32)]  # its mesh goes on past the edge
     assert matched(truth, found) == ([False], 1)
     assert matched(truth, found, (640, 480)) == ([True], 0)
+
+
+def test_schedule_sweeps_a_large_frame_within_its_bound():
+    finder = FaceFinder()
+    schedule = SweepSchedule(finder, every=8)
+    views = finder.views(1280, 720)
+    assert (len(views) - 1) * 8 > SWEEP_FRAMES  # one tile every 8 frames would take longer
+    tracking = [schedule.views_for(1280, 720, tracking=True) for _ in range(SWEEP_FRAMES)]
+    assert max(len(v) for v in tracking) == 1  # still one pass a frame at most
+    assert {v[0] for v in tracking if v} == set(views)  # every view within SWEEP_FRAMES (3.2 s at 30 fps)
