@@ -32,7 +32,8 @@ LINE_RADIUS = 1 / 40  # of the texture: the top-hat's radius, thicker than a fra
 DARK_LINE = 0.35  # albedo units (skin = 1): a frame's depth below its surroundings
 YELLOW_LINE = 0.12  # the blue channel's extra depth on a gold rim
 RING_RAYS = 24  # rays around each eye
-RING_COVERAGE = 0.75  # of the rays, on both eyes, that must cross a line for glasses to count as found
+RING_COVERAGE = 0.5  # of the rays, on both eyes, that must cross a line for glasses to count as found (the
+# sample faces: Grace Hopper 0.83-0.92, blurred or JPEG-blurred 0.5-0.58; the astronaut, no glasses, 0.04-0.25)
 LENS_SIZE = (1.2, 0.8)  # the lens region's half-axes in eye widths (a frame's rim lies inside)
 LID_MARGIN = 0.15  # eye widths around the eye opening left alone (lids, lashes)
 LENS_DROP = 0.12  # the lens centre sits this many eye widths below the eye's centre
