@@ -5,6 +5,9 @@ The API and the TURN server share one secret. For each session the API hands the
 ``username = "<unix expiry>:<user>"`` and ``credential = base64(HMAC-SHA1(secret, username))``;
 the TURN server recomputes the HMAC and refuses the pair once the expiry has passed. So a
 client only ever holds a credential that dies on its own, never the secret.
+
+Browsers get these as ``RTCIceServer`` dicts in the session answer; WHIP/WHEP clients (OBS,
+GStreamer) as RFC 9725 ``Link: <url>; rel="ice-server"`` headers (``ice_server_links``).
 """
 
 from __future__ import annotations
@@ -12,9 +15,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+
+# ':' ends coturn's expiry; the rest keeps the name a header-safe token that WHIP clients
+# which do not unescape quoted-strings (OBS) still read right
+_UNSAFE_USER = re.compile(r'[^\x21-\x7e]|[:"\\]')
 
 
 def turn_password(secret: str, username: str) -> str:
@@ -41,8 +50,7 @@ class TurnCredentials:
 
     def ice_server(self, user: str) -> dict:
         expiry = int(self.clock()) + self.ttl_s
-        # ':' separates expiry and user in coturn's scheme: keep it out of the user part
-        username = f"{expiry}:{user.replace(':', '_') or 'anonymous'}"
+        username = f"{expiry}:{_UNSAFE_USER.sub('_', user) or 'anonymous'}"
         return {"urls": list(self.urls), "username": username, "credential": turn_password(self.secret, username)}
 
 
@@ -55,3 +63,24 @@ def browser_ice_servers(ice_servers: Sequence, turn: TurnCredentials | None, use
         if not get("credential"):
             public.append({"urls": list(get("urls"))})
     return [*public, turn.ice_server(user)] if turn is not None else public
+
+
+def _quoted(value: str) -> str:
+    """An RFC 9110 quoted-string."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def ice_server_links(servers: Sequence[dict]) -> list[str]:
+    """``Link`` header values for a WHIP/WHEP 201 (RFC 9725 section 4.6): one per server URL,
+    ``<url>; rel="ice-server"``, plus ``username``, ``credential`` and ``credential-type`` for
+    a TURN server with credentials (as OBS and GStreamer's whip clients read them)."""
+    links = []
+    for server in servers:
+        urls = server["urls"]
+        for url in [urls] if isinstance(urls, str) else urls:
+            link = f'<{url}>; rel="ice-server"'
+            if server.get("credential"):
+                link += (f'; username={_quoted(server.get("username", ""))}; credential={_quoted(server["credential"])}'
+                         '; credential-type="password"')
+            links.append(link)
+    return links

@@ -19,7 +19,8 @@ placed in ``X-Swapcast-Session-Id``.
     GET    /api/v1/sessions/{id}
     PATCH  /api/v1/sessions/{id}                  any of {enabled, face_id, options} -> 200 new state
     DELETE /api/v1/sessions/{id}                  -> 204
-    POST   /whip                                  application/sdp + Bearer stream key -> 201, Location /whip/{id}
+    POST   /whip                                  application/sdp + Bearer stream key -> 201, Location /whip/{id},
+                                                  Link: <stun:/turn:...>; rel="ice-server" (RFC 9725; WHEP too)
     DELETE /whip/{id}                             Bearer: the same stream key, or the owner's token -> 204
     POST   /whep/{session id}                     application/sdp (recvonly) -> 201, Location /whep/{id}/{viewer}
     DELETE /whep/{session id}/{viewer id}         -> 204
@@ -50,6 +51,7 @@ from signaling.auth.middleware import PRINCIPAL_KEY, check_owner, principal
 from signaling.auth.signed_urls import UrlSigner
 from signaling.http_input import BadInput, read_json, read_json_object
 from signaling.registry import NoCapacityError, RegistryUnavailable, UnknownSessionError
+from signaling.turn_credentials import ice_server_links
 from streamer.webrtc.errors import (
     BadRequestError,
     NotFoundError,
@@ -433,11 +435,21 @@ def _token_caller(request: web.Request, credential: str) -> Principal | None:
         return None
 
 
+def _answer_headers(request: web.Request, location: str, user: str) -> list[tuple[str, str]]:
+    """``Location`` and, when STUN/TURN is configured, one RFC 9725 ``Link: <url>;
+    rel="ice-server"`` per server URL, TURN with the same time-limited credentials a browser
+    session gets. Only on the authenticated 201, not on an (anonymous) OPTIONS, so nobody
+    mints relay credentials without a stream key or token."""
+    servers = request.app[ICE_SERVERS_KEY](user) if ICE_SERVERS_KEY in request.app else []
+    return [("Location", location), *(("Link", link) for link in ice_server_links(servers))]
+
+
 async def whip_publish(request: web.Request) -> web.Response:
     key = _bearer(request)
     offer = await _sdp_body(request)
     session, answer = await request.app[SESSIONS_KEY].create_whip(offer, key, session_id=_placed_id(request))
-    return web.Response(status=201, text=answer, content_type=SDP, headers={"Location": f"/whip/{session.id}"})
+    return web.Response(status=201, text=answer, content_type=SDP,
+                        headers=_answer_headers(request, f"/whip/{session.id}", session.record.owner))
 
 
 async def whip_delete(request: web.Request) -> web.Response:
@@ -465,7 +477,7 @@ async def whep_view(request: web.Request) -> web.Response:
     await _check_session(request, session_id)  # 404 before reading the body
     viewer, answer = await manager.add_viewer(session_id, await _sdp_body(request))
     return web.Response(status=201, text=answer, content_type=SDP,
-                        headers={"Location": f"/whep/{session_id}/{viewer.id}"})
+                        headers=_answer_headers(request, f"/whep/{session_id}/{viewer.id}", principal(request).subject))
 
 
 async def whep_delete(request: web.Request) -> web.Response:
