@@ -373,8 +373,9 @@ async def list_sessions(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     await _check_session(request, request.match_info["session_id"])
     body = await request.app[SESSIONS_KEY].describe(request.match_info["session_id"])
-    if body.get("protocol") == "webrtc" and ICE_SERVERS_KEY in request.app:
-        # fresh TURN credentials for a re-offer after the first ones expired
+    if body.get("protocol") in ("webrtc", "whip") and ICE_SERVERS_KEY in request.app:
+        # fresh TURN credentials for a re-offer after the first ones expired, or a WHEP viewer
+        # (the dashboard's preview) that must gather relay candidates before its offer
         body["ice_servers"] = request.app[ICE_SERVERS_KEY](principal(request).subject)
     return web.json_response(body)
 

@@ -6,6 +6,8 @@ non-loopback address (not 127.0.0.1, which browsers treat as secure whatever the
   ``--ignore-certificate-errors-spki-list``) the camera starts and the swap plays, with the
   media forced through a real coturn ``turnserver`` (``iceTransportPolicy: 'relay'``) on the
   time-limited credentials that came with the session;
+- the operator dashboard's preview of that session, relay-only too, plays through the same
+  TURN server on the credentials the session read gave the operator;
 - a certificate renewed and reloaded (SIGHUP) under a live session leaves it running.
 
 Needs Debian's ``chromium`` and ``coturn`` (scripts/bootstrap installs both).
@@ -35,6 +37,7 @@ TURN_SECRET = "turn-shared-secret-" + "u" * 24
 TURN_TTL_S = 120
 USER = "remote-user"
 TOKEN = mint_token(SECRET, USER)
+ADMIN_TOKEN = mint_token(SECRET, "operator", role="admin")
 
 # The page builds its peer connection itself; this makes every one of them relay-only.
 RELAY_ONLY_JS = """
@@ -46,9 +49,11 @@ RELAY_ONLY_JS = """
 })();
 """
 
-# The candidate pair media flows on: the transport's selected pair.
-SELECTED_PAIR_JS = """async () => {
-  const stats = await window.swapcast.live.pc.getStats();
+
+def selected_pair_js(pc: str) -> str:
+    """JS for the candidate pair media flows on (the transport's selected pair) of ``pc``."""
+    return """async () => {
+  const stats = await PC.getStats();
   const byId = new Map();
   stats.forEach((s) => byId.set(s.id, s));
   let pair = null;
@@ -57,6 +62,13 @@ SELECTED_PAIR_JS = """async () => {
   const local = byId.get(pair.localCandidateId), remote = byId.get(pair.remoteCandidateId);
   return {local: local.candidateType, local_address: local.address, remote: remote.candidateType,
           remote_address: remote.address, bytes_received: pair.bytesReceived};
+}""".replace("PC", pc)
+
+
+SELECTED_PAIR_JS = selected_pair_js("window.swapcast.live.pc")
+PREVIEW_PLAYING_JS = """() => {
+  const v = document.getElementById('preview-video');
+  return v.readyState >= 2 && v.currentTime > 0.3 && v.videoWidth > 0;
 }"""
 
 FRAMES_DECODED_JS = """async () => {
@@ -198,6 +210,34 @@ def test_https_camera_starts_and_the_swap_plays_through_turn(browser, https_node
         votes, _, distances = identity_votes(frames, identity_of, identity_of(astronaut_image), identity_of(grace_image))
         assert votes > len(frames) // 2, f"the swapped frames should look like the astronaut: {distances}"
     finally:
+        context.close()
+    assert wait_for(lambda: _api(https_node, ca.path, "GET", "/api/v1/sessions") == (200, []), 10)
+
+
+def test_the_dashboard_preview_plays_through_turn(browser, https_node, pki, turn, address):
+    ca = pki[0]
+    context, page = _page(browser, https_node, RELAY_ONLY_JS)
+    operator = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        page.click("#start")
+        page.wait_for_function(REMOTE_PLAYING_JS, timeout=40_000)
+        session_id = page.evaluate("() => window.swapcast.live.sessionId")
+
+        operator.set_default_timeout(20_000)
+        operator.add_init_script(RELAY_ONLY_JS)
+        dashboard = operator.new_page()
+        dashboard.goto(f"{https_node}/admin/#token={ADMIN_TOKEN}")
+        dashboard.click(f'tr[data-session-id="{session_id}"] button[data-action="preview"]')
+        dashboard.wait_for_function(PREVIEW_PLAYING_JS, timeout=30_000)
+
+        servers = dashboard.evaluate("() => window.swapcastAdmin.state.preview.pc.getConfiguration().iceServers")
+        (relay,) = [s for s in servers if turn.url in s["urls"]]
+        assert relay["username"].endswith(":operator") and TURN_SECRET not in str(servers)
+        pair = dashboard.evaluate(selected_pair_js("window.swapcastAdmin.state.preview.pc"))
+        assert pair and pair["local"] == "relay" and pair["local_address"] == "127.0.0.1", pair
+        assert pair["remote_address"] == address and pair["bytes_received"] > 0, pair
+    finally:
+        operator.close()
         context.close()
     assert wait_for(lambda: _api(https_node, ca.path, "GET", "/api/v1/sessions") == (200, []), 10)
 

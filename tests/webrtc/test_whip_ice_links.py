@@ -73,15 +73,17 @@ def test_whip_and_whep_answers_carry_stun_and_working_turn_links(engine, tmp_pat
                         "Access-Control-Request-Headers": "authorization, content-type, link"}) as response:
                     preflight = response.status, response.headers.getall("Link", [])
             session_id = location.rsplit("/", 1)[1]
+            # a WHEP viewer (the dashboard's preview) reads the same servers before its offer
+            read = (await (await client.get(f"/api/v1/sessions/{session_id}")).json())["ice_servers"]
             response = await client.post(f"/whep/{session_id}", data=await viewer_offer(viewer), headers=SDP)
             assert response.status == 201, await response.text()
             whep = response.headers.getall("Link")
             assert (await client.delete(location)).status == 204
             for pc in (publisher, viewer):
                 await pc.close()
-            return whip, whip_by_aiohttp, preflight, whep
+            return whip, whip_by_aiohttp, preflight, whep, read
 
-    whip, whip_by_aiohttp, preflight, whep = run(scenario(), timeout=50)
+    whip, whip_by_aiohttp, preflight, whep, read = run(scenario(), timeout=50)
     minted_at = time.time()
     for values in (whip, whep):
         stun, relay = parse_links(values)
@@ -91,6 +93,7 @@ def test_whip_and_whep_answers_carry_stun_and_working_turn_links(engine, tmp_pat
         assert user == "alice" and abs(int(expiry) - (minted_at + TTL_S)) < 30
         assert relay["credential"] == turn_password(SECRET, relay["username"]) and SECRET not in str(values)
         assert asyncio.run(allocate(turn.port, relay["username"], relay["credential"]))[1] > 0
+    assert [s["urls"] for s in read] == [[stun_url], [turn.url]] and read[1]["username"].endswith(":alice")
     # aiohttp's own Link parser reads the same servers (as a browser's fetch() would expose them)
     assert [str(link["url"]) for link in whip_by_aiohttp] == [stun_url, turn.url]
     assert whip_by_aiohttp[1]["username"] == parse_links(whip)[1]["username"]

@@ -586,12 +586,17 @@ async function openPreview(sessionId) {
     await openPicturePreview(s);
     return;
   }
-  const pc = new RTCPeerConnection({ iceServers: [] });
-  const preview = { sessionId, pc, location: null };
+  const preview = { sessionId, pc: null, location: null };
   state.preview = preview;
   const current = () => state.preview === preview;
   showPreviewPanel(s);
   refreshPreviewButtons();
+  // the session's ice_servers (STUN, TURN with time-limited credentials), as the live page
+  // uses them: a dashboard behind NAT watches through TURN
+  const iceServers = await client.getSession(sessionId).then((found) => found.ice_servers || [], () => []);
+  if (!current()) return;
+  const pc = new RTCPeerConnection({ iceServers });
+  preview.pc = pc;
 
   pc.addEventListener('track', (event) => {
     if (!current() || event.track.kind !== 'video') return;
@@ -756,7 +761,7 @@ window.addEventListener('pagehide', () => {
         /* the page is going away */
       }
     }
-    preview.pc.close();
+    preview.pc?.close(); // none for an RTMP picture preview
   }
 });
 
