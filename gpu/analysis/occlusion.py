@@ -13,19 +13,37 @@ face moves; only connected regions of a sizeable part of the face are kept (a ha
 the specks where a bare face's wrinkles or glasses misfit their model would make the swap
 patchy), drawn back into the crop through the posed mesh with a soft edge.
 
+What makes it hold up on moving faces and thin or low-contrast objects:
+
+- the tracker's mesh lags a fast move by several pixels: each frame the model drawn through
+  the mesh is matched to the crop (``_misregistration``) and the texels are read where the
+  face really is, so the face's own edges and the background past its outline do not look
+  like occluders;
+- besides colour, a texel's texture (local gradient strength, over the whole face's own
+  change: a zoom sharpens all of it) against its model's: a thin frame, a grille, a hand's
+  edge on smooth skin;
+- a region kept the frame before stays kept while its evidence lasts (hysteresis), and
+  pieces a couple of texels apart count as one (a thin frame's rims);
+- the regions are grown in crop space over the pixels nearer the occluder's colours than
+  the face's around it (its low-contrast rim, its parts over the eye and mouth openings
+  and the outline, which the UV verdict does not judge);
+- a texel seen much more obliquely than when it was learnt (the far side of a turning
+  head) is neither judged nor learnt.
+
 A still has no history: there a texel must be far from the skin and from its mirror
 image on the other side of the face -- conservative, so a still's own glasses, beard or
-make-up stay swapped and only a one-sided object (a hand, a cup) is kept. A track's first frames (a fifth of a
-second) only teach its model: what the face wears from the start is part of it.
+make-up stay swapped and only a one-sided object (a hand, a cup) is kept. A track's first
+frames (a fifth of a second) only teach its model: what the face wears from the start is
+part of it.
 
 Everything runs on the host at a low resolution (``GRID`` texels, the crop at ``RASTER``
-pixels): a few milliseconds per face.
+pixels): 5-9 ms of CPU per face (``swapcast bench occlusion``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -60,7 +78,7 @@ STILL_SKIN_DEVIATION = (0.30, 0.45)  # stills: a texel this far from the skin ..
 STILL_MIRROR_DEVIATION = (0.20, 0.35)  # ... and this far from its mirror image
 RISE, FALL = 0.75, 0.35  # per-frame smoothing of the verdict in UV space: a noisy texel flagged once is not kept
 KEEP_RANGE = (0.3, 0.55)  # smoothed verdict -> keep mask (the soft edge)
-MARGIN = 2  # RASTER pixels the keep mask reaches past an occluder's edge (the soft edge lies outside it)
+MARGIN = 1  # RASTER pixels the keep mask reaches past an occluder's edge (the soft edge lies outside it)
 MAX_OCCLUDED_TO_LEARN = 0.4  # a frame with more of the face occluded than this teaches the model nothing
 MAX_OCCLUDED = 0.6  # ... and one with more than this is a mesh off the face: its evidence is dropped
 MIN_SKIN_TEXELS = 40
@@ -71,6 +89,22 @@ UNSEEN_COLOUR = 1e3  # the model's colour off the atlas: matches nothing
 REGISTRATION = 2  # texels: how far off the mesh may sit before a feature's edge counts as a change
 GRAZING = 0.2  # texels on triangles seen at cos^2 under this (stretched, half hair) are not judged
 MAX_TRACKS = 16
+TEXTURE_EXCESS = (np.log(2.0), np.log(3.5))  # texel's texture over its model's (log ratio): evidence rises across this
+TEXTURE_COLOUR_DEVIATION = (1.0, 2.0)  # ... where its colour is also off its model this much (in spreads)
+TEXTURE_FLOOR = 0.03  # gradient strength of a smooth patch's noise
+FORESHORTENING = (0.75, 0.92)  # texel's facing now over when learnt: judged fully above the range, not at all under it
+INNER = 5  # texels inside the face outline a region's size is counted from
+LINK = 2  # texels: evidence this close counts as one region
+MIN_REGISTER_TEXELS = 400  # texels of a confident model the registration needs
+REGISTER_TRUNCATION = 0.08  # luma difference a pixel counts for at most in the registration (an occluder's)
+REGISTER_GAIN = 0.7  # a shift is taken only when it leaves at most this share of the unmoved mesh's cost
+MAX_SHIFT = 12.0  # RASTER pixels: a larger one is a lost track, not lag
+GROW_REACH = 6  # RASTER pixels the crop-space growth reaches past the UV verdict's regions
+GROW_RATIO = 0.6  # ... into pixels this much nearer the occluder's colours than the face's around it
+GROW_DEVIATION = (1.0, 1.6)  # ... and, on a tracked face, whose texel is off its model this much (in spreads)
+GROW_CENTRES = 6  # k-means centres summarising each side's colours
+GROW_SAMPLES = 400  # pixels each side's centres are fitted to
+GROW_MIN_SAMPLES = 12  # pixels each side needs before the growth trusts its colours
 
 
 @dataclass(frozen=True)
@@ -81,6 +115,7 @@ class _UvLayout:
     skin: np.ndarray  # (P,) bool: plain skin (no eyes, brows, lips), where the skin median is taken
     judged: np.ndarray  # (P,) bool: texels judged at all (not the eye and mouth closures: they stay the target's)
     mirror_corners: np.ndarray  # (P, 3) the mirrored side's vertex ids of each texel's corners
+    inner: np.ndarray  # (GRID, GRID) bool: at least ``INNER`` texels inside the face outline
 
 
 @lru_cache(maxsize=1)
@@ -92,7 +127,9 @@ def _layout() -> _UvLayout:
     # the outline's texels see hair and background as the mesh jitters: not judged (the
     # keep mask still reaches past the outline where an occluder inside it goes on)
     judged = ~mesh.closure[atlas.triangle] & (cv2.erode(uv_polygon_mask(GRID, FACE_OUTLINE), np.ones((5, 5), np.uint8)) > 0.5)[atlas.texels]
-    return _UvLayout(atlas, skin & judged, judged, mesh.mirror[atlas.corners])
+    outline = uv_polygon_mask(GRID, FACE_OUTLINE)
+    inner_face = cv2.distanceTransform((outline > 0.5).astype(np.uint8), cv2.DIST_L2, 5) >= INNER
+    return _UvLayout(atlas, skin & judged, judged, mesh.mirror[atlas.corners], inner_face)
 
 
 @dataclass
@@ -100,14 +137,18 @@ class _Track:
     """One face's appearance model and verdict, per texel."""
 
     mean: np.ndarray  # (P, 3) colour relative to the skin median
+    texture: np.ndarray  # (P,) local gradient strength relative to the skin's brightness
     spread: np.ndarray  # (P,) RMS deviation from the mean
     seen: np.ndarray  # (P,) frames of evidence (capped at MODEL_FRAMES)
     verdict: np.ndarray  # (P,) smoothed occluder probability
+    kept: np.ndarray  # (P,) bool: texels of the regions kept last frame
+    facing: np.ndarray  # (P,) how squarely the texel faced the camera in the frames it was learnt from
 
     @classmethod
     def empty(cls, texels: int) -> _Track:
-        return cls(np.ones((texels, 3), np.float32), np.full(texels, SPREAD_FLOOR, np.float32),
-                   np.zeros(texels, np.float32), np.zeros(texels, np.float32))
+        return cls(np.ones((texels, 3), np.float32), np.zeros(texels, np.float32), np.full(texels, SPREAD_FLOOR, np.float32),
+                   np.zeros(texels, np.float32), np.zeros(texels, np.float32), np.zeros(texels, bool),
+                   np.zeros(texels, np.float32))
 
 
 @dataclass(frozen=True)
@@ -119,6 +160,12 @@ class _Observation:
     visible: np.ndarray  # (P,) bool: the texel faces the camera and nothing of the face hides it
     mirror_visible: np.ndarray  # (P,) bool: same for its mirror image
     pixels: np.ndarray  # (P,) flat index of the pixel each seen texel shows on, -1 for unseen texels
+    image: np.ndarray  # (RASTER, RASTER, 3) the crop at ``RASTER`` pixels, float in [0, 1]
+    texture: np.ndarray  # (P,) local gradient strength at each texel, relative to the skin's brightness
+    gain: np.ndarray  # (3,) 1 / the skin median: absolute colour -> relative
+    positions: np.ndarray  # (P, 2) each texel's position at RASTER pixels
+    mirror_positions: np.ndarray  # (P, 2) its mirror image's
+    facing: np.ndarray  # (P,) cosine between the texel's triangle and the view
 
 
 class OcclusionEstimator:
@@ -133,22 +180,37 @@ class OcclusionEstimator:
     def __call__(self, crop: Any, face: Face, matrix: np.ndarray) -> np.ndarray | None:
         if face.mesh is None or face.depth is None:
             return None
-        observation = _observe(to_host(crop), face, matrix)
+        crop = to_host(crop)
+        observation = _observe(crop, face, matrix)
         if observation is None:
             return None
         layout = _layout()
         tracked = face.track_id is not None and face.track_id >= 0
         track = self._track(face.track_id, len(layout.skin)) if tracked else None
+        shift = np.zeros(2)
+        if track is not None:
+            shift = _misregistration(observation, track)
+            if np.abs(shift).max() >= 0.5:
+                observation = _shifted(observation, shift)
+        changed = None  # tracked: how much each texel differs from its model (the growth's weak evidence)
         if track is None:
             verdict = _smooth_in_uv(_still_evidence(observation, layout) * observation.visible, layout.atlas)
         else:
             # a track's first frames teach its model what the face looks like, whatever it
             # wears (its own glasses are part of it); from then on what comes in front is kept
             deviation = _deviation(observation.colours, track, layout.atlas)
-            confidence = np.clip(track.seen / CONFIDENT_FRAMES, 0.0, 1.0)
-            from_model = _ramp(deviation, MODEL_DEVIATION) * _ramp(_skin_distance(observation), SKIN_DEVIATION) * layout.judged
-            evidence = _smooth_in_uv(confidence * from_model * observation.visible, layout.atlas)
+            changed = _ramp(deviation, GROW_DEVIATION) * (track.seen > 0)
+            # a texel seen much more obliquely than when it was learnt (the far side of a
+            # turning head: stretched, its edges crowded, hair and background at the rim)
+            # is not judged: its change is the pose's
+            foreshortened = _ramp(observation.facing / np.maximum(track.facing, 1e-3), FORESHORTENING)
+            confidence = np.clip(track.seen / CONFIDENT_FRAMES, 0.0, 1.0) * foreshortened
+            colour = _ramp(deviation, MODEL_DEVIATION) * _ramp(_skin_distance(observation), SKIN_DEVIATION)
             judged = observation.visible & layout.judged
+            excess = _texture_excess(observation.texture, track, layout.atlas, judged & (track.seen > 0))
+            texture = _ramp(excess, TEXTURE_EXCESS) * _ramp(deviation, TEXTURE_COLOUR_DEVIATION)
+            from_model = np.maximum(colour, texture) * layout.judged
+            evidence = _smooth_in_uv(confidence * from_model * observation.visible, layout.atlas)
             if float((evidence[judged] > 0.5).mean()) > MAX_OCCLUDED:
                 evidence = np.zeros_like(evidence)  # the mesh is off the face (a lost or misplaced track), not an occluder
             rate = np.where(evidence > track.verdict, RISE, FALL).astype(np.float32)
@@ -157,13 +219,17 @@ class OcclusionEstimator:
             # would creep in along itself, one learnt texel forgiving the next)
             own = _distance(observation.colours, track.mean) / np.maximum(track.spread, SPREAD_FLOOR)
             _learn(track, observation, layout, own, deviation)
+        if float(verdict.max(initial=0.0)) >= KEEP_RANGE[0]:
+            # every texel that looks changed stays out of the model, but only sizeable regions are kept
+            before = track.kept if track is not None else None
+            verdict = _regions(verdict, observation.visible & layout.judged, layout, before)
+        else:
+            verdict = np.zeros_like(verdict)
+        if track is not None:
+            track.kept = verdict > 0.5
         if float(verdict.max(initial=0.0)) < KEEP_RANGE[0]:
             return None
-        # every texel that looks changed stays out of the model, but only sizeable regions are kept
-        verdict = _regions(verdict, observation.visible & layout.judged, layout.atlas)
-        if float(verdict.max(initial=0.0)) < KEEP_RANGE[0]:
-            return None
-        return _to_crop(verdict, observation, crop.shape[0])
+        return _to_crop(verdict, observation, crop.shape[0], shift, changed)
 
     def forget(self, live_track_ids: set[int]) -> None:
         """Drop the models of tracks that ended."""
@@ -210,13 +276,94 @@ def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray) -> _Observation |
     visible = splatted & seen(texels, pixels) & (facing**2 > GRAZING)
     mirror_visible = seen(mirrored_texels, _pixel_index(mirrored_texels))
     small = cv2.resize(crop, (RASTER, RASTER), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
-    colours, mirrored = _sample(small, texels[:, :2]), _sample(small, mirrored_texels[:, :2])
-    skin = layout.skin & visible
+    sampled = _sample_texels(small, texels[:, :2], mirrored_texels[:, :2], layout.skin & visible)
+    if sampled is None:
+        return None
+    return _Observation(*sampled[:2], visible, mirror_visible, np.where(visible, pixels, -1), small, *sampled[2:],
+                        texels[:, :2], mirrored_texels[:, :2], facing)
+
+
+def _sample_texels(small: np.ndarray, positions: np.ndarray, mirror_positions: np.ndarray, skin: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Colours (and mirrored colours) relative to the skin median, texture, and the gain
+    (1 / the skin median) at the texels' positions in ``small``; None when too little skin shows."""
     if skin.sum() < MIN_SKIN_TEXELS:
         return None
+    colours, mirrored = _sample(small, positions), _sample(small, mirror_positions)
+    texture = _sample(np.repeat(_gradient_strength(small)[..., None], 3, axis=2), positions)[:, 0]
     gain = 1.0 / np.maximum(np.median(colours[skin], axis=0), 1e-3)
-    colours, mirrored = colours * gain, mirrored * gain
-    return _Observation(colours, mirrored, visible, mirror_visible, np.where(visible, pixels, -1))
+    return colours * gain, mirrored * gain, texture / max(float(np.mean(1.0 / gain)), 1e-3), gain
+
+
+def _shifted(observation: _Observation, shift: np.ndarray) -> _Observation:
+    """The observation re-sampled where the face really is (``shift`` RASTER pixels off its
+    mesh), drawn at the mesh's texels: the crop moved under the mesh."""
+    small = cv2.warpAffine(observation.image, np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]), (RASTER, RASTER),
+                           flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
+    sampled = _sample_texels(small, observation.positions, observation.mirror_positions, _layout().skin & observation.visible)
+    if sampled is None:
+        return observation
+    colours, mirrored, texture, gain = sampled
+    return replace(observation, colours=colours, mirrored=mirrored, image=small, texture=texture, gain=gain)
+
+
+def _misregistration(observation: _Observation, track: _Track) -> np.ndarray:
+    """(2,) RASTER pixels the face sits off its mesh: the tracker's mesh lags a fast move by
+    several pixels, and then every feature's edge (and the background past the outline)
+    looks changed while an occluder's texels drift. The track's model drawn through the
+    mesh is matched to the crop by a coarse-to-fine search over shifts of a truncated
+    squared difference (an occluder's pixels cost the same at every shift, so they do not
+    pull the match); zero while the model is young, and when the best shift explains the
+    crop hardly better than none (a zoom's or a turn's misfit, which no shift fits)."""
+    known = (observation.pixels >= 0) & (track.seen >= CONFIDENT_FRAMES)
+    if known.sum() < MIN_REGISTER_TEXELS:
+        return np.zeros(2)
+    luma = np.zeros(RASTER * RASTER, np.float32)
+    weight = np.zeros(RASTER * RASTER, np.float32)
+    luma[observation.pixels[known]] = (track.mean[known] / observation.gain).mean(axis=1)
+    weight[observation.pixels[known]] = 1.0
+    expected, weight = luma.reshape(RASTER, RASTER), weight.reshape(RASTER, RASTER)
+    seen = observation.image.mean(axis=2)
+    shift = np.zeros(2)
+    for level, reach in ((4, 3), (2, 2)):
+        size = RASTER // level
+        model = cv2.resize(expected * weight, (size, size), interpolation=cv2.INTER_AREA)
+        mass = cv2.resize(weight, (size, size), interpolation=cv2.INTER_AREA)
+        model, mass = model / np.maximum(mass, 1e-6), (mass > 0.5).astype(np.float32)
+        image = cv2.resize(seen, (size, size), interpolation=cv2.INTER_AREA)
+        centre = np.round(shift / level)
+        costs = np.array([[_shifted_cost(image, model, mass, centre + (dx, dy)) for dx in range(-reach, reach + 1)]
+                          for dy in range(-reach, reach + 1)])
+        dy, dx = np.unravel_index(np.argmin(costs), costs.shape)
+        offset = np.array([dx - reach, dy - reach], np.float64)
+        if level == 2 and 0 < dx < 2 * reach and 0 < dy < 2 * reach:  # sub-pixel: a parabola each way
+            offset += [_vertex(*costs[dy, dx - 1:dx + 2]), _vertex(*costs[dy - 1:dy + 2, dx])]
+        shift = (centre + offset) * level
+    unmoved = _shifted_cost(image, model, mass, np.zeros(2))
+    if np.abs(shift).max() > MAX_SHIFT or float(costs.min()) > REGISTER_GAIN * unmoved:
+        return np.zeros(2)
+    return shift
+
+
+def _shifted_cost(image: np.ndarray, model: np.ndarray, mass: np.ndarray, shift: np.ndarray) -> float:
+    """Mean truncated squared difference between ``model`` and ``image`` read ``shift`` away."""
+    moved = cv2.warpAffine(image, np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]), image.shape[::-1],
+                           flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
+    error = np.minimum((moved - model) ** 2, REGISTER_TRUNCATION**2)
+    return float((error * mass).sum() / max(float(mass.sum()), 1.0))
+
+
+def _vertex(left: float, middle: float, right: float) -> float:
+    curvature = left - 2.0 * middle + right
+    return float(np.clip(0.5 * (left - right) / curvature, -0.5, 0.5)) if curvature > 1e-12 else 0.0
+
+
+def _gradient_strength(image: np.ndarray) -> np.ndarray:
+    """(RASTER, RASTER) RMS brightness gradient over a pixel's neighbourhood: a thin frame,
+    a grille, a hand's edge on smooth skin."""
+    luma = image.mean(axis=2)
+    energy = cv2.Sobel(luma, cv2.CV_32F, 1, 0, ksize=3) ** 2 + cv2.Sobel(luma, cv2.CV_32F, 0, 1, ksize=3) ** 2
+    return np.sqrt(cv2.GaussianBlur(energy, (0, 0), 1.0))
 
 
 def _interpolate(weights: np.ndarray, corners: np.ndarray) -> np.ndarray:
@@ -265,25 +412,34 @@ def _still_evidence(observation: _Observation, layout: _UvLayout) -> np.ndarray:
 
 
 def _deviation(colours: np.ndarray, track: _Track, atlas: UvAtlas) -> np.ndarray:
-    """(P,) how far each texel's colour is from its model, in model spreads: the least
-    over the models within ``REGISTRATION`` texels, so a mesh that sits a pixel or two off
-    (tracking jitter, an occluder pulling the landmarks) does not make every edge of the
-    face -- lids, brows, nostrils, lips -- an occluder, while a colour the neighbourhood
-    never had (a thin dark frame on skin) still is. Worked on UV images (shifted views,
-    no gathers, OpenCV on all three channels at once): under a millisecond."""
-    reach = REGISTRATION
-    observed = atlas.scatter(colours @ _FEATURES.T)
-    learnt = np.where((track.seen > 0)[:, None], track.mean @ _FEATURES.T, UNSEEN_COLOUR)  # a texel never seen forgives nothing
-    model = cv2.copyMakeBorder(atlas.scatter(learnt, fill=UNSEEN_COLOUR), reach, reach, reach, reach,
-                               cv2.BORDER_CONSTANT, value=(UNSEEN_COLOUR,) * 3)
-    best = np.full((GRID, GRID), np.inf, np.float32)
-    channels = np.ones((1, 3), np.float32)  # sums the squared difference's channels
-    for dy in range(2 * reach + 1):
-        for dx in range(2 * reach + 1):
-            difference = cv2.subtract(observed, model[dy:dy + GRID, dx:dx + GRID])
-            np.minimum(best, cv2.transform(cv2.multiply(difference, difference), channels), out=best)
+    """(P,) how far each texel's colour is from its model, in model spreads: from the range
+    (per colour coordinate) the models within ``REGISTRATION`` texels span, so a mesh that
+    sits a pixel or two off (tracking lag, an occluder pulling the landmarks) and a face
+    seen sharper or blurrier than it was learnt (a zoom) -- a feature's edge sliding or
+    mixing with its neighbours -- do not make every lid, brow, nostril and lip an occluder,
+    while a colour the neighbourhood never had (a thin dark frame on skin, a grey grille
+    on the lips) still is. Two UV morphology passes: a fraction of a millisecond."""
+    window = np.ones((2 * REGISTRATION + 1,) * 2, np.uint8)
+    learnt = track.mean @ _FEATURES.T
+    seen = (track.seen > 0)[:, None]  # a texel never seen forgives nothing
+    low = cv2.erode(atlas.scatter(np.where(seen, learnt, UNSEEN_COLOUR), fill=UNSEEN_COLOUR), window)[atlas.texels]
+    high = cv2.dilate(atlas.scatter(np.where(seen, learnt, -UNSEEN_COLOUR), fill=-UNSEEN_COLOUR), window)[atlas.texels]
+    observed = colours @ _FEATURES.T
+    outside = observed - np.minimum(np.maximum(observed, low), high)
     # in the texel's own spread: a neighbour whose spread grew (an edge) forgives nothing
-    return np.sqrt(best[atlas.texels]) / np.maximum(track.spread, SPREAD_FLOOR)
+    return np.sqrt(np.einsum("pk,pk->p", outside, outside)) / np.maximum(track.spread, SPREAD_FLOOR)
+
+
+def _texture_excess(texture: np.ndarray, track: _Track, atlas: UvAtlas, judged: np.ndarray) -> np.ndarray:
+    """(P,) how much more texture (edges) a texel shows than its model had anywhere within
+    ``REGISTRATION`` texels, as a log ratio: a lid's or a brow's own edges sliding under the
+    mesh are forgiven, a frame or a grille on smooth skin is not."""
+    reach = 2 * REGISTRATION + 1
+    learnt = np.where(track.seen > 0, track.texture, 1e3).astype(np.float32)
+    model = cv2.dilate(atlas.scatter(learnt[:, None])[..., 0], np.ones((reach, reach), np.uint8))[atlas.texels]
+    excess = np.log((texture + TEXTURE_FLOOR) / (model + TEXTURE_FLOOR))
+    # relative to the face's own change: a zoom or a focus change sharpens or blurs all of it
+    return excess - float(np.median(excess[judged])) if judged.sum() >= MIN_SKIN_TEXELS else excess
 
 
 def _smooth_in_uv(evidence: np.ndarray, atlas: UvAtlas) -> np.ndarray:
@@ -293,16 +449,29 @@ def _smooth_in_uv(evidence: np.ndarray, atlas: UvAtlas) -> np.ndarray:
     return cv2.morphologyEx(image, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))[atlas.texels]
 
 
-def _regions(evidence: np.ndarray, judged: np.ndarray, atlas: UvAtlas) -> np.ndarray:
+def _regions(evidence: np.ndarray, judged: np.ndarray, layout: _UvLayout, kept_before: np.ndarray | None) -> np.ndarray:
     """Only the evidence of connected regions of at least ``MIN_REGION`` of the face: what
     comes in front of a face (a hand, a cup) is one sizeable piece, while a bare face's
     misfits (wrinkles, a glint on its glasses, shading) are scattered specks -- kept,
-    they make the swap patchy. The region's soft shoulder (a texel round it) stays."""
+    they make the swap patchy. Pieces within ``LINK`` texels of each other count as one (a
+    thin frame's rims break up between texels), and a region that was kept the frame
+    before stays kept while any of its evidence does (hysteresis: a region flickering
+    around the size limit would make its edge flicker). The region's soft shoulder (a
+    texel round it) stays. The size counts only what lies ``INNER`` texels inside the face's
+    outline: what comes in front reaches into the face, while a mesh that lags a zoom or a
+    turn misfits along the outline (the collar under the jaw, the hair at a cheek)."""
+    atlas = layout.atlas
     image = atlas.scatter(evidence[:, None])[..., 0]
-    _, labels, stats, _ = cv2.connectedComponentsWithStats((image > 0.5).astype(np.uint8), connectivity=8)
-    large = stats[:, cv2.CC_STAT_AREA] >= max(MIN_REGION * float(judged.sum()), 1.0)
+    solid = (image > 0.5).astype(np.uint8)
+    linked = cv2.dilate(solid, np.ones((2 * LINK + 1,) * 2, np.uint8))
+    count, labels = cv2.connectedComponents(linked, connectivity=8)
+    area = np.bincount(labels.reshape(-1), weights=(solid > 0).reshape(-1) & layout.inner.reshape(-1), minlength=count)
+    large = area >= max(MIN_REGION * float(judged.sum()), 1.0)
+    if kept_before is not None and kept_before.any():
+        before = atlas.scatter(kept_before[:, None].astype(np.float32))[..., 0] > 0.5
+        large |= np.bincount(labels[before & (solid > 0)], minlength=count) > 0
     large[0] = False
-    region = cv2.dilate(large[labels].astype(np.uint8), np.ones((3, 3), np.uint8))
+    region = cv2.dilate((large[labels] & (linked > 0)).astype(np.uint8), np.ones((3, 3), np.uint8))
     return evidence * region[atlas.texels]
 
 
@@ -316,24 +485,29 @@ def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.
     seen_now = observation.visible & layout.judged
     if not seen_now.any() or float(track.verdict[seen_now].mean()) > MAX_OCCLUDED_TO_LEARN:
         return
-    free = seen_now * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0))
     new = track.seen == 0
+    # an obliquely seen texel teaches nothing (the model keeps its well-seen look)
+    squarely = np.where(new, 1.0, _ramp(observation.facing / np.maximum(track.facing, 1e-3), FORESHORTENING))
+    free = seen_now * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0)) * squarely
     weight = (free * np.where(new, 1.0, 1.0 - _ramp(own, LEARN_DEVIATION))).astype(np.float32)
     spread_weight = free * np.where(new, 1.0, 1.0 - _ramp(own, SPREAD_LEARN_DEVIATION))
     count = np.minimum(track.seen + weight, MODEL_FRAMES)
     rate = np.where(count > 0, weight / np.maximum(count, 1e-6), 0.0)
     spread_rate = np.where(count > 0, spread_weight / np.maximum(count, 1.0), 0.0)
     track.mean += rate[:, None] * (observation.colours - track.mean)
+    track.texture += rate * (observation.texture - track.texture)
+    track.facing += rate * (observation.facing - track.facing)
     registered = np.minimum(deviation, MODEL_DEVIATION[1]) * np.maximum(track.spread, SPREAD_FLOOR)
     spread_sq = track.spread**2 + spread_rate * (registered**2 - track.spread**2)
     track.spread = np.where(new, SPREAD_FLOOR, np.sqrt(np.maximum(spread_sq, SPREAD_FLOOR**2))).astype(np.float32)
     track.seen = count.astype(np.float32)
 
 
-def _to_crop(verdict: np.ndarray, observation: _Observation, size: int) -> np.ndarray:
-    """The verdict splatted back through the seen texels into the crop: (size, size) keep
-    mask, grown a little past the occluder's edge (and past the face's outline, where the
-    occluder goes on) and softened."""
+def _to_crop(verdict: np.ndarray, observation: _Observation, size: int, shift: np.ndarray,
+             changed: np.ndarray | None) -> np.ndarray:
+    """The verdict splatted back through the seen texels into the crop, grown over the rest
+    of the object in crop space (``_grow``): (size, size) keep mask, reaching a little past
+    the occluder's edge (and past the face's outline, where the occluder goes on), softened."""
     shown = observation.pixels >= 0
     splat = np.zeros(RASTER * RASTER, np.float32)
     np.maximum.at(splat, observation.pixels[shown], _ramp(verdict[shown], KEEP_RANGE))
@@ -342,8 +516,75 @@ def _to_crop(verdict: np.ndarray, observation: _Observation, size: int) -> np.nd
     square = np.ones((3, 3), np.uint8)
     splat, drawn = splat.reshape(RASTER, RASTER), drawn.reshape(RASTER, RASTER)
     drawn = cv2.morphologyEx(drawn, cv2.MORPH_CLOSE, square).astype(bool)
-    keep = cv2.dilate(cv2.morphologyEx(splat, cv2.MORPH_CLOSE, square), np.ones((2 * MARGIN + 1,) * 2, np.uint8))  # the gaps between splats, then a margin
+    core = cv2.morphologyEx(splat, cv2.MORPH_CLOSE, square)  # the gaps between splats
+    if changed is not None:  # a tracked face: the growth only over pixels whose texel changed at least a little
+        weak = np.zeros(RASTER * RASTER, np.float32)
+        np.maximum.at(weak, observation.pixels[shown], changed[shown])
+        changed = cv2.morphologyEx(weak.reshape(RASTER, RASTER), cv2.MORPH_CLOSE, square) > 0.5
+    core = np.maximum(core, _grow(core, observation.image, drawn, changed))
+    keep = cv2.dilate(core, np.ones((2 * MARGIN + 1,) * 2, np.uint8))  # a margin
     beyond = cv2.dilate(keep, np.ones((5, 5), np.uint8))
     keep = np.where(drawn, keep, beyond)
     keep = cv2.GaussianBlur(keep, (0, 0), 0.8)
+    if np.abs(shift).max() >= 0.5:  # drawn at the mesh's texels: moved to where the face is
+        keep = cv2.warpAffine(keep, np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]), (RASTER, RASTER), flags=cv2.INTER_LINEAR)
     return cv2.resize(keep, (size, size), interpolation=cv2.INTER_LINEAR)
+
+
+def _grow(core: np.ndarray, image: np.ndarray, face: np.ndarray, changed: np.ndarray | None) -> np.ndarray:
+    """The occluder's regions grown in crop space over the pixels that look like the
+    occluder rather than the face around it: its low-contrast rim, and its parts the UV
+    verdict does not judge (the mouth and eye openings, the face's outline, thin parts
+    that fall between texels). Colours of the confident occluder (the regions' core) and of
+    the face around it (a ring outside them) are each summarised by a few k-means centres;
+    a pixel within ``GROW_REACH`` of the regions joins when it is clearly nearer the
+    occluder's centres, and only connected to the regions (a geodesic dilation), so a
+    face pixel of an occluder-like colour elsewhere is never kept. On a tracked face a pixel
+    must also have ``changed`` from its model at least a little (the weak end of a
+    hysteresis whose strong end is the regions): an eye's dark lashes inside a glasses
+    frame's rim are the colour of the frame, but they have not changed."""
+    seeds = (core > 0.5).astype(np.uint8)
+    if not seeds.any():
+        return core
+    square = np.ones((3, 3), np.uint8)
+    inner = cv2.erode(seeds, square)
+    inner = inner if inner.sum() >= GROW_MIN_SAMPLES else seeds
+    near = cv2.dilate(seeds, np.ones((2 * GROW_REACH + 1,) * 2, np.uint8)) > 0
+    ring = near & (cv2.dilate(seeds, np.ones((5, 5), np.uint8)) == 0) & face
+    if ring.sum() < GROW_MIN_SAMPLES:
+        return core
+    features = (image.reshape(-1, 3) @ _FEATURES.T).reshape(image.shape)
+    occluder = _centres(features[inner > 0])
+    skin = _centres(features[ring])
+    candidates = near & (seeds == 0) & face  # past the outline the keep mask's own margin reaches on
+    if changed is not None:
+        candidates &= changed
+    values = features[candidates]
+    to_occluder = _nearest(values, occluder)
+    to_face = _nearest(values, skin)
+    like = np.zeros(seeds.shape, np.uint8)
+    like[candidates] = to_occluder < GROW_RATIO * to_face
+    allowed = like | seeds
+    grown = seeds
+    for _ in range(GROW_REACH):
+        step = cv2.dilate(grown, square) & allowed
+        if np.array_equal(step, grown):
+            break
+        grown = step
+    return grown.astype(np.float32)
+
+
+def _centres(values: np.ndarray) -> np.ndarray:
+    """(K, 3) k-means centres of up to ``GROW_SAMPLES`` of ``values``."""
+    if len(values) > GROW_SAMPLES:
+        values = values[np.linspace(0, len(values) - 1, GROW_SAMPLES).astype(np.int64)]
+    count = min(GROW_CENTRES, len(values))
+    criteria = (cv2.TERM_CRITERIA_EPS + cv2.TERM_CRITERIA_MAX_ITER, 10, 1e-3)
+    _, _, centres = cv2.kmeans(np.ascontiguousarray(values, np.float32), count, None, criteria, 1, cv2.KMEANS_PP_CENTERS)
+    return centres
+
+
+def _nearest(values: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """(N,) distance from each value to its nearest centre."""
+    difference = values[:, None, :] - centres[None]
+    return np.sqrt(np.einsum("nkc,nkc->nk", difference, difference).min(axis=1))
