@@ -1,5 +1,6 @@
 """What the TLS and TURN tests share: a throw-away certificate authority, the machine's own
-non-loopback address, and a real coturn ``turnserver`` on loopback."""
+non-loopback address, and a real coturn ``turnserver`` on loopback (process_harness
+starts and stops it)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import os
 import shutil
 import socket
 import struct
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from process_harness import ManagedProcess, running
 
 
 def host_ip() -> str:
@@ -132,15 +132,14 @@ class TurnServer:
 
     port: int
     secret: str
-    process: subprocess.Popen
-    log_path: Path
+    managed: ManagedProcess
 
     @property
     def url(self) -> str:
         return f"turn:127.0.0.1:{self.port}?transport=udp"
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.managed.log()
 
 
 TEST_OPTIONS = ("-n", "--use-auth-secret", "--realm=swapcast.test", "--no-tls", "--no-dtls", "--no-tcp", "--no-cli",
@@ -155,38 +154,24 @@ def turn_server(directory: Path, secret: str, options: tuple[str, ...] = TEST_OP
     assert Path(TURNSERVER).exists(), "turnserver not found (apt-get install coturn; scripts/bootstrap does)"
     port = free_port(socket.SOCK_DGRAM)
     relay_low = 40000 + (os.getpid() % 200) * 100  # a small relay range of its own
-    log_path = directory / "turnserver.log"
     kept = [o for o in options if o.split("=", 1)[0] not in PLACE_OPTIONS]
     secret_option = [] if any(o.startswith("--static-auth-secret=") for o in kept) else [f"--static-auth-secret={secret}"]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([
-            TURNSERVER, *kept, *secret_option, "--listening-ip=127.0.0.1", f"--listening-port={port}",
-            "--relay-ip=127.0.0.1", f"--min-port={relay_low}", f"--max-port={relay_low + 99}",
-            f"--db={directory / 'turndb'}", f"--pidfile={directory / 'turnserver.pid'}",
-        ], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = TurnServer(port, secret, process, log_path)
-    try:
-        _wait_for_stun(port, process, log_path, timeout_s)
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+    command = [
+        TURNSERVER, *kept, *secret_option, "--listening-ip=127.0.0.1", f"--listening-port={port}",
+        "--relay-ip=127.0.0.1", f"--min-port={relay_low}", f"--max-port={relay_low + 99}",
+        f"--db={directory / 'turndb'}", f"--pidfile={directory / 'turnserver.pid'}",
+    ]
+    with running("turnserver", command, directory / "turnserver.log", lambda: _answers_stun(port),
+                 timeout_s=timeout_s, grace_s=5) as managed:
+        yield TurnServer(port, secret, managed)
 
 
-def _wait_for_stun(port: int, process: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
-    """Until a STUN Binding request on the port is answered."""
+def _answers_stun(port: int) -> bool:
+    """Whether a STUN Binding request to the port gets a success response."""
     request = struct.pack("!HHI", 0x0001, 0, 0x2112A442) + os.urandom(12)
-    deadline = time.monotonic() + timeout_s
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(0.2)
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"turnserver did not come up:\n{log_path.read_text(errors='replace')[-3000:]}")
+        with contextlib.suppress(TimeoutError, OSError):
             sock.sendto(request, ("127.0.0.1", port))
-            with contextlib.suppress(TimeoutError, OSError):
-                if sock.recv(2048)[:2] == b"\x01\x01":  # Binding success response
-                    return
+            return sock.recv(2048)[:2] == b"\x01\x01"  # Binding success response
+    return False

@@ -1,5 +1,6 @@
-"""What the browser tests share: a fake-camera file for Chromium, grabbing frames from a
-page's <video>, and scoring them by identity."""
+"""What the browser tests share: a ``swapcast serve`` node (started and stopped by
+process_harness), a fake-camera file for Chromium, grabbing frames from a page's <video>,
+and scoring them by identity."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from process_harness import free_tcp_port, http_ok, running
 
 # Draw the current frame of a <video> into a canvas and return it as a PNG data URL.
 GRAB_FRAME_JS = """async (id) => {
@@ -111,44 +112,18 @@ def serve_node(data_dir: Path, secret: str, timeout_s: float = 60.0, *, host: st
     """``swapcast serve`` on a free port of ``host`` (loopback by default) with JWT auth, until
     the block ends; with ``ca_file`` it serves HTTPS (``args`` name the certificate) and is
     checked against that CA."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port = sock.getsockname()[1]
+    port = free_tcp_port(host)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SWAPCAST_")}
     environ.update(SWAPCAST_AUTH__JWT_SECRET=secret, SWAPCAST_WEBRTC__HOST_ADDRESSES='["127.0.0.1"]',
                    SWAPCAST_SERVER__DATA_DIR=str(data_dir), SWAPCAST_RTMP__PORT="0")
     environ.update(env)
-    log_path = data_dir / "server.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "swapcast.cli", "serve", "--host", host, "--port", str(port), "--rtmp-port", "0", *args],
-            env=environ, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
+    command = [sys.executable, "-m", "swapcast.cli", "serve", "--host", host, "--port", str(port), "--rtmp-port", "0", *args]
     base_url = NodeURL(f"{'https' if ca_file else 'http'}://{host}:{port}")
-    base_url.log_path, base_url.secret, base_url.process = log_path, secret, process
     tls = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"swapcast serve did not come up:\n{log_path.read_text(errors='replace')[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"{base_url}/healthz", timeout=2, context=tls) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.25)
+    with running("swapcast serve", command, data_dir / "server.log", http_ok(f"{base_url}/healthz", context=tls),
+                 timeout_s=timeout_s, env=environ) as managed:
+        base_url.log_path, base_url.secret, base_url.process = managed.log_path, secret, managed.process
         yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        tail = log_path.read_text(errors="replace")[-3000:]
-        if "Traceback" in tail:
-            print(f"--- swapcast serve log (tail) ---\n{tail}")
 
 
 def http_json(method: str, url: str, token: str | None = None, body: bytes | None = None,

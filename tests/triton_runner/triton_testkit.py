@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
+
+from process_harness import ManagedProcess, http_ok, start_process
 
 from swapcast.local_cluster import free_port
 
@@ -74,12 +73,13 @@ def python_backend_repository(exported: Path, target: Path) -> Path:
 
 
 class TritonServer:
-    """One ``tritonserver`` on free loopback ports; ``kill``/``start`` for failure tests."""
+    """One ``tritonserver`` on free loopback ports; ``kill``/``start`` for failure tests (a
+    restart keeps the ports and appends to the same log)."""
 
     def __init__(self, repository: Path) -> None:
         self.repository = repository
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.process: subprocess.Popen | None = None
+        self.managed: ManagedProcess | None = None
         fd, log = tempfile.mkstemp(prefix="swapcast-triton-", suffix=".log")
         os.close(fd)
         self.log = Path(log)
@@ -96,37 +96,24 @@ class TritonServer:
                    f"--grpc-port={self.grpc_port}", f"--metrics-port={self.metrics_port}",
                    "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--allow-metrics=false",
                    "--exit-timeout-secs=2", "--log-verbose=0"]
-        with self.log.open("ab") as log:  # the server writes to its own copy of the descriptor
-            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"tritonserver exited ({self.process.returncode}): {self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=1) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.2)
-        tail = self.log.read_text()[-3000:]
-        self.stop()
-        raise RuntimeError(f"tritonserver not ready in {timeout} s: {tail}")
+        # its own process group: signals reach the Python backend's stub processes too
+        self.managed = start_process("tritonserver", command, self.log, env=env, own_group=True)
+        try:
+            self.managed.wait_until(http_ok(f"{self.url}/v2/health/ready"), timeout)
+        except AssertionError:
+            self.stop()
+            raise
+        return self
 
     def kill(self) -> None:
         """SIGKILL, as a crash would; its port is free again once it is reaped."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-        self.process = None
+        if self.managed is not None:
+            self.managed.kill()
+        self.managed = None
 
     def stop(self) -> None:
         """Stop the server for good (its log goes too)."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.process = None
+        if self.managed is not None:
+            self.managed.stop(grace_s=10)
+        self.managed = None
         self.log.unlink(missing_ok=True)
