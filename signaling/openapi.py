@@ -119,6 +119,12 @@ def _location(required: bool = True) -> dict[str, Any]:
     return {"Location": {"description": "The created resource", "required": required, "schema": {"type": "string"}}}
 
 
+def _ice_server_links() -> dict[str, Any]:
+    return {"Link": {"description": 'With STUN/TURN configured, one per server URL (RFC 9725): <url>; rel="ice-server", '
+                     'TURN with username, credential (time-limited) and credential-type="password"',
+                     "required": False, "schema": {"type": "string"}}}
+
+
 def openapi_document(*, gateway: bool) -> dict[str, Any]:
     """The document of a node's API (``gateway=False``) or of the gateway's."""
     b = _Builder(gateway)
@@ -274,7 +280,7 @@ def _sessions(b: _Builder) -> None:
 def _whip_whep(b: _Builder) -> None:
     sdp_body = _content({"type": "string"}, SDP)
     b.op("post", "/whip", "whipPublish", "WHIP: publish a stream with a stream key", "whip/whep",
-         {"201": _ok("The SDP answer", {"type": "string"}, SDP, headers=_location())},
+         {"201": _ok("The SDP answer", {"type": "string"}, SDP, headers={**_location(), **_ice_server_links()})},
          ("400", "403", "415", "422", "503") if b.gateway else ("400", "403", "409", "415", "422", "503"),
          security="streamKey", params=_placed_header(b), body=sdp_body, forwarded=True,
          description="The stream key's face and options apply; viewers watch over WHEP. "
@@ -289,7 +295,7 @@ def _whip_whep(b: _Builder) -> None:
     b.op("patch", "/whip/{session_id}", "whipPatch", "WHIP trickle ICE (not supported)", "whip/whep",
          {}, trickle_errors, security=None, params=sid, forwarded=True, description=trickle)
     b.op("post", "/whep/{session_id}", "whepView", "WHEP: watch a session's swapped video", "whip/whep",
-         {"201": _ok("The SDP answer", {"type": "string"}, SDP, headers=_location())},
+         {"201": _ok("The SDP answer", {"type": "string"}, SDP, headers={**_location(), **_ice_server_links()})},
          ("400", "404", "415", "503"), params=sid, body=sdp_body, forwarded=True)
     viewer = [*sid, _path_param("viewer_id")]
     b.op("delete", "/whep/{session_id}/{viewer_id}", "whepDelete", "WHEP: stop watching", "whip/whep",
