@@ -11,11 +11,16 @@ import time
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from aioice.turn import create_turn_endpoint
 from tls_testkit import turn_server
-from webrtc_harness import bearer, camera_offer, client_peer, node, run, swap_threads, viewer_offer
+from webrtc_harness import bearer, camera_offer, client_peer, node, node_config, run, swap_threads, viewer_offer
 
+from signaling.gateway import GatewaySettings, build_gateway_app
+from signaling.registry import MemoryRegistry
 from signaling.turn_credentials import TurnCredentials, ice_server_links, turn_password
+from swapcast.app import build_app
+from swapcast.local_cluster import free_port
 
 pytestmark = pytest.mark.timeout(60)
 SECRET = "whip-turn-secret-" + "w" * 24
@@ -98,6 +103,45 @@ def test_whip_and_whep_answers_carry_stun_and_working_turn_links(engine, tmp_pat
     assert [str(link["url"]) for link in whip_by_aiohttp] == [stun_url, turn.url]
     assert whip_by_aiohttp[1]["username"] == parse_links(whip)[1]["username"]
     assert preflight == (405, [])  # no OPTIONS route: relay credentials only for a stream key or token
+    assert swap_threads() == []
+
+
+def test_a_gateway_passes_every_link_on(engine, tmp_path, turn):
+    """Behind the gateway (the one address a cluster's clients use) the node's answer keeps
+    all its Link headers."""
+    port = free_port()
+    config = node_config(tmp_path / "data", turn_urls=[turn.url], turn_shared_secret=SECRET,
+                         ice_servers=[{"urls": [f"stun:127.0.0.1:{turn.port}"]}])
+    config = config.model_copy(update={"cluster": config.cluster.model_copy(
+        update={"node_id": "n1", "advertise": f"127.0.0.1:{port}"})})
+
+    async def scenario():
+        registry = MemoryRegistry(ttl_s=60)
+        node_client = TestClient(TestServer(build_app(config, engine=engine, registry=registry), host="127.0.0.1",
+                                            port=port), headers=bearer("carol"))
+        await node_client.start_server()
+        gateway = TestClient(TestServer(build_gateway_app(registry, GatewaySettings()), host="127.0.0.1"))
+        await gateway.start_server()
+        publisher = client_peer()
+        try:
+            key = (await (await node_client.post("/api/v1/keys", json={"name": "cam", "face_id": "astronaut"})).json())["key"]
+            async with aiohttp.ClientSession() as http:
+                async with http.post(gateway.make_url("/whip"), data=await camera_offer(publisher, direction="sendonly"),
+                                     headers={**SDP, "Authorization": f"Bearer {key}"}) as response:
+                    assert response.status == 201, await response.text()
+                    links, location = response.headers.getall("Link"), response.headers["Location"]
+                async with http.delete(gateway.make_url(location), headers={"Authorization": f"Bearer {key}"}) as gone:
+                    assert gone.status == 204
+            return links
+        finally:
+            await publisher.close()
+            await gateway.close()
+            await node_client.close()
+            await registry.close()
+
+    stun, relay = parse_links(run(scenario(), timeout=50))
+    assert stun["url"] == f"stun:127.0.0.1:{turn.port}" and relay["username"].endswith(":carol")
+    assert asyncio.run(allocate(turn.port, relay["username"], relay["credential"]))[1] > 0
     assert swap_threads() == []
 
 
