@@ -80,7 +80,10 @@ class GraphStillFaces:
             if retry:
                 again, alive = self._graphs.landmarks(self._session, [image] * len(retry),
                                                       face_roi.roi_from_landmarks(points[retry]))
-                points[retry], presence[retry] = again, alive
+                # a candidate short range did not see must hold its presence on both ROIs
+                unseen = np.array([not seen[i] for i in retry])
+                points[retry] = again
+                presence[retry] = np.where(unseen, np.minimum(presence[retry], alive), alive)
         finally:
             self._graphs.detach(self._session)
         return [
