@@ -21,7 +21,7 @@ from gpu.analysis.still_faces import StillFaces, analyse_still, still_faces
 from gpu.batcher import MicroBatcher
 from gpu.device import select_device
 from gpu.errors import ManyFacesError, ModelFileError, NoFaceError
-from gpu.models.builtin import BuiltinModels
+from gpu.models.builtin import DlibModels
 from gpu.processors import Processors, ProcessorSettings
 from gpu.source_codec import decode_source, encode_source
 from gpu.swappers.base import KeepMask, Swapper
@@ -70,8 +70,8 @@ class FaceEngine:
 
     def __init__(self, settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
-        builtin = BuiltinModels.locate()
-        self._identity = DlibIdentity(builtin.dlib_landmarks_68, builtin.dlib_identity)
+        dlib = DlibModels.locate()  # not mediapipe's: a node without that wheel tracks on converted graphs
+        self._identity = DlibIdentity(dlib.landmarks_68, dlib.identity)
         self._detector = self._make_detector()  # a user SCRFD model, else None: the built-in finder
         # still-image analysis on the tracker's backend (made on first use): one caller at a time
         self._still: StillFaces | None = None
