@@ -120,6 +120,17 @@ class ServerConfig(_Section):
     port: int = Field(8080, ge=1, le=65535)
     data_dir: Path = Field(Path("~/.local/share/swapcast"), description="stream keys, stored faces, recordings")
     log_format: Literal["text", "json"] = "text"  # json: one object per line, for log shippers
+    # pages on these origins (https://app.example.com) may call the API, WHIP and WHEP from the
+    # browser (CORS); empty: same origin only; ["*"]: any page, still with its own token or key
+    cors_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        from signaling.cors import CorsPolicy
+
+        CorsPolicy(origins)  # ValueError naming the entry and how to write it
+        return origins
 
 
 class TlsConfig(_Section):
