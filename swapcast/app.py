@@ -29,6 +29,7 @@ from signaling.auth import Principal, require_admin, require_visible
 from signaling.auth.middleware import principal
 from signaling.auth.wiring import ApiAuth, api_auth
 from signaling.events import add_event_routes
+from signaling.cors import CorsPolicy
 from signaling.http_input import bad_input_middleware
 from signaling.jobs import JobService, JobSettings, add_job_routes, face_checker
 from signaling.keys_api import KeyApi, add_key_routes
@@ -356,6 +357,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
 
     add_event_routes(app, visible_sessions, node_list)
     app.middlewares.append(bad_input_middleware)  # innermost: what escapes a handler, before any 500
+    CorsPolicy(config.server.cors_origins).install(app)  # outermost: pre-flights carry no token
 
     app.on_startup.append(node.startup)
     app.on_shutdown.append(node.shutdown)
