@@ -32,6 +32,7 @@ from signaling.auth import (
     require_visible,
 )
 from signaling.auth.wiring import ApiAuth
+from signaling.cors import CorsPolicy
 from signaling.events import add_event_routes
 from signaling.gateway.proxy import (
     Body,
@@ -82,6 +83,7 @@ class GatewaySettings:
     rtmp_max_pending_per_ip: int = 32  # config rtmp.max_pending_per_ip
     rtmp_tls: ssl.SSLContext | None = None  # RTMPS beside the relay's RTMP (config tls)
     rtmp_tls_port: int = 0
+    cors_origins: tuple[str, ...] = ()  # config server.cors_origins: pages elsewhere that may call it
 
 
 @dataclass
@@ -388,6 +390,7 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
     middlewares = [auth.middleware, json_errors] if auth is not None else [json_errors]
     middlewares.append(bad_input_middleware)
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
+    CorsPolicy(settings.cors_origins).install(app)  # outermost: pre-flights are answered here, never forwarded
     r = app.router
     r.add_get("/healthz", gateway.healthz)
     r.add_get("/readyz", gateway.readyz)
