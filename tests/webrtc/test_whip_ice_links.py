@@ -102,7 +102,8 @@ def test_whip_and_whep_answers_carry_stun_and_working_turn_links(engine, tmp_pat
     # aiohttp's own Link parser reads the same servers (as a browser's fetch() would expose them)
     assert [str(link["url"]) for link in whip_by_aiohttp] == [stun_url, turn.url]
     assert whip_by_aiohttp[1]["username"] == parse_links(whip)[1]["username"]
-    assert preflight == (405, [])  # no OPTIONS route: relay credentials only for a stream key or token
+    # an origin not in server.cors_origins is refused; relay credentials only for a stream key or token
+    assert preflight == (403, [])
     assert swap_threads() == []
 
 
