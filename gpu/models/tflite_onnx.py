@@ -15,6 +15,9 @@ Contract of a converted model:
 - the TFLite model's outputs, same names, same NHWC/row-major semantics and shapes with the
   batch as ``N`` (e.g. face_landmark ``conv2d_21`` ``[N, 1, 1, 1404]``: 468 x (x, y, z) in
   input pixels; ``conv2d_31`` ``[N, 1, 1, 1]``: face-presence logit).
+
+A converted folder carries a manifest (``gpu.models.tracking_manifest``): a node without the
+wheel loads the graphs from it (``tracking_models``).
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ import tflite
 from onnx import TensorProto, helper, numpy_helper
 
 from gpu.errors import ModelFileError
-from gpu.models.builtin import BuiltinModels
+from gpu.models.builtin import MediapipeFaceModels
 from gpu.models.tflite_reader import Operator, Tensor, TfliteGraph, densify, read_tflite
+from gpu.models.tracking_manifest import ConvertedModel, TrackingManifest, TrackingModelsUnavailable, sha256_of
 
 OPSET = 17
 # Bump when the emitted graph changes, so cached conversions from older code are not reused.
@@ -85,10 +89,15 @@ def convert_cached(model_path: Path, cache_dir: Path) -> Path:
     converter converts again; written to a temporary file and renamed, so a process that
     dies mid-write (or two nodes converting at once) never leaves a half-written model.
     """
+    return _convert_cached(model_path, cache_dir)[0]
+
+
+def _convert_cached(model_path: Path, cache_dir: Path) -> tuple[Path, str]:
+    """(converted model, TFLite SHA-256): see ``convert_cached``."""
     digest = hashlib.sha256(_read(model_path)).hexdigest()
     target = cache_dir / f"{model_path.stem}-{digest[:16]}-c{CONVERTER_VERSION}.onnx"
     if target.is_file():
-        return target
+        return target, digest
     model = convert_tflite(model_path)
     model.metadata_props.append(onnx.StringStringEntryProto(key="tflite_sha256", value=digest))
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -96,19 +105,43 @@ def convert_cached(model_path: Path, cache_dir: Path) -> Path:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(model.SerializeToString())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from a node running as another user (the image's)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
+    return target, digest
 
 
 def convert_builtin(cache_dir: Path) -> dict[str, Path]:
-    """The wheel's three face models converted (or found) in ``cache_dir``, by file name:
-    what a node calls at first start, so tracking graphs are ready before the first session."""
-    models = BuiltinModels.locate()
-    paths = (models.face_mesh, models.blazeface_short, models.blazeface_full)
-    return {path.name: convert_cached(path, cache_dir) for path in paths}
+    """The wheel's three face models converted (or found) in ``cache_dir``, by file name,
+    with their manifest (``gpu.models.tracking_manifest``), so a node without mediapipe
+    can load the folder: what a node calls at first start, ``swapcast models convert``
+    and the image's build stage."""
+    wheel = MediapipeFaceModels.locate()
+    converted = {path.name: _convert_cached(path, cache_dir)
+                 for path in (wheel.face_mesh, wheel.blazeface_short, wheel.blazeface_full)}
+    models = {name: ConvertedModel(onnx=path.name, tflite_sha256=digest, onnx_sha256=sha256_of(path))
+              for name, (path, digest) in converted.items()}
+    TrackingManifest(converter_version=CONVERTER_VERSION, models=models).write(cache_dir)
+    return {name: path for name, (path, _) in converted.items()}
+
+
+def tracking_models(cache_dir: Path | None) -> dict[str, Path | onnx.ModelProto]:
+    """The tracking graphs' three models, by TFLite file name. With the mediapipe wheel
+    installed: converted from its files (into ``cache_dir`` keyed by their hash, else in
+    memory). Without it: the folder ``cache_dir`` by its manifest, converted elsewhere;
+    ``TrackingModelsUnavailable`` (one line: what to run) when that is missing or stale."""
+    try:
+        wheel = MediapipeFaceModels.locate()
+    except ModelFileError as absent:
+        if cache_dir is None:
+            raise TrackingModelsUnavailable("engine.engine_cache_dir", f"not set, and the mediapipe wheel's models "
+                                            f"are not here to convert ({absent.problem})") from None
+        return dict(TrackingManifest.read(cache_dir).files(cache_dir, CONVERTER_VERSION))
+    if cache_dir is not None:
+        return dict(convert_builtin(cache_dir))
+    return {path.name: convert_tflite(path) for path in (wheel.face_mesh, wheel.blazeface_short, wheel.blazeface_full)}
 
 
 def _read(path: Path) -> bytes:

@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 
 from gpu import threads
 from gpu.analysis.blazeface import BlazeFaceRange, Window, five_from_blazeface
 from gpu.batcher import MicroBatcher
 from gpu.device import array_module, to_host
-from gpu.models.builtin import BuiltinModels
-from gpu.models.tflite_onnx import INPUT_NAME, convert_cached, convert_tflite
+from gpu.models.tflite_onnx import INPUT_NAME, tracking_models
 from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob
 from gpu.tracking import blazeface_decode, face_roi
@@ -30,6 +28,9 @@ from gpu.tracking.blazeface_decode import DetectorSpec
 from gpu.types import Face
 
 SPECS: dict[BlazeFaceRange, DetectorSpec] = {"short": blazeface_decode.SHORT_RANGE, "full": blazeface_decode.FULL_RANGE}
+# each graph's converted model, by the TFLite file it comes from in the mediapipe wheel
+MODEL_FILES = {"landmarks": "face_landmark.tflite", "short": "face_detection_short_range.tflite",
+               "full": "face_detection_full_range_sparse.tflite"}
 RUN_TIMEOUT_S = 5.0  # rows waiting longer raise TimeoutError (the tracker then holds its tracks for that frame)
 
 
@@ -37,7 +38,9 @@ class TrackingGraphs:
     """Landmark model and both BlazeFace models with their runners and batchers.
 
     ``make_runner(model, name)`` builds a runner on the node's device (the engine's
-    ``_runner_for``); ``cache_dir`` keeps the converted models (None: converted in memory).
+    ``_runner_for``); ``cache_dir`` keeps the converted models (None: converted in memory);
+    without the mediapipe wheel they load from ``cache_dir`` by its manifest
+    (``gpu.models.tflite_onnx.tracking_models``).
     ``wait_for_company``: whether rows wait ``max_queue_delay_ms`` for other sessions' rows;
     by default not on the CPU, where a batch of two costs what two calls cost (the landmark
     model: 3.96 vs 4.13 ms), so each session's call runs at once, side by side with the
@@ -45,17 +48,16 @@ class TrackingGraphs:
 
     def __init__(self, make_runner: Callable[[Any, str], Runner], cache_dir: Path | None = None,
                  max_batch: int = 32, max_queue_delay_ms: float = 4.0, wait_for_company: bool | None = None) -> None:
-        models = BuiltinModels.locate()
-        paths = {"landmarks": models.face_mesh, "short": models.blazeface_short, "full": models.blazeface_full}
+        models = tracking_models(cache_dir)
         self._batchers: dict[str, MicroBatcher] = {}
-        for name, path in paths.items():
-            model: onnx.ModelProto | Path = convert_cached(path, cache_dir) if cache_dir is not None else convert_tflite(path)
-            runner = make_runner(model, path.stem)
+        for name, file_name in MODEL_FILES.items():
+            stem = Path(file_name).stem
+            runner = make_runner(models[file_name], stem)
             waits = not _on_cpu(runner) if wait_for_company is None else wait_for_company
             self._batchers[name] = MicroBatcher(
                 runner, max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms, wait_for_company=waits,
                 max_in_flight=int(getattr(runner, "max_concurrency", 1)) if waits else calls_per_machine(),
-                name=f"batcher-{path.stem}",
+                name=f"batcher-{stem}",
             )
 
     def attach(self, session: Hashable) -> None:

@@ -1,0 +1,109 @@
+"""The manifest beside the converted tracking models, so a node without mediapipe loads them.
+
+The graphs are converted from the TFLite files inside the mediapipe wheel
+(``gpu.models.tflite_onnx``). A node without that wheel (a GPU image, a device machine)
+cannot convert; it loads a folder converted elsewhere (``swapcast models convert``, the
+image's build stage) by this manifest: which ONNX file is which model, the TFLite file it
+came from (SHA-256) and the converter version that wrote it. A manifest from another
+converter version is stale (the emitted graphs differ); a file that does not hash as
+written was cut short or replaced. Either is refused with what to run instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gpu.errors import ModelFileError
+
+MANIFEST_NAME = "tracking-models.json"
+FORMAT = 1
+# the three models the tracking graphs run, by their TFLite file names in the wheel
+TRACKING_TFLITE = ("face_landmark.tflite", "face_detection_short_range.tflite", "face_detection_full_range_sparse.tflite")
+CONVERT_HINT = ("run `swapcast models convert --cache-dir DIR` on a machine with the mediapipe wheel "
+                "(pip install -e . there) and give this node DIR as engine.engine_cache_dir, "
+                "or run the swapcast image, which converts them at build")
+
+
+class TrackingModelsUnavailable(ModelFileError):
+    """Neither the mediapipe wheel nor a usable converted folder: the node cannot track."""
+
+    def __init__(self, folder: object, problem: str) -> None:
+        super().__init__(folder, f"{problem}; {CONVERT_HINT}")
+
+
+@dataclass(frozen=True)
+class ConvertedModel:
+    onnx: str  # file name in the manifest's folder
+    tflite_sha256: str
+    onnx_sha256: str
+
+
+@dataclass(frozen=True)
+class TrackingManifest:
+    converter_version: int
+    models: dict[str, ConvertedModel]  # by TFLite file name
+
+    @staticmethod
+    def path(folder: Path) -> Path:
+        return folder / MANIFEST_NAME
+
+    @classmethod
+    def read(cls, folder: Path) -> TrackingManifest:
+        path = cls.path(folder)
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") != FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, expected {FORMAT}")
+            models = {name: ConvertedModel(**entry) for name, entry in data["models"].items()}
+            return cls(converter_version=int(data["converter_version"]), models=models)
+        except FileNotFoundError:
+            raise TrackingModelsUnavailable(folder, f"no converted tracking models here ({MANIFEST_NAME} is missing)") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise TrackingModelsUnavailable(path, f"unreadable manifest ({exc})") from exc
+
+    def write(self, folder: Path) -> None:
+        """Atomically (temporary file, rename), and not at all when unchanged, so a
+        read-only or shared folder that already holds this manifest is left alone."""
+        text = json.dumps({"format": FORMAT, **asdict(self)}, indent=2, sort_keys=True) + "\n"
+        target = self.path(folder)
+        if target.is_file() and target.read_text() == text:
+            return
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{MANIFEST_NAME}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def files(self, folder: Path, converter_version: int) -> dict[str, Path]:
+        """The ONNX file of each tracking model in ``folder``, by TFLite name, checked:
+        written by this converter version, every model present and hashing as written."""
+        where = self.path(folder)
+        if self.converter_version != converter_version:
+            raise TrackingModelsUnavailable(where, f"stale: written by converter version {self.converter_version}, "
+                                                   f"this swapcast needs version {converter_version}")
+        found = {}
+        for name in TRACKING_TFLITE:
+            entry = self.models.get(name)
+            if entry is None:
+                raise TrackingModelsUnavailable(where, f"lists no converted {name}")
+            path = folder / entry.onnx
+            if not path.is_file() or sha256_of(path) != entry.onnx_sha256:
+                raise TrackingModelsUnavailable(path, "missing or not the file the manifest lists (cut short or replaced)")
+            found[name] = path
+        return found
+
+
+def sha256_of(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ModelFileError(path, f"cannot read: {exc.strerror or exc}") from exc
