@@ -1,10 +1,11 @@
 """``swapcast models convert``: the mediapipe wheel's face models as ONNX graphs, ahead of time.
 ``swapcast models export --triton DIR``: a Triton model repository for the swap model (and the tracking graphs).
 
-A node converts them at first start anyway (``gpu.models.tflite_onnx.convert_builtin``);
-running this at image build time puts them in the cache the node will read, and shows
-where they are and how long conversion takes. The export writes the swap model the
-config's engine runs (``gpu.models.triton_repository``) for nodes with ``engine.runner: triton``.
+A node with the mediapipe wheel converts them at first start anyway
+(``gpu.models.tflite_onnx.convert_builtin``); one without it (a GPU image, a device machine)
+loads a folder this command wrote, by the manifest written beside the models
+(``gpu.models.tracking_manifest``). The image's build stage runs it. The export writes the
+swap model the config's engine runs (``gpu.models.triton_repository``) for nodes with ``engine.runner: triton``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from swapcast.commands.common import config_from_args
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("models", help="convert the built-in face models to ONNX; export a Triton repository")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    convert = actions.add_parser("convert", help="convert (or find cached) the wheel's TFLite face models")
+    convert = actions.add_parser("convert", help="convert (or find cached) the wheel's TFLite face models, "
+                                 "with the manifest a node without mediapipe loads them by")
     convert.add_argument("--cache-dir", type=Path, metavar="DIR",
                          help="where converted models are cached (default: engine.engine_cache_dir of the config)")
     convert.set_defaults(run=run_convert)
@@ -33,6 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_convert(args: argparse.Namespace) -> int:
     from gpu.models.tflite_onnx import convert_builtin
+    from gpu.models.tracking_manifest import TrackingManifest
 
     cache_dir = args.cache_dir or config_from_args(args).engine.engine_cache_dir
     if cache_dir is None:
@@ -41,7 +44,8 @@ def run_convert(args: argparse.Namespace) -> int:
     converted = convert_builtin(cache_dir)
     for name, path in converted.items():
         print(f"{name:42} -> {path} ({path.stat().st_size / 1e6:.1f} MB)")
-    print(f"{len(converted)} models ready in {time.perf_counter() - started:.2f} s")
+    print(f"{len(converted)} models ready in {time.perf_counter() - started:.2f} s; "
+          f"manifest {TrackingManifest.path(cache_dir)}")
     return 0
 
 
@@ -63,13 +67,11 @@ def run_export(args: argparse.Namespace) -> int:
 def tracking_models(cache_dir: Path | None) -> list:
     """The converted tracking graphs the node's tracker runs (``engine.tracker: graphs``),
     named after their TFLite files, for a repository that serves every model of a node
-    (the node itself still runs them in process: see the README's Triton section)."""
-    import tempfile
-
+    (the node itself still runs them in process: see the README's Triton section).
+    Without the mediapipe wheel, from ``cache_dir``'s converted folder."""
     import onnx
 
-    from gpu.models.tflite_onnx import convert_builtin
+    from gpu.models.tflite_onnx import tracking_models as converted_models
 
-    with tempfile.TemporaryDirectory() as scratch:
-        converted = convert_builtin(cache_dir or Path(scratch))
-        return [(Path(name).stem, onnx.load(str(path))) for name, path in converted.items()]
+    return [(Path(name).stem, model if isinstance(model, onnx.ModelProto) else onnx.load(str(model)))
+            for name, model in converted_models(cache_dir).items()]
