@@ -86,6 +86,18 @@ FROM deps-gpu AS app-gpu
 COPY . /opt/swapcast
 RUN pip install --no-cache-dir --no-deps -e /opt/swapcast && swapcast --help > /dev/null
 
+# tracking-models: the mediapipe wheel's face models converted to ONNX with their manifest
+# (`swapcast models convert`; converter version, source TFLite sha256), made where the wheel
+# is. The GPU image gets only this folder, in its engine cache: a node loads the tracking
+# graphs from it by the manifest, so it tracks and registers faces even where mediapipe
+# cannot be installed or imported (with the wheel present it checks the files' hashes and
+# converts again only if they differ). A volume mounted on /engines hides this copy (a
+# named Docker volume is filled from it when created; a Kubernetes PVC is not): a node with
+# the wheel converts into the volume at first start (0.15 s), one without needs
+# `swapcast models convert --cache-dir` run into it.
+FROM app-cpu AS tracking-models
+RUN swapcast models convert --cache-dir /opt/tracking-models
+
 # ---------------------------------------------------------------------------------------
 # Final images: the runtime base plus the finished venv and source; no pip caches, no
 # build leftovers. In a container the node listens on every interface and keeps its state
@@ -94,8 +106,10 @@ RUN pip install --no-cache-dir --no-deps -e /opt/swapcast && swapcast --help > /
 FROM runtime-base AS gpu
 COPY --from=app-gpu /opt/venv /opt/venv
 COPY --from=app-gpu /opt/swapcast /opt/swapcast
+COPY --from=tracking-models --chown=10001:10001 /opt/tracking-models /engines
 ENV SWAPCAST_SERVER__HOST=0.0.0.0 \
     SWAPCAST_SERVER__DATA_DIR=/data \
+    SWAPCAST_ENGINE__ENGINE_CACHE_DIR=/engines \
     SWAPCAST_ENGINE__DEVICE=cuda \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility,video
