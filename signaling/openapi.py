@@ -146,7 +146,11 @@ def openapi_document(*, gateway: bool) -> dict[str, Any]:
                 "Real-time face swap: source faces, live sessions (WebRTC, WHIP ingest, WHEP playback, RTMP), "
                 "stream keys, offline jobs and the cluster's nodes. Every error is JSON {\"error\": reason}. "
                 "Authenticate with `Authorization: Bearer <JWT>` (claims sub, role admin|user, exp); users see "
-                "and act on their own sessions, faces and keys, admins on all."
+                "and act on their own sessions, faces and keys, admins on all. Pages on other origins call the "
+                "API, /whip and /whep from a browser when server.cors_origins lists their origin (CORS): an OPTIONS "
+                "pre-flight is answered 204 without a token (403 with the reason for an origin not listed), and "
+                "every answer carries Access-Control-Allow-Origin and exposes Location, Link, ETag and Retry-After; "
+                "the token or stream key is still required."
             ),
         },
         "tags": [{"name": name} for name in ("health", "faces", "sessions", "whip/whep", "keys", "nodes", "jobs", "provenance", "events")],
