@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +15,9 @@ import pytest
 
 from gpu.engine import EngineSettings, FaceEngine
 from gpu.models.builtin import MediapipeFaceModels
-from gpu.models.tflite_onnx import CONVERTER_VERSION, tracking_models
-from gpu.models.tracking_manifest import MANIFEST_NAME, TRACKING_TFLITE, TrackingModelsUnavailable, sha256_of
+from gpu.models.converted_tracking import (
+    CONVERTER_VERSION, MANIFEST_NAME, TRACKING_TFLITE, TrackingModelsUnavailable, sha256_of, tracking_models,
+)
 from gpu.tracking.graph_tracker import GraphFaceTracker
 from streamer.samples import moving_face_frames
 from swapcast.cli import main
@@ -81,6 +83,27 @@ def test_without_mediapipe_the_engine_tracks_and_registers_on_the_converted_fold
         reference.close()
         engine.close()
     assert not any(name.startswith("mediapipe.") for name in sys.modules)
+
+
+def test_a_node_with_neither_mediapipe_nor_the_tflite_package_builds_the_graphs(converted: Path) -> None:
+    """As on the device machine: the loader imports neither the wheel nor the converter."""
+    script = f"""
+import sys
+sys.modules["mediapipe"] = sys.modules["tflite"] = None
+import numpy as np
+from pathlib import Path
+from gpu.runners.select import make_runner
+from gpu.tracking.graphs import TrackingGraphs
+graphs = TrackingGraphs(lambda model, name: make_runner(model, device="cpu", runner="onnxruntime", name=name, threads=1),
+                        Path({str(converted)!r}))
+mesh, presence = graphs.landmarks("s", [np.zeros((192, 192, 3), np.uint8)], np.array([[96.0, 96.0, 192.0, 0.0]], np.float32))
+graphs.close()
+assert mesh.shape == (1, 468, 3), mesh.shape
+assert "gpu.models.tflite_onnx" not in sys.modules and "tflite" not in [m.split(".")[0] for m in sys.modules if sys.modules[m]]
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
 def test_without_mediapipe_or_a_converted_folder_the_error_says_what_to_run(no_mediapipe, tmp_path: Path) -> None:

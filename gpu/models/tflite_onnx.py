@@ -16,8 +16,8 @@ Contract of a converted model:
   batch as ``N`` (e.g. face_landmark ``conv2d_21`` ``[N, 1, 1, 1404]``: 468 x (x, y, z) in
   input pixels; ``conv2d_31`` ``[N, 1, 1, 1]``: face-presence logit).
 
-A converted folder carries a manifest (``gpu.models.tracking_manifest``): a node without the
-wheel loads the graphs from it (``tracking_models``).
+A converted folder carries a manifest (``gpu.models.converted_tracking``): a node without the
+wheel (or this converter's ``tflite`` schema package) loads the graphs from it.
 """
 
 from __future__ import annotations
@@ -36,13 +36,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gpu.errors import ModelFileError
 from gpu.models.builtin import MediapipeFaceModels
+from gpu.models.converted_tracking import CONVERTER_VERSION, INPUT_NAME, ConvertedModel, TrackingManifest, sha256_of
 from gpu.models.tflite_reader import Operator, Tensor, TfliteGraph, densify, read_tflite
-from gpu.models.tracking_manifest import ConvertedModel, TrackingManifest, TrackingModelsUnavailable, sha256_of
 
 OPSET = 17
-# Bump when the emitted graph changes, so cached conversions from older code are not reused.
-CONVERTER_VERSION = 3
-INPUT_NAME = "input"
 BATCH = "N"
 
 
@@ -115,7 +112,7 @@ def _convert_cached(model_path: Path, cache_dir: Path) -> tuple[Path, str]:
 
 def convert_builtin(cache_dir: Path) -> dict[str, Path]:
     """The wheel's three face models converted (or found) in ``cache_dir``, by file name,
-    with their manifest (``gpu.models.tracking_manifest``), so a node without mediapipe
+    with their manifest (``gpu.models.converted_tracking``), so a node without mediapipe
     can load the folder: what a node calls at first start, ``swapcast models convert``
     and the image's build stage."""
     wheel = MediapipeFaceModels.locate()
@@ -125,23 +122,6 @@ def convert_builtin(cache_dir: Path) -> dict[str, Path]:
               for name, (path, digest) in converted.items()}
     TrackingManifest(converter_version=CONVERTER_VERSION, models=models).write(cache_dir)
     return {name: path for name, (path, _) in converted.items()}
-
-
-def tracking_models(cache_dir: Path | None) -> dict[str, Path | onnx.ModelProto]:
-    """The tracking graphs' three models, by TFLite file name. With the mediapipe wheel
-    installed: converted from its files (into ``cache_dir`` keyed by their hash, else in
-    memory). Without it: the folder ``cache_dir`` by its manifest, converted elsewhere;
-    ``TrackingModelsUnavailable`` (one line: what to run) when that is missing or stale."""
-    try:
-        wheel = MediapipeFaceModels.locate()
-    except ModelFileError as absent:
-        if cache_dir is None:
-            raise TrackingModelsUnavailable("engine.engine_cache_dir", f"not set, and the mediapipe wheel's models "
-                                            f"are not here to convert ({absent.problem})") from None
-        return dict(TrackingManifest.read(cache_dir).files(cache_dir, CONVERTER_VERSION))
-    if cache_dir is not None:
-        return dict(convert_builtin(cache_dir))
-    return {path.name: convert_tflite(path) for path in (wheel.face_mesh, wheel.blazeface_short, wheel.blazeface_full)}
 
 
 def _read(path: Path) -> bytes:

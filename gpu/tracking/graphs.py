@@ -20,7 +20,7 @@ from gpu import threads
 from gpu.analysis.blazeface import BlazeFaceRange, Window, five_from_blazeface
 from gpu.batcher import MicroBatcher
 from gpu.device import array_module, to_host
-from gpu.models.tflite_onnx import INPUT_NAME, tracking_models
+from gpu.models.converted_tracking import INPUT_NAME, tracking_models
 from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob
 from gpu.tracking import blazeface_decode, face_roi
@@ -40,7 +40,7 @@ class TrackingGraphs:
     ``make_runner(model, name)`` builds a runner on the node's device (the engine's
     ``_runner_for``); ``cache_dir`` keeps the converted models (None: converted in memory);
     without the mediapipe wheel they load from ``cache_dir`` by its manifest
-    (``gpu.models.tflite_onnx.tracking_models``).
+    (``gpu.models.converted_tracking``).
     ``wait_for_company``: whether rows wait ``max_queue_delay_ms`` for other sessions' rows;
     by default not on the CPU, where a batch of two costs what two calls cost (the landmark
     model: 3.96 vs 4.13 ms), so each session's call runs at once, side by side with the

@@ -4,7 +4,7 @@
 A node with the mediapipe wheel converts them at first start anyway
 (``gpu.models.tflite_onnx.convert_builtin``); one without it (a GPU image, a device machine)
 loads a folder this command wrote, by the manifest written beside the models
-(``gpu.models.tracking_manifest``). The image's build stage runs it. The export writes the
+(``gpu.models.converted_tracking``). The image's build stage runs it. The export writes the
 swap model the config's engine runs (``gpu.models.triton_repository``) for nodes with ``engine.runner: triton``.
 """
 
@@ -35,7 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_convert(args: argparse.Namespace) -> int:
     from gpu.models.tflite_onnx import convert_builtin
-    from gpu.models.tracking_manifest import TrackingManifest
+    from gpu.models.converted_tracking import TrackingManifest
 
     cache_dir = args.cache_dir or config_from_args(args).engine.engine_cache_dir
     if cache_dir is None:
@@ -71,7 +71,7 @@ def tracking_models(cache_dir: Path | None) -> list:
     Without the mediapipe wheel, from ``cache_dir``'s converted folder."""
     import onnx
 
-    from gpu.models.tflite_onnx import tracking_models as converted_models
+    from gpu.models.converted_tracking import tracking_models as converted_models
 
     return [(Path(name).stem, model if isinstance(model, onnx.ModelProto) else onnx.load(str(model)))
             for name, model in converted_models(cache_dir).items()]

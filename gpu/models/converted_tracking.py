@@ -1,10 +1,12 @@
-"""The manifest beside the converted tracking models, so a node without mediapipe loads them.
+"""Where a node gets its converted tracking models, and the manifest that lets it load
+them without mediapipe.
 
 The graphs are converted from the TFLite files inside the mediapipe wheel
 (``gpu.models.tflite_onnx``). A node without that wheel (a GPU image, a device machine)
 cannot convert; it loads a folder converted elsewhere (``swapcast models convert``, the
-image's build stage) by this manifest: which ONNX file is which model, the TFLite file it
-came from (SHA-256) and the converter version that wrote it. A manifest from another
+image's build stage) by this manifest, importing neither mediapipe nor the converter: which
+ONNX file is which model, the TFLite file it came from (SHA-256) and the converter version
+that wrote it. A manifest from another
 converter version is stale (the emitted graphs differ); a file that does not hash as
 written was cut short or replaced. Either is refused with what to run instead.
 """
@@ -17,9 +19,17 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpu.errors import ModelFileError
+from gpu.models.builtin import MediapipeFaceModels
 
+if TYPE_CHECKING:
+    import onnx
+
+# Bump when the emitted graph changes, so conversions by older code are not reused.
+CONVERTER_VERSION = 3
+INPUT_NAME = "input"  # every converted model's one input, float32 [N, 3, H, W]
 MANIFEST_NAME = "tracking-models.json"
 FORMAT = 1
 # the three models the tracking graphs run, by their TFLite file names in the wheel
@@ -100,6 +110,27 @@ class TrackingManifest:
                 raise TrackingModelsUnavailable(path, "missing or not the file the manifest lists (cut short or replaced)")
             found[name] = path
         return found
+
+
+def tracking_models(cache_dir: Path | None) -> dict[str, Path | onnx.ModelProto]:
+    """The tracking graphs' three models, by TFLite file name. With the mediapipe wheel
+    installed: converted from its files (into ``cache_dir`` keyed by their hash, with a
+    fresh manifest; else in memory), as before manifests. Without it: ``cache_dir`` by its
+    manifest; ``TrackingModelsUnavailable`` (one line: what to run) when that is unset,
+    missing, stale or damaged."""
+    try:
+        wheel = MediapipeFaceModels.locate()
+    except ModelFileError as absent:
+        if cache_dir is None:
+            raise TrackingModelsUnavailable("engine.engine_cache_dir", "not set, and the mediapipe wheel's models "
+                                            f"are not here to convert ({absent.problem})") from None
+        return dict(TrackingManifest.read(cache_dir).files(cache_dir, CONVERTER_VERSION))
+    # the converter (and its tflite schema package) only where there is something to convert
+    from gpu.models.tflite_onnx import convert_builtin, convert_tflite
+
+    if cache_dir is not None:
+        return dict(convert_builtin(cache_dir))
+    return {path.name: convert_tflite(path) for path in (wheel.face_mesh, wheel.blazeface_short, wheel.blazeface_full)}
 
 
 def sha256_of(path: Path) -> str:
