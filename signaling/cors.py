@@ -132,7 +132,8 @@ class CorsPolicy:
         for name in {n for n in response.headers if n.lower().startswith("access-control-")}:
             response.headers.popall(name)
         if self.origins:
-            vary = {v.strip().lower() for v in response.headers.getall(hdrs.VARY, ()) for v in v.split(",")}
+            vary = {name.strip().lower() for value in response.headers.getall(hdrs.VARY, ())
+                    for name in value.split(",")}
             if "origin" not in vary and "*" not in vary:
                 response.headers.add(hdrs.VARY, "Origin")
         origin = request.headers.get(hdrs.ORIGIN)
