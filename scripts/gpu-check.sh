@@ -12,7 +12,8 @@
 #  1. device-image: what that image has and lacks (versions, and which of the modules the
 #     project uses import there) -> OUT_DIR/device-image.json, for the next session to read
 #  2. install-wheels: what it lacks, from .whl/ (into GPU_CHECK_SITE, on PYTHONPATH)
-#  3. imports: gpu/ on that stack
+#  3. imports: gpu/ on that stack; carry-manifest: the carried converted models load by their
+#     manifest, as a node without mediapipe loads them (gpu/models/converted_tracking.py)
 #  4. pipeline-bench: `python -m gpu.pipeline_bench` (gpu/pipeline_bench): N single-face
 #     720p30 sessions from decoded frames through detection, landmarks, swap (synthetic
 #     inswapper-class model and the built-in mesh3d swapper), paste-back and RGB -> YUV,
@@ -127,6 +128,7 @@ elif [ ! -f "$CARRY/faces.npz" ]; then
 fi
 
 step imports 60 0 "$PY" -c "import gpu.device, gpu.kernels.ops, gpu.kernels.cuda, gpu.runners.select, gpu.runners.torch_cuda, gpu.runners.tensorrt, gpu.models.synthetic, gpu.tracking.blazeface_decode, gpu.pipeline_bench.stages; from gpu.runners.torch_cuda import import_onnx2torch; import_onnx2torch(); print('gpu/ imports')"
+step carry-manifest 30 0 "$PY" -c "import sys; from pathlib import Path; from gpu.models.converted_tracking import CONVERTER_VERSION, TrackingManifest; folder = Path(sys.argv[1]); print(TrackingManifest.read(folder).files(folder, CONVERTER_VERSION))" "$CARRY/models"
 
 PYTEST=("$PY" -m pytest -p no:cacheprovider -q -ra)
 if [ "$DRY" = 1 ]; then
