@@ -80,28 +80,171 @@ def rasterise(points: np.ndarray, triangles: np.ndarray, keep: np.ndarray, shape
     depth: then they are painted far to near, so the nearest surface wins - the painter's
     algorithm, exact for a face mesh's small, non-intersecting triangles).
 
-    One OpenCV fill per triangle (a C loop, ~1.5 us each whatever its size), then the
-    barycentric weights of every covered pixel in one vectorised pass."""
+    All triangles at once (``_paint``: the pixels one OpenCV fill per triangle sets, in
+    its integer arithmetic, ~3x faster than those fills), then the barycentric weights of
+    every covered pixel in one vectorised pass."""
     chosen = np.nonzero(keep)[0]
     if points.shape[1] > 2:
         chosen = chosen[np.argsort(-points[triangles[chosen], 2].sum(1), kind="stable")]
-    ids = np.full(shape, -1, dtype=np.int32)
-    fixed = np.round(points[triangles[chosen], :2] * 16).astype(np.int32)
-    for polygon, label in zip(fixed, chosen.tolist(), strict=True):
-        cv2.fillConvexPoly(ids, polygon, label, lineType=cv2.LINE_8, shift=4)
-    ys, xs = np.nonzero(ids >= 0)
-    corners = points[triangles[ids[ys, xs]], :2].astype(np.float64)
-    a = corners[:, 0]
-    v0, v1 = corners[:, 1] - a, corners[:, 2] - a
+    ids = _paint(points[triangles[chosen], :2], chosen.astype(np.int32), shape)
+    covered = np.flatnonzero(ids >= 0)
+    ys, xs = np.divmod(covered, shape[1])
+    # per triangle, its barycentric weights b and c as affine functions of (x, y)
+    a, b, c = (points[triangles[:, k], :2].astype(np.float64) for k in range(3))
+    v0, v1 = b - a, c - a
     det = v0[:, 0] * v1[:, 1] - v0[:, 1] * v1[:, 0]
     det = np.where(np.abs(det) < 1e-12, 1e-12, det)
-    dx, dy = xs - a[:, 0], ys - a[:, 1]
-    wb = (dx * v1[:, 1] - dy * v1[:, 0]) / det
-    wc = (v0[:, 0] * dy - v0[:, 1] * dx) / det
+    along_b = np.stack([v1[:, 1], -v1[:, 0]], 1) / det[:, None]
+    along_c = np.stack([-v0[:, 1], v0[:, 0]], 1) / det[:, None]
+    start_b, start_c = -(a * along_b).sum(1), -(a * along_c).sum(1)
+    triangle = ids.reshape(-1)[covered]
+    wb = along_b[triangle, 0] * xs + along_b[triangle, 1] * ys + start_b[triangle]
+    wc = along_c[triangle, 0] * xs + along_c[triangle, 1] * ys + start_c[triangle]
     # pixels the fill rounds onto a triangle's edge may lie a hair outside it: clamp
-    weights = np.clip(np.stack([1.0 - wb - wc, wb, wc], 1), 0.0, 1.0)
-    weights /= np.maximum(weights.sum(1, keepdims=True), 1e-12)
+    wa = np.clip(1.0 - wb - wc, 0.0, 1.0)
+    wb, wc = np.clip(wb, 0.0, 1.0), np.clip(wc, 0.0, 1.0)
+    total = np.maximum(wa + wb + wc, 1e-12)
+    weights = np.stack([wa / total, wb / total, wc / total], 1)
     return Raster(ids, ys, xs, weights.astype(np.float32))
+
+
+def _paint(corners: np.ndarray, labels: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """(H, W) int32: the label of the last of the (T, 3, 2) triangles covering each pixel,
+    -1 where none does -- what one ``cv2.fillConvexPoly(..., LINE_8, shift=4)`` per
+    triangle in that order paints (neighbours overlap on their shared edges, the later
+    wins), computed for all triangles at once."""
+    height, width = shape
+    ids = np.full(height * width, -1, dtype=np.int32)
+    tri, ys, xs = _fill_convex_pixels(np.round(corners * 16).astype(np.int64), shape)
+    inside = (xs >= 0) & (xs < width) & (ys >= 0) & (ys < height)
+    winner = np.full(height * width, -1, dtype=np.int64)
+    np.maximum.at(winner, (ys * width + xs)[inside], tri[inside])
+    drawn = winner >= 0
+    ids[drawn] = labels[winner[drawn]]
+    return ids.reshape(shape)
+
+
+def _fill_convex_pixels(corners: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(triangle, y, x) of every pixel OpenCV's ``fillConvexPoly`` (LINE_8, shift=4) sets
+    for (T, 3, 2) triangles with corners in 1/16 pixels, in its integer arithmetic (some
+    outside the (H, W) ``shape``, for the caller to drop): scanline spans between the two
+    edge walks from the top corner, each edge stepped from its start corner's rounded row
+    (rows from the top corner's to the bottom one's, exclusive), plus each edge drawn as a
+    line (``_line_pixels``)."""
+    count = len(corners)
+    index = np.arange(count)
+    fixed_x, raw_y = corners[:, :, 0] << 12, corners[:, :, 1]  # x in 1/65536 pixels, as OpenCV steps it
+    row = (raw_y + 8) >> 4
+    top = np.argmin(raw_y, axis=1)
+    first_row, top_x = row[index, top], fixed_x[index, top]
+    walks = []
+    for near, far in ((top + 1) % 3, (top + 2) % 3), ((top + 2) % 3, (top + 1) % 3):  # both ways round
+        near_row, near_x = row[index, near], fixed_x[index, near]
+        far_row, far_x = row[index, far], fixed_x[index, far]
+        walks.append((near_row, top_x, _edge_step(top_x, near_x, near_row - first_row),
+                      near_x, _edge_step(near_x, far_x, far_row - near_row)))
+    rows = np.maximum(np.maximum(walks[0][0], walks[1][0]) - first_row, 0)
+    span_tri = np.repeat(index, rows)
+    offset = _ramp(rows)
+    y = first_row[span_tri] + offset
+    sides = []
+    for near_row, start_x, step, turn_x, turn_step in walks:
+        near_row = near_row[span_tri]
+        below = y - near_row  # rows past the walk's turn at its middle corner (negative before)
+        sides.append(np.where(below < 0, start_x[span_tri] + offset * step[span_tri],
+                              turn_x[span_tri] + below * turn_step[span_tri]))
+    left = (np.minimum(sides[0], sides[1]) + 32768) >> 16
+    length = np.maximum(((np.maximum(sides[0], sides[1]) + 32768) >> 16) - left + 1, 0)
+    starts = np.repeat(left - (np.cumsum(length) - length), length)
+    line_tri, line_y, line_x = _line_pixels(np.roll(corners, 1, axis=1).reshape(-1, 2) << 12, corners.reshape(-1, 2) << 12, shape)
+    return (
+        np.concatenate([np.repeat(span_tri, length), line_tri // 3]),
+        np.concatenate([np.repeat(y, length), line_y]),
+        np.concatenate([starts + np.arange(len(starts)), line_x]),
+    )
+
+
+def _edge_step(start_x: np.ndarray, end_x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """OpenCV's per-row x step of an edge walked over ``rows`` rows (rounded; 0 rows: unused)."""
+    rows = np.maximum(rows, 1)
+    return _trunc_div((end_x - start_x) * 2 + rows, 2 * rows)
+
+
+def _line_pixels(begin: np.ndarray, end: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(segment, y, x) of OpenCV's ``Line2`` (LINE_8) for (N, 2) segments in 1/65536 pixels:
+    clipped to the image, stepped one pixel along the major axis from the start rounded,
+    plus the rounded end point."""
+    begin, end, drawn = _clip_segments(begin, end, shape)
+    delta = end - begin
+    along_x = np.abs(delta[:, 0]) > np.abs(delta[:, 1])
+    major, minor = np.where(along_x, 0, 1), np.where(along_x, 1, 0)
+    segments = np.arange(len(begin))
+    flip = delta[segments, major] < 0  # drawn in the major axis' increasing direction
+    start, finish = np.where(flip[:, None], end, begin) + 32768, np.where(flip[:, None], begin, end) + 32768
+    major_length = np.abs(delta[segments, major])
+    slope = _trunc_div(np.where(flip, -delta[segments, minor], delta[segments, minor]) << 16, major_length | 1)
+    points = np.where(drawn, (major_length >> 16) + 1, 0)
+    k = _ramp(points)
+    on_major = np.repeat(start[segments, major] >> 16, points) + k
+    on_minor = (np.repeat(start[segments, minor], points) + k * np.repeat(slope, points)) >> 16
+    x_major = np.repeat(along_x, points)
+    last = finish[drawn] >> 16
+    return (
+        np.concatenate([np.repeat(segments, points), segments[drawn]]),
+        np.concatenate([np.where(x_major, on_minor, on_major), last[:, 1]]),
+        np.concatenate([np.where(x_major, on_major, on_minor), last[:, 0]]),
+    )
+
+
+def _clip_segments(begin: np.ndarray, end: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """OpenCV's ``clipLine`` on (N, 2) segments in 1/65536 pixels: the few that leave the
+    image are cut at its border (which moves their pixels), those wholly outside dropped;
+    returns begin, end and which are drawn."""
+    height, width = shape
+    right, bottom = (width << 16) - 1, (height << 16) - 1
+    begin, end = begin.copy(), end.copy()
+    drawn = np.ones(len(begin), dtype=bool)
+
+    def code(x: int, y: int) -> int:
+        return (x < 0) + (x > right) * 2 + (y < 0) * 4 + (y > bottom) * 8
+
+    outside = np.nonzero((np.minimum(begin, end) < 0).any(1) | (np.maximum(begin[:, 0], end[:, 0]) > right)
+                         | (np.maximum(begin[:, 1], end[:, 1]) > bottom))[0]
+    for n in outside.tolist():
+        (x1, y1), (x2, y2) = begin[n].tolist(), end[n].tolist()
+        c1, c2 = code(x1, y1), code(x2, y2)
+        if (c1 & c2) == 0 and (c1 | c2) != 0:
+            if c1 & 12:
+                a = 0 if c1 < 8 else bottom
+                x1 += int(float(a - y1) * (x2 - x1) / (y2 - y1))
+                y1, c1 = a, (x1 < 0) + (x1 > right) * 2
+            if c2 & 12:
+                a = 0 if c2 < 8 else bottom
+                x2 += int(float(a - y2) * (x2 - x1) / (y2 - y1))
+                y2, c2 = a, (x2 < 0) + (x2 > right) * 2
+            if (c1 & c2) == 0 and (c1 | c2) != 0:
+                if c1:
+                    a = 0 if c1 == 1 else right
+                    y1 += int(float(a - x1) * (y2 - y1) / (x2 - x1))
+                    x1, c1 = a, 0
+                if c2:
+                    a = 0 if c2 == 1 else right
+                    y2 += int(float(a - x2) * (y2 - y1) / (x2 - x1))
+                    x2, c2 = a, 0
+        begin[n], end[n] = (x1, y1), (x2, y2)
+        drawn[n] = (c1 | c2) == 0
+    return begin, end, drawn
+
+
+def _ramp(lengths: np.ndarray) -> np.ndarray:
+    """0, 1, ..., n-1 for each n in ``lengths``, concatenated."""
+    return np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+
+
+def _trunc_div(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """Integer division rounding towards zero (C's), for a positive denominator."""
+    quotient = np.abs(numerator) // denominator
+    return np.where(numerator < 0, -quotient, quotient)
 
 
 def posed(mesh_xy: np.ndarray, depth: np.ndarray) -> np.ndarray:
