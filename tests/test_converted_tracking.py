@@ -114,6 +114,11 @@ def test_without_mediapipe_or_a_converted_folder_the_error_says_what_to_run(no_m
         assert problem in message and "swapcast models convert --cache-dir DIR" in message and "\n" not in message
 
 
+def test_without_mediapipe_or_a_converted_folder_the_engine_stops_at_start(no_mediapipe, tmp_path: Path) -> None:
+    with pytest.raises(TrackingModelsUnavailable, match=f"{MANIFEST_NAME} is missing"):
+        FaceEngine(EngineSettings(tracker="graphs", engine_cache_dir=tmp_path))
+
+
 def test_a_stale_manifest_is_refused_without_mediapipe(converted: Path, tmp_path: Path, no_mediapipe) -> None:
     stale = _copy(converted, tmp_path)
     manifest = json.loads((stale / MANIFEST_NAME).read_text())

@@ -121,16 +121,29 @@ def tracking_models(cache_dir: Path | None) -> dict[str, Path | onnx.ModelProto]
     try:
         wheel = MediapipeFaceModels.locate()
     except ModelFileError as absent:
-        if cache_dir is None:
-            raise TrackingModelsUnavailable("engine.engine_cache_dir", "not set, and the mediapipe wheel's models "
-                                            f"are not here to convert ({absent.problem})") from None
-        return dict(TrackingManifest.read(cache_dir).files(cache_dir, CONVERTER_VERSION))
+        return _converted_elsewhere(cache_dir, absent)
     # the converter (and its tflite schema package) only where there is something to convert
     from gpu.models.tflite_onnx import convert_builtin, convert_tflite
 
     if cache_dir is not None:
         return dict(convert_builtin(cache_dir))
     return {path.name: convert_tflite(path) for path in (wheel.face_mesh, wheel.blazeface_short, wheel.blazeface_full)}
+
+
+def check_tracking_models(cache_dir: Path | None) -> None:
+    """Raise ``TrackingModelsUnavailable`` now if ``tracking_models`` could not give the
+    models later, without converting: a node checks at start, not at its first session."""
+    try:
+        MediapipeFaceModels.locate()
+    except ModelFileError as absent:
+        _converted_elsewhere(cache_dir, absent)
+
+
+def _converted_elsewhere(cache_dir: Path | None, absent: ModelFileError) -> dict[str, Path]:
+    if cache_dir is None:
+        raise TrackingModelsUnavailable("engine.engine_cache_dir", "not set, and the mediapipe wheel's models "
+                                        f"are not here to convert ({absent.problem})") from None
+    return TrackingManifest.read(cache_dir).files(cache_dir, CONVERTER_VERSION)
 
 
 def sha256_of(path: Path) -> str:
