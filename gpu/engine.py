@@ -22,6 +22,7 @@ from gpu.batcher import MicroBatcher
 from gpu.device import select_device
 from gpu.errors import ManyFacesError, ModelFileError, NoFaceError
 from gpu.models.builtin import DlibModels
+from gpu.models.converted_tracking import check_tracking_models
 from gpu.processors import Processors, ProcessorSettings
 from gpu.source_codec import decode_source, encode_source
 from gpu.swappers.base import KeepMask, Swapper
@@ -72,6 +73,8 @@ class FaceEngine:
         self.settings = settings or EngineSettings()
         dlib = DlibModels.locate()  # not mediapipe's: a node without that wheel tracks on converted graphs
         self._identity = DlibIdentity(dlib.landmarks_68, dlib.identity)
+        if self.settings.tracker == "graphs":  # no wheel and no converted folder: stop now, not at the first session
+            check_tracking_models(self.settings.engine_cache_dir)
         self._detector = self._make_detector()  # a user SCRFD model, else None: the built-in finder
         # still-image analysis on the tracker's backend (made on first use): one caller at a time
         self._still: StillFaces | None = None
