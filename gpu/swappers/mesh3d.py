@@ -211,10 +211,12 @@ def _skin_lighting(points: np.ndarray, sample, occlusion: bool, kept: np.ndarray
     off the few texels a nose hides)."""
     mesh = canonical_mesh()
     atlas = uv_atlas(LIGHTING_SIZE)
+    vertex_normal = vertex_normals(points, mesh.triangles)  # once: the visibility and the fit both need them
     if occlusion:
-        visibility = texel_visibility(points, atlas, scale=min(1.0, 96.0 / max(float(np.ptp(points[:, 0])), 1.0)))
+        scale = min(1.0, 96.0 / max(float(np.ptp(points[:, 0])), 1.0))
+        visibility = texel_visibility(points, atlas, scale=scale, normals=vertex_normal)
     else:
-        visibility = texel_facing(points, atlas)
+        visibility = texel_facing(points, atlas, vertex_normal)
     weights = visibility * uv_masks().skin
     if kept is not None:  # what is in front of the face (a keep mask over the crop) is not its skin
         at = np.clip(np.round(atlas.interpolate(points[:, :2])).astype(np.int64), 0, kept.shape[0] - 1)
@@ -222,7 +224,7 @@ def _skin_lighting(points: np.ndarray, sample, occlusion: bool, kept: np.ndarray
     texels = np.nonzero(weights > 0.05)[0]
     if len(texels) < MIN_SKIN_TEXELS:
         return None
-    normals = _unit(atlas.interpolate(vertex_normals(points, mesh.triangles))[texels])
+    normals = _unit(atlas.interpolate(vertex_normal)[texels])
     colours = sample(atlas.interpolate(points[:, :2])[texels])
     coefficients = fit_sh(normals, colours, weights[texels])
     typical = np.median(shade(normals, coefficients), axis=0)

@@ -293,8 +293,11 @@ def fit_pose(points: np.ndarray, mesh: CanonicalMesh | None = None) -> Similarit
 def face_normals(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
     """(K, 3) unnormalised triangle normals (length = twice the area), pointing out of the
     face: a triangle facing the camera has a negative z."""
-    a, b, c = (points[triangles[:, i]] for i in range(3))
-    return np.cross(b - a, c - a)
+    a = points[triangles[:, 0]]
+    u, v = points[triangles[:, 1]] - a, points[triangles[:, 2]] - a
+    # the cross product written out: np.cross's generality costs more than the arithmetic here
+    return np.stack([u[:, 1] * v[:, 2] - u[:, 2] * v[:, 1], u[:, 2] * v[:, 0] - u[:, 0] * v[:, 2],
+                     u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0]], 1)
 
 
 def vertex_normals(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
@@ -314,24 +317,25 @@ def facing(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
     return -normals[:, 2] / np.maximum(np.linalg.norm(normals, axis=1), 1e-9)
 
 
-def texel_facing(points: np.ndarray, atlas: UvAtlas) -> np.ndarray:
+def texel_facing(points: np.ndarray, atlas: UvAtlas, normals: np.ndarray | None = None) -> np.ndarray:
     """(P,) cos(view angle)^2 of each texel (the mesh's smooth normal there), 0 where its
     triangle faces away: grazing, stretched surface counts for little (eos's view-angle
-    weight). No occlusion test."""
+    weight). No occlusion test. ``normals``: the points' ``vertex_normals`` where the
+    caller has them already."""
     triangles = canonical_mesh().triangles
-    normals = atlas.interpolate(vertex_normals(points, triangles))
+    normals = atlas.interpolate(vertex_normals(points, triangles) if normals is None else normals)
     cosines = -normals[:, 2] / np.maximum(np.linalg.norm(normals, axis=1), 1e-9)
     front = facing(points, triangles)[atlas.triangle] > 0
     return np.where(front, np.maximum(cosines, 0.0) ** 2, 0.0).astype(np.float32)
 
 
-def texel_visibility(points: np.ndarray, atlas: UvAtlas, scale: float = 1.0) -> np.ndarray:
+def texel_visibility(points: np.ndarray, atlas: UvAtlas, scale: float = 1.0, normals: np.ndarray | None = None) -> np.ndarray:
     """(P,) ``texel_facing`` weights, 0 also where something nearer covers the texel (a
     turned face's nose over its far cheek): a texel is seen when the z-buffer shows its own
     triangle or one sharing a corner with it at its position. The z-buffer is painted at
     ``scale`` x the image's pixels (a coarse one tells which surface is in front)."""
     triangles = canonical_mesh().triangles
-    weight = texel_facing(points, atlas)
+    weight = texel_facing(points, atlas, normals)
     scaled = points * scale
     origin = np.floor(scaled[:, :2].min(0)) - 2
     extent = np.ceil(scaled[:, :2].max(0) - origin).astype(int) + 3
