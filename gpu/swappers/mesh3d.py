@@ -384,9 +384,14 @@ class Mesh3dSwapper:
         cv2.polylines(line, [np.round(small[list(INNER_LIP_CONTOUR), :2] * 16).astype(np.int32)], True, 1, 1, cv2.LINE_8, shift=4)
         holes |= drawn & (line > 0)
         # the openings get UVs too (they are never shown) so no pixel next to them samples (0, 0)
-        corners = mesh.triangles[raster.triangle[raster.rows, raster.cols]]
-        uv = np.full((half, half, 2), -1.0, dtype=np.float32)
-        uv[raster.rows, raster.cols] = np.einsum("pk,pkc->pc", raster.weights, mesh.uv[corners])
+        pixels = raster.rows * half + raster.cols
+        corners = mesh.triangles[raster.triangle.reshape(-1)[pixels]]
+        uv = np.full((half * half, 2), -1.0, dtype=np.float32)
+        weights = raster.weights
+        for axis, texture in enumerate(_uv_columns()):  # per axis, written out: half the time of an einsum over (P, 3, 2)
+            uv[pixels, axis] = (weights[:, 0] * texture[corners[:, 0]] + weights[:, 1] * texture[corners[:, 1]]
+                                + weights[:, 2] * texture[corners[:, 2]])
+        uv = uv.reshape(half, half, 2)
         grid = cv2.resize(uv * 2.0 - 1.0, (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
         return uv, drawn & ~holes, holes, grid
 
@@ -447,6 +452,12 @@ class Mesh3dSwapper:
         grown[grown < 0.02] = 0.0
         paste = cv2.resize(np.clip(np.maximum(small, grown), 0.0, 1.0), (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
         return np.maximum(paste, mask).astype(np.float32)
+
+
+@lru_cache(maxsize=1)
+def _uv_columns() -> np.ndarray:
+    """(2, 468) the canonical mesh's UV coordinates, one contiguous row per axis."""
+    return np.ascontiguousarray(canonical_mesh().uv.T)
 
 
 def _grazing_outliers(albedo: np.ndarray, visibility: np.ndarray) -> np.ndarray:
