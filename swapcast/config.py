@@ -123,6 +123,11 @@ class ServerConfig(_Section):
     # pages on these origins (https://app.example.com) may call the API, WHIP and WHEP from the
     # browser (CORS); empty: same origin only; ["*"]: any page, still with its own token or key
     cors_origins: list[str] = Field(default_factory=list)
+    # against slowloris and socket floods (signaling/connection_limits.py): open HTTP connections
+    # one address may hold (auth.trusted_proxies are exempt: a gateway, a TLS proxy), and the
+    # seconds a request's headers (and an HTTPS handshake) may take; bodies are not timed
+    max_connections_per_ip: int = Field(64, ge=1)
+    request_header_timeout_s: float = Field(10.0, gt=0, le=300)
 
     @field_validator("cors_origins")
     @classmethod
