@@ -28,6 +28,7 @@ from gpu.engine import FaceEngine
 from signaling.auth import Principal, require_admin, require_visible
 from signaling.auth.middleware import principal
 from signaling.auth.wiring import ApiAuth, api_auth
+from signaling.connection_limits import ConnectionLimits
 from signaling.events import add_event_routes
 from signaling.cors import CorsPolicy
 from signaling.http_input import bad_input_middleware
@@ -240,6 +241,14 @@ def node_tls_context(config: Config) -> ssl.SSLContext | None:
     if not config.tls.enabled:
         return None
     return server_context(config.tls.cert_file, config.tls.key_file)
+
+
+def connection_limits(config: Config) -> ConnectionLimits:
+    """The HTTP listener's bounds per client address; the trusted proxies (a gateway in front
+    of this node, a TLS proxy) carry many clients' connections and are not capped."""
+    return ConnectionLimits(max_per_ip=config.server.max_connections_per_ip,
+                            header_timeout_s=config.server.request_header_timeout_s,
+                            exempt=tuple(config.auth.trusted_proxies))
 
 
 def serve_tls(app: web.Application, tls: ssl.SSLContext | None, config: Config) -> None:
