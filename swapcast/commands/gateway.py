@@ -40,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from signaling.auth.wiring import api_auth
+    from signaling.connection_limits import guard_app, run_guarded
     from signaling.gateway import RTMP_SERVER_KEY, GatewaySettings, build_gateway_app
     from signaling.registry import open_registry
-    from swapcast.app import is_public, node_tls_context, serve_tls
+    from swapcast.app import connection_limits, is_public, node_tls_context, serve_tls
     from swapcast.logs import RedactingAccessLogger
 
     config = gateway_config(args)
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     serve_tls(app, tls, config)
     scheme = "https" if tls else "http"
 
-    def announce(_: str) -> None:
+    def announce() -> None:
         rtmp = app[RTMP_SERVER_KEY]
         rtmps = f" and rtmps://{host}:{rtmp.tls_port}/live/<stream key>" if rtmp.tls_port is not None else ""
         print(
@@ -73,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
 
     app.on_cleanup.append(close_registry)
     uvloop.install()
-    # run_app prints once every listener is up, and turns SIGINT/SIGTERM into a graceful
-    # exit: the RTMP relay and the reaper stop, then the registry closes
-    web.run_app(app, host=host, port=port, print=announce, ssl_context=tls, access_log_class=RedactingAccessLogger)
+    # announce once every listener is up; SIGINT/SIGTERM exit gracefully: the RTMP relay and
+    # the reaper stop, then the registry closes. The listener caps connections per address
+    # and times request headers (slowloris)
+    guard = guard_app(app, connection_limits(config))
+    run_guarded(app, guard, host=host, port=port, ssl_context=tls, announce=announce,
+                access_log_class=RedactingAccessLogger)
     return 0

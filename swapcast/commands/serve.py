@@ -25,10 +25,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import uvloop
-    from aiohttp import web
 
     from gpu import threads
-    from swapcast.app import AUTH_KEY, NODE_KEY, build_app
+    from signaling.connection_limits import guard_app, run_guarded
+    from swapcast.app import AUTH_KEY, NODE_KEY, build_app, connection_limits
     from swapcast.logs import RedactingAccessLogger
 
     config = config_from_args(args)
@@ -56,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
               f"  admin dashboard: {base}/admin/#token={dev_token}\n"
               f"  API: Authorization: Bearer {dev_token}", flush=True)
     threads.set_os_thread_name("event-loop")  # native threads started from here on inherit it
-    # run_app turns SIGINT/SIGTERM into a graceful exit: the node's shutdown hook ends every
-    # live session before the server stops
-    web.run_app(app, host=config.server.host, port=config.server.port, print=None, ssl_context=node.tls,
+    # SIGINT/SIGTERM exit gracefully: the node's shutdown hook ends every
+    # live session before the server stops; the listener caps connections per address and
+    # times request headers (slowloris)
+    guard = guard_app(app, connection_limits(config))
+    run_guarded(app, guard, host=config.server.host, port=config.server.port, ssl_context=node.tls,
                 access_log_class=RedactingAccessLogger)
     return 0
