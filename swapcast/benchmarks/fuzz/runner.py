@@ -18,13 +18,14 @@ from pathlib import Path
 
 from swapcast.benchmarks.fuzz.api import ApiLayer
 from swapcast.benchmarks.fuzz.fixtures import Fixtures, refresh, set_up
+from swapcast.benchmarks.fuzz.http_hold import HttpHoldLayer
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
 from swapcast.benchmarks.fuzz.outcome import Outcome
 from swapcast.benchmarks.fuzz.rtmp import RECORDINGS, RtmpLayers, record
 from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
 from swapcast.benchmarks.fuzz.uploads import UploadLayer
 
-HTTP_WEIGHTS = {"http": 94, "upload": 4, "sdp": 2}  # of the HTTP workers' cases (uploads and offers cost the node most)
+HTTP_WEIGHTS = {"http": 93, "upload": 4, "sdp": 2, "hold": 1}  # of the HTTP workers' cases (uploads and offers cost the node most; a hold lasts the header timeout)
 RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2, "hold": 1}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
 HTTP_WORKERS, RTMP_WORKERS = 12, 10
 THREAD_SLACK = 16  # threads the node may hold at the end above its start (pools grown on demand)
@@ -243,7 +244,8 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
         raise RuntimeError("the RTMP layers need ffmpeg to record a publish (apt-get install ffmpeg)")
     offers = await make_offers()
     layers = {"http": ApiLayer(node, fixtures, offers["browser"]), "sdp": SdpLayer(node, fixtures, offers),
-              "upload": UploadLayer(node, fixtures, _test_video(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings)}
+              "upload": UploadLayer(node, fixtures, _test_video(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
+              "hold": HttpHoldLayer(node)}
     run = _Run(node, fixtures, layers, inputs, time.monotonic() + seconds, report_dir, progress)
     node.new_log_problems()  # set-up is not under test
     run.sample("start")
