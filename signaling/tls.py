@@ -23,6 +23,7 @@ from aiohttp import web
 from cryptography import x509
 
 from gpu.errors import SwapcastError
+from signaling.connection_limits import ConnectionLimits, GuardedSite, guard_app
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,11 @@ class CertificateReloader:
         app.on_cleanup.append(remove)
 
 
-def serve_https_redirect(app: web.Application, host: str, port: int, https_port: int) -> None:
+def serve_https_redirect(app: web.Application, host: str, port: int, https_port: int,
+                         limits: ConnectionLimits | None = None) -> None:
     """While ``app`` runs, a plain-HTTP listener on ``port`` answers every request with a
-    308 to the same path over HTTPS (the method and body are kept)."""
+    308 to the same path over HTTPS (the method and body are kept); ``limits`` bound its
+    connections per address as on the main listener (slowloris on the redirect port)."""
     runner: web.AppRunner | None = None
 
     async def to_https(request: web.Request) -> web.Response:
@@ -141,9 +144,11 @@ def serve_https_redirect(app: web.Application, host: str, port: int, https_port:
         nonlocal runner
         redirect = web.Application()
         redirect.router.add_route("*", "/{tail:.*}", to_https)
+        guard = guard_app(redirect, limits) if limits is not None else None
         runner = web.AppRunner(redirect, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, host, port).start()
+        site = GuardedSite(runner, host, port, guard=guard) if guard is not None else web.TCPSite(runner, host, port)
+        await site.start()
 
     async def stop(_: web.Application) -> None:
         if runner is not None:

@@ -258,7 +258,8 @@ def serve_tls(app: web.Application, tls: ssl.SSLContext | None, config: Config) 
         return
     CertificateReloader(tls, config.tls.cert_file, config.tls.key_file).reload_on_sighup(app)
     if config.tls.http_redirect_port is not None:
-        serve_https_redirect(app, config.server.host, config.tls.http_redirect_port, config.server.port)
+        serve_https_redirect(app, config.server.host, config.tls.http_redirect_port, config.server.port,
+                             connection_limits(config))
 
 
 def node_push_policy(config: Config) -> PushPolicy:

@@ -228,3 +228,44 @@ def test_a_cluster_node_refuses_a_certificate_and_names_the_gateway(ca, monkeypa
                                       "--tls-key", str(leaf.key)])
     with pytest.raises(ConfigError, match="give the certificate to `swapcast gateway`"):
         args.run(args)
+
+
+def test_the_redirect_port_caps_connections_per_address():
+    from signaling.connection_limits import ConnectionLimits
+
+    redirect_port = free_port()
+
+    async def scenario():
+        app = web.Application()
+        serve_https_redirect(app, "127.0.0.1", redirect_port, 8443, ConnectionLimits(max_per_ip=2))
+        runner = web.AppRunner(app)
+        await runner.setup()  # runs the redirect's startup hook: its listener is up
+        try:
+            await asyncio.to_thread(clients)
+        finally:
+            await runner.cleanup()
+
+    def redirect_status(sock: socket.socket) -> bytes:
+        sock.sendall(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n")
+        return sock.recv(4096).split(b"\r\n", 1)[0]
+
+    def clients():
+        held = [socket.create_connection(("127.0.0.1", redirect_port), timeout=5) for _ in range(2)]
+        try:
+            time.sleep(0.2)
+            with socket.create_connection(("127.0.0.1", redirect_port), timeout=5) as third:
+                try:  # over the cap: aborted at once, no answer
+                    third.sendall(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n")
+                    answer = third.recv(4096)
+                except ConnectionResetError:
+                    answer = b""
+                assert answer == b""
+            with socket.create_connection(("127.0.0.1", redirect_port), timeout=5,
+                                          source_address=("127.0.0.2", 0)) as other:
+                assert b"308" in redirect_status(other)  # another address is still served
+            assert b"308" in redirect_status(held[0])  # and the held ones still work
+        finally:
+            for sock in held:
+                sock.close()
+
+    asyncio.run(scenario())
