@@ -238,4 +238,27 @@ def test_bench_occlusion_scores_bare_faces_apart(engine):
         bare = [r for r in rows if r.occlusion == mode and r.kept is None][0]
         assert summary[mode]["kept"] == object_rows[0].kept
         assert summary[mode]["bare_identity_pass"] == bare.identity_passed / bare.identity_scored
+        assert bare.outside_passed == bare.identity_passed  # nothing in front: outside the object is the whole face
+    # off swaps the object's pixels too: outside it, its output is its output
+    assert [r.outside_passed for r in rows if r.occlusion == "off"] == [r.identity_passed for r in rows if r.occlusion == "off"]
     assert "astronaut/pan+bare" in out.getvalue() and "identity rule on bare faces" in out.getvalue()
+
+
+def test_identity_outside_the_object_takes_only_the_object_from_the_off_output():
+    """The outside-the-object identity input: the object's pixels (grown by the margin)
+    come from the occlusion-off frame, every other pixel from the output as it was."""
+    rng = np.random.default_rng(0)
+    mesh = rng.uniform(100, 300, (468, 2)).astype(np.float32)
+    alpha = np.zeros((400, 400), np.float32)
+    alpha[180:220, 150:250] = 1.0
+    empty = np.zeros_like(alpha)
+    clip = bench.OccludedClip("synthetic", "astronaut", [np.zeros((400, 400, 3), np.uint8)] * 2, [mesh, mesh],
+                              [empty, alpha], [np.zeros((2, 3), np.float32)] * 2, alpha, 1, 30.0)
+    outputs = [np.full((400, 400, 3), 200, np.uint8)] * 2
+    off = [np.full((400, 400, 3), 50, np.uint8)] * 2
+    before, during = bench.outside_object(clip, outputs, off)
+    assert (before == 200).all()  # no object yet: the output as it was
+    reach = round(bench.OUTSIDE_MARGIN * float(np.ptp(mesh[list(bench.FACE_OVAL), 0])))
+    assert reach >= 1
+    assert (during[180 - reach:220 + reach, 150:250] == 50).all()
+    assert (during[:180 - reach - 1] == 200).all() and (during[220 + reach + 1:] == 200).all()

@@ -10,9 +10,13 @@ estimate on and off (``SwapOptions.occlusion``), over the frames the object is t
 
 - **kept**: of the object's pixels inside the face region, the fraction the swap left
   as they were (every channel within ``KEPT_LEVEL``) -- the target is >= 95 %;
-- **identity**: the dlib rule on the face around the object (d(out, source) < 0.6 and
-  < d(out, target), the target being the occluded input frame) every ``IDENTITY_EVERY``
-  frames: the face outside the object is still swapped;
+- **identity**: the dlib rule (d(out, source) < 0.6 and < d(out, target), the target
+  being the occluded input frame) every ``IDENTITY_EVERY`` frames, on the whole output
+  face: keeping the object itself costs it (a kept cup hides the mouth dlib reads);
+- **identity outside the object**: the same rule on the output with the object's own
+  pixels (its true mask, grown by ``OUTSIDE_MARGIN`` of the face's width for the keep
+  mask's soft edge) taken from the same frame swapped with occlusion off: what is left
+  is the face outside the object, so only face pixels wrongly kept cost it;
 - **edge flicker**: the frames mapped into the object's own coordinates (there it stands
   still), the mean frame-to-frame change of the output in a band around the object's
   edge, over the input's own change there: 1.0 = the swap adds no flicker at the edge;
@@ -51,6 +55,7 @@ KEPT_LEVEL = 12  # 0..255: an object pixel within this of its input value was ke
 KEPT_TARGET = 0.95
 IDENTITY_EVERY = 4
 EDGE_BAND_PX = 3  # object coordinates: the band reaches this far each side of its edge
+OUTSIDE_MARGIN = 0.03  # of the face's width: the object's mask grown this much is 'the object' for identity outside it
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ class ClipResult:
     identity_scored: int
     to_source: float | None  # mean d(out, source)
     to_target: float | None  # mean d(out, target)
+    outside_passed: int  # the identity rule with the object's pixels taken from the occlusion-off output
+    outside_to_source: float | None  # mean d(out outside the object, source)
     edge_flicker: float | None  # output's frame-to-frame change at the object's edge over the input's
     ms: float  # mean per frame
 
@@ -288,6 +295,22 @@ def occlusion_cost(engine: FaceEngine, source: SourceFace, options: SwapOptions,
     return cost
 
 
+def outside_object(clip: OccludedClip, outputs: list[np.ndarray], off: list[np.ndarray]) -> list[np.ndarray]:
+    """``outputs`` with the object's pixels (its mask grown by ``OUTSIDE_MARGIN`` of the
+    face's width, softly) taken from ``off`` (the same frames swapped with occlusion off):
+    the face outside the object as this swap left it, the object as if never kept."""
+    blended = []
+    for index, (output, plain) in enumerate(zip(outputs, off, strict=True)):
+        alpha = clip.masks[index]
+        if not alpha.any():
+            blended.append(output)
+            continue
+        reach = max(1, int(round(OUTSIDE_MARGIN * float(np.ptp(clip.meshes[index][list(FACE_OVAL), 0])))))
+        grown = cv2.dilate(alpha, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * reach + 1,) * 2))[..., None]
+        blended.append((output * (1.0 - grown) + plain * grown + 0.5).astype(np.uint8))
+    return blended
+
+
 def identity_scores(engine: FaceEngine, clip: OccludedClip, outputs: list[np.ndarray], source_identity: np.ndarray
                     ) -> list[tuple[float, float]]:
     """(d(out, source), d(out, occluded target)) every ``IDENTITY_EVERY`` frames the object is there."""
@@ -317,17 +340,10 @@ def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], repor
             source = engine.register_source(photo, label=other)
             sources[other] = (source, source.identity)
         source, source_identity = sources[other]
-        pictures = []
-        for mode in ("auto", "off"):
-            outputs, ms = swap_clip(engine, source, clip, replace(SwapOptions(), occlusion=mode))
-            scores = identity_scores(engine, clip, outputs, source_identity)
-            passed = sum(1 for s, t in scores if s < SAME_PERSON_DISTANCE and s < t)
-            results.append(ClipResult(
-                clip=clip.name, occlusion=mode, kept=None if clip.bare else kept_fraction(clip, outputs), identity_passed=passed,
-                identity_scored=len(scores), to_source=_mean([s for s, _ in scores]), to_target=_mean([t for _, t in scores]),
-                edge_flicker=None if clip.bare else edge_flicker(clip, outputs), ms=ms,
-            ))
-            pictures.append(outputs[-1])
+        swapped = {mode: swap_clip(engine, source, clip, replace(SwapOptions(), occlusion=mode)) for mode in ("auto", "off")}
+        for mode, (outputs, ms) in swapped.items():
+            results.append(score_clip(engine, clip, mode, outputs, swapped["off"][0], source_identity, ms))
+        pictures = [swapped[mode][0][-1] for mode in ("auto", "off")]
         if report is not None:
             _write_picture(report, clip, pictures)
     summary = _summary(results)
@@ -336,6 +352,23 @@ def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], repor
         report.mkdir(parents=True, exist_ok=True)
         (report / "occlusion.json").write_text(json.dumps({"clips": [asdict(r) for r in results], "summary": summary}, indent=2))
     return {"clips": results, "summary": summary}
+
+
+def score_clip(engine: FaceEngine, clip: OccludedClip, mode: str, outputs: list[np.ndarray], off: list[np.ndarray],
+               source_identity: np.ndarray, ms: float) -> ClipResult:
+    """One clip's numbers for ``outputs``; ``off``: the same clip swapped with occlusion off."""
+    scores = identity_scores(engine, clip, outputs, source_identity)
+    outside = scores if clip.bare else identity_scores(engine, clip, outside_object(clip, outputs, off), source_identity)
+    return ClipResult(
+        clip=clip.name, occlusion=mode, kept=None if clip.bare else kept_fraction(clip, outputs), identity_passed=_passes(scores),
+        identity_scored=len(scores), to_source=_mean([s for s, _ in scores]), to_target=_mean([t for _, t in scores]),
+        outside_passed=_passes(outside), outside_to_source=_mean([s for s, _ in outside]),
+        edge_flicker=None if clip.bare else edge_flicker(clip, outputs), ms=ms,
+    )
+
+
+def _passes(scores: list[tuple[float, float]]) -> int:
+    return sum(1 for s, t in scores if s < SAME_PERSON_DISTANCE and s < t)
 
 
 def run_occlusion_command(config: Config, frames: int = 24, quick: bool = False, report: str | None = None,
@@ -368,6 +401,7 @@ def _summary(results: list[ClipResult]) -> dict[str, Any]:
         summary[mode] = {
             "kept": _mean([r.kept for r in rows]), "kept_min": min((r.kept for r in rows), default=None),
             "identity_pass": sum(r.identity_passed for r in rows) / scored if scored else None,
+            "identity_pass_outside": sum(r.outside_passed for r in rows) / scored if scored else None,
             "bare_identity_pass": sum(r.identity_passed for r in bare) / bare_scored if bare_scored else None,
             "to_source": _mean([r.to_source for r in rows if r.to_source is not None]),
             "to_target": _mean([r.to_target for r in rows if r.to_target is not None]),
@@ -381,17 +415,19 @@ def _print_table(results: list[ClipResult], summary: dict[str, Any], out) -> Non
         def num(value, digits=2):
             return "-" if value is None else f"{value:.{digits}f}"
         kept = "-" if row["kept"] is None else f"{100 * row['kept']:.1f}%"
-        identity = "-" if row.get("identity_pass") is None else f"{100 * row['identity_pass']:.0f}%"
-        return (f"{kept:>7} {identity:>6} {num(row['to_source']):>6} {num(row['to_target']):>6} "
-                f"{num(row['edge_flicker']):>6} {num(row['ms'], 1):>6}")
+        def share(key) -> str:
+            return "-" if row.get(key) is None else f"{100 * row[key]:.0f}%"
+        return (f"{kept:>7} {share('identity_pass'):>6} {share('identity_pass_outside'):>6} {num(row['to_source']):>6} "
+                f"{num(row['to_target']):>6} {num(row['edge_flicker']):>6} {num(row['ms'], 1):>6}")
 
-    header = f"{'kept':>7} {'id ok':>6} {'d src':>6} {'d tgt':>6} {'edge':>6} {'ms':>6}"
+    header = f"{'kept':>7} {'id ok':>6} {'id out':>6} {'d src':>6} {'d tgt':>6} {'edge':>6} {'ms':>6}"
     print(f"{'clip':34} | occlusion on: {header} | off: {header}", file=out)
     by_clip: dict[str, dict[str, ClipResult]] = {}
     for r in results:
         by_clip.setdefault(r.clip, {})[r.occlusion] = r
     for name, modes in by_clip.items():
         rows = {mode: {"kept": r.kept, "identity_pass": r.identity_passed / r.identity_scored if r.identity_scored else None,
+                       "identity_pass_outside": r.outside_passed / r.identity_scored if r.identity_scored and r.kept is not None else None,
                        "to_source": r.to_source, "to_target": r.to_target, "edge_flicker": r.edge_flicker, "ms": r.ms}
                 for mode, r in modes.items()}
         print(f"{name:34} | {'':14}{cells(rows['auto'])} | {'':5}{cells(rows['off'])}", file=out)
@@ -402,7 +438,9 @@ def _print_table(results: list[ClipResult], summary: dict[str, Any], out) -> Non
     kept = summary["auto"]["kept"]
     verdict = "holds" if kept is not None and kept >= KEPT_TARGET else "misses"
     print(f"occluder pixels kept with occlusion on: {100 * (kept or 0):.1f}% ({verdict} the {100 * KEPT_TARGET:.0f}% target); "
-          "edge = output/input frame-to-frame change at the object's edge (1.0 = no added flicker)", file=out)
+          "id ok = identity rule on the whole output face, id out = outside the object (its pixels from the "
+          "occlusion-off output); edge = output/input frame-to-frame change at the object's edge (1.0 = no added flicker)",
+          file=out)
 
 
 def _write_picture(report: Path, clip: OccludedClip, outputs: list[np.ndarray]) -> None:
