@@ -49,6 +49,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import scipy.sparse
 
 from gpu.device import to_host
 from gpu.models.canonical_mesh import canonical_mesh
@@ -114,7 +115,8 @@ class _UvLayout:
     atlas: UvAtlas
     skin: np.ndarray  # (P,) bool: plain skin (no eyes, brows, lips), where the skin median is taken
     judged: np.ndarray  # (P,) bool: texels judged at all (not the eye and mouth closures: they stay the target's)
-    mirror_corners: np.ndarray  # (P, 3) the mirrored side's vertex ids of each texel's corners
+    to_texels: scipy.sparse.csr_matrix  # (P, 468): per-vertex values -> per-texel (the atlas's barycentric gather)
+    to_mirrored: scipy.sparse.csr_matrix  # (P, 468): ... at each texel's mirror image
     inner: np.ndarray  # (GRID, GRID) bool: at least ``INNER`` texels inside the face outline
 
 
@@ -129,7 +131,15 @@ def _layout() -> _UvLayout:
     judged = ~mesh.closure[atlas.triangle] & (cv2.erode(uv_polygon_mask(GRID, FACE_OUTLINE), np.ones((5, 5), np.uint8)) > 0.5)[atlas.texels]
     outline = uv_polygon_mask(GRID, FACE_OUTLINE)
     inner_face = cv2.distanceTransform((outline > 0.5).astype(np.uint8), cv2.DIST_L2, 5) >= INNER
-    return _UvLayout(atlas, skin & judged, judged, mesh.mirror[atlas.corners], inner_face)
+    return _UvLayout(atlas, skin & judged, judged, _gather(atlas.weights, atlas.corners),
+                     _gather(atlas.weights, mesh.mirror[atlas.corners]), inner_face)
+
+
+def _gather(weights: np.ndarray, corners: np.ndarray) -> scipy.sparse.csr_matrix:
+    """(P, 468) sparse barycentric interpolation: one product instead of a (P, 3, C) gather."""
+    rows = np.arange(0, corners.size + 1, corners.shape[1])
+    return scipy.sparse.csr_matrix((weights.reshape(-1).astype(np.float64), corners.reshape(-1), rows),
+                                   shape=(len(corners), len(canonical_mesh().vertices)))
 
 
 @dataclass
@@ -156,15 +166,15 @@ class _Observation:
     """One face in one crop, seen through its posed mesh at ``RASTER`` pixels."""
 
     colours: np.ndarray  # (P, 3) texel colours relative to the skin median
-    mirrored: np.ndarray  # (P, 3) the colours at the mirrored texels' positions
+    mirrored: np.ndarray | None  # (P, 3) the colours at the mirrored texels' positions (stills only)
     visible: np.ndarray  # (P,) bool: the texel faces the camera and nothing of the face hides it
-    mirror_visible: np.ndarray  # (P,) bool: same for its mirror image
+    mirror_visible: np.ndarray | None  # (P,) bool: same for its mirror image (stills only)
     pixels: np.ndarray  # (P,) flat index of the pixel each seen texel shows on, -1 for unseen texels
     image: np.ndarray  # (RASTER, RASTER, 3) the crop at ``RASTER`` pixels, float in [0, 1]
     texture: np.ndarray  # (P,) local gradient strength at each texel, relative to the skin's brightness
     gain: np.ndarray  # (3,) 1 / the skin median: absolute colour -> relative
     positions: np.ndarray  # (P, 2) each texel's position at RASTER pixels
-    mirror_positions: np.ndarray  # (P, 2) its mirror image's
+    mirror_positions: np.ndarray | None  # (P, 2) its mirror image's (stills only)
     facing: np.ndarray  # (P,) cosine between the texel's triangle and the view
 
 
@@ -181,11 +191,11 @@ class OcclusionEstimator:
         if face.mesh is None or face.depth is None:
             return None
         crop = to_host(crop)
-        observation = _observe(crop, face, matrix)
+        tracked = face.track_id is not None and face.track_id >= 0
+        observation = _observe(crop, face, matrix, mirror=not tracked)
         if observation is None:
             return None
         layout = _layout()
-        tracked = face.track_id is not None and face.track_id >= 0
         track = self._track(face.track_id, len(layout.skin)) if tracked else None
         shift = np.zeros(2)
         if track is not None:
@@ -244,9 +254,10 @@ class OcclusionEstimator:
         return track
 
 
-def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray) -> _Observation | None:
-    """Sample the crop at every texel of the posed mesh (and at its mirror image), at
-    ``RASTER`` pixels; None when too little skin shows to take the skin's colour from.
+def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray, mirror: bool) -> _Observation | None:
+    """Sample the crop at every texel of the posed mesh (and, for a still's symmetry, at
+    its ``mirror`` image), at ``RASTER`` pixels; None when too little skin shows to take
+    the skin's colour from.
 
     Which texels are seen comes from a z-buffer of the texels themselves (splatted at
     their pixels, the nearest kept, then the minimum over each pixel's neighbours so the
@@ -261,8 +272,7 @@ def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray) -> _Observation |
     points[:, 2] *= scale * factor
     facing = facing_camera(points, mesh.triangles)[atlas.triangle]
     front = facing > 0
-    texels = _interpolate(atlas.weights, points[atlas.corners])
-    mirrored_texels = _interpolate(atlas.weights, points[layout.mirror_corners])
+    texels = layout.to_texels @ points
     pixels = _pixel_index(texels)
     depth = np.full(RASTER * RASTER, np.inf, np.float32)
     splatted = front & (pixels >= 0)
@@ -274,25 +284,30 @@ def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray) -> _Observation |
         return (index >= 0) & (at[:, 2] <= nearest[np.maximum(index, 0)] + tolerance)
 
     visible = splatted & seen(texels, pixels) & (facing**2 > GRAZING)
-    mirror_visible = seen(mirrored_texels, _pixel_index(mirrored_texels))
+    mirrored_texels = mirror_visible = None
+    if mirror:
+        mirrored_texels = layout.to_mirrored @ points
+        mirror_visible = seen(mirrored_texels, _pixel_index(mirrored_texels))
+        mirrored_texels = mirrored_texels[:, :2]
     small = cv2.resize(crop, (RASTER, RASTER), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
-    sampled = _sample_texels(small, texels[:, :2], mirrored_texels[:, :2], layout.skin & visible)
+    sampled = _sample_texels(small, texels[:, :2], mirrored_texels, layout.skin & visible)
     if sampled is None:
         return None
     return _Observation(*sampled[:2], visible, mirror_visible, np.where(visible, pixels, -1), small, *sampled[2:],
-                        texels[:, :2], mirrored_texels[:, :2], facing)
+                        texels[:, :2], mirrored_texels, facing)
 
 
-def _sample_texels(small: np.ndarray, positions: np.ndarray, mirror_positions: np.ndarray, skin: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def _sample_texels(small: np.ndarray, positions: np.ndarray, mirror_positions: np.ndarray | None, skin: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray] | None:
     """Colours (and mirrored colours) relative to the skin median, texture, and the gain
     (1 / the skin median) at the texels' positions in ``small``; None when too little skin shows."""
     if skin.sum() < MIN_SKIN_TEXELS:
         return None
-    colours, mirrored = _sample(small, positions), _sample(small, mirror_positions)
-    texture = _sample(np.repeat(_gradient_strength(small)[..., None], 3, axis=2), positions)[:, 0]
+    colours = _sample(small, positions)
+    texture = _sample(_gradient_strength(small), positions)[:, 0]
     gain = 1.0 / np.maximum(np.median(colours[skin], axis=0), 1e-3)
-    return colours * gain, mirrored * gain, texture / max(float(np.mean(1.0 / gain)), 1e-3), gain
+    mirrored = None if mirror_positions is None else _sample(small, mirror_positions) * gain
+    return colours * gain, mirrored, texture / max(float(np.mean(1.0 / gain)), 1e-3), gain
 
 
 def _shifted(observation: _Observation, shift: np.ndarray) -> _Observation:
@@ -331,26 +346,32 @@ def _misregistration(observation: _Observation, track: _Track) -> np.ndarray:
         mass = cv2.resize(weight, (size, size), interpolation=cv2.INTER_AREA)
         model, mass = model / np.maximum(mass, 1e-6), (mass > 0.5).astype(np.float32)
         image = cv2.resize(seen, (size, size), interpolation=cv2.INTER_AREA)
-        centre = np.round(shift / level)
-        costs = np.array([[_shifted_cost(image, model, mass, centre + (dx, dy)) for dx in range(-reach, reach + 1)]
-                          for dy in range(-reach, reach + 1)])
+        centre = np.round(shift / level).astype(np.int64)
+        costs = _shifted_costs(image, model, mass, centre, reach)
         dy, dx = np.unravel_index(np.argmin(costs), costs.shape)
         offset = np.array([dx - reach, dy - reach], np.float64)
         if level == 2 and 0 < dx < 2 * reach and 0 < dy < 2 * reach:  # sub-pixel: a parabola each way
             offset += [_vertex(*costs[dy, dx - 1:dx + 2]), _vertex(*costs[dy - 1:dy + 2, dx])]
         shift = (centre + offset) * level
-    unmoved = _shifted_cost(image, model, mass, np.zeros(2))
+    unmoved = float(_shifted_costs(image, model, mass, np.zeros(2, np.int64), 0)[0, 0])
     if np.abs(shift).max() > MAX_SHIFT or float(costs.min()) > REGISTER_GAIN * unmoved:
         return np.zeros(2)
     return shift
 
 
-def _shifted_cost(image: np.ndarray, model: np.ndarray, mass: np.ndarray, shift: np.ndarray) -> float:
-    """Mean truncated squared difference between ``model`` and ``image`` read ``shift`` away."""
-    moved = cv2.warpAffine(image, np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]), image.shape[::-1],
-                           flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
-    error = np.minimum((moved - model) ** 2, REGISTER_TRUNCATION**2)
-    return float((error * mass).sum() / max(float(mass.sum()), 1.0))
+def _shifted_costs(image: np.ndarray, model: np.ndarray, mass: np.ndarray, centre: np.ndarray, reach: int) -> np.ndarray:
+    """(2 reach + 1, 2 reach + 1) mean truncated squared difference between ``model`` and
+    ``image`` read (dx, dy) whole pixels from ``centre`` (rows dy, columns dx; the image's
+    edge replicated), all shifts at once over the model's pixels."""
+    pad = int(np.abs(centre).max()) + reach
+    padded = cv2.copyMakeBorder(image, pad, pad, pad, pad, cv2.BORDER_REPLICATE)
+    rows, cols = np.nonzero(mass > 0)
+    steps = np.arange(-reach, reach + 1)
+    # padded[row + pad + dy, col + pad + dx] is image[row + dy, col + dx]
+    moved = padded[(rows + pad + centre[1])[None, None, :] + steps[:, None, None],
+                   (cols + pad + centre[0])[None, None, :] + steps[None, :, None]]
+    error = np.minimum((moved - model[rows, cols]) ** 2, REGISTER_TRUNCATION**2)
+    return error.sum(axis=2) / max(float(len(rows)), 1.0)
 
 
 def _vertex(left: float, middle: float, right: float) -> float:
@@ -366,11 +387,6 @@ def _gradient_strength(image: np.ndarray) -> np.ndarray:
     return np.sqrt(cv2.GaussianBlur(energy, (0, 0), 1.0))
 
 
-def _interpolate(weights: np.ndarray, corners: np.ndarray) -> np.ndarray:
-    """(P, C) per-texel values from their triangle corners' (P, 3, C) and barycentric weights."""
-    return weights[:, 0, None] * corners[:, 0] + weights[:, 1, None] * corners[:, 1] + weights[:, 2, None] * corners[:, 2]
-
-
 def _pixel_index(texels: np.ndarray) -> np.ndarray:
     """(P,) flat index of the ``RASTER`` pixel each texel falls on, -1 outside."""
     cols = np.round(texels[:, 0]).astype(np.int64)
@@ -380,9 +396,10 @@ def _pixel_index(texels: np.ndarray) -> np.ndarray:
 
 
 def _sample(image: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """(P, 3) bilinear colours of ``image`` at (P, 2) pixel positions."""
+    """(P, C) bilinear values of an (H, W[, C]) ``image`` at (P, 2) pixel positions."""
     maps = positions.astype(np.float32).reshape(1, -1, 2)
-    return cv2.remap(image, maps[..., 0], maps[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).reshape(-1, 3)
+    sampled = cv2.remap(image, maps[..., 0], maps[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return sampled.reshape(len(positions), -1)
 
 
 def _ramp(values: np.ndarray, low_high: tuple[float, float]) -> np.ndarray:
