@@ -37,7 +37,7 @@ frames (a fifth of a second) only teach its model: what the face wears from the 
 part of it.
 
 Everything runs on the host at a low resolution (``GRID`` texels, the crop at ``RASTER``
-pixels): 5-9 ms of CPU per face (``swapcast bench occlusion``).
+pixels): about 5 ms of CPU per face (``swapcast bench occlusion``).
 """
 
 from __future__ import annotations
