@@ -87,8 +87,15 @@ class _RefusingSwapper:
 
     closed = False
 
-    def process(self, frame, timestamp) -> StageTimes:
+    def begin(self, frame, timestamp, overlap: bool = False):
+        # the real FrameSwapper checks the content gate first thing in begin()
         raise ContentRefused("the stream was refused by the content gate (open_nsfw.onnx score 0.97 > threshold 0.80)", 0.97)
+
+    def overlaps(self) -> bool:
+        return False
+
+    def process(self, frame, timestamp) -> StageTimes:
+        return self.begin(frame, timestamp)
 
     def close(self) -> None:
         self.closed = True
