@@ -12,7 +12,7 @@ import random
 import time
 
 from swapcast.benchmarks.fuzz.node import FuzzNode
-from swapcast.benchmarks.fuzz.outcome import Outcome
+from swapcast.benchmarks.fuzz.outcome import Outcome, hold_outcome
 
 HOLD_WAYS = ("trickle", "silent")
 TRICKLED_HEADERS = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Slow: " + b"a" * 4000
@@ -37,8 +37,7 @@ class HttpHoldLayer:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
-        status = "held" if held else "cut"
-        return Outcome("http-hold", how, status, f"{how}: {held}" if held else None, how.encode() if held else b"")
+        return hold_outcome("http-hold", how, held)
 
     async def _hold(self, how: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str | None:
         """None once the node closes the connection; else what was held, and how long."""

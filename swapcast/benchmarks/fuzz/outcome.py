@@ -19,6 +19,14 @@ class Outcome:
     inputs: int = 1  # inputs this case carried (an FLV publish carries many tags)
 
 
+def hold_outcome(layer: str, how: str, held: str | None) -> Outcome:
+    """A hold case: cut (the node closed the connection, as it should) or held, with what
+    was held as the problem and the way of holding as its reproducer."""
+    if not held:
+        return Outcome(layer, how, "cut")
+    return Outcome(layer, how, "held", f"{how}: {held}", how.encode())
+
+
 def http_outcome(layer: str, label: str, raw: bytes, answer: Answer) -> Outcome:
     """5xx (other than a 503 that says why: full, draining, not registered) and a hang are
     problems; any 4xx is the node refusing bad input, as it should, and so is closing the

@@ -28,7 +28,7 @@ from streamer.rtmp.handshake import HANDSHAKE_SIZE, client_handshake
 from swapcast.benchmarks.fuzz.fixtures import Fixtures
 from swapcast.benchmarks.fuzz.mutate import NON_UTF8, hostile_value, mutate_bytes
 from swapcast.benchmarks.fuzz.node import FuzzNode
-from swapcast.benchmarks.fuzz.outcome import Outcome
+from swapcast.benchmarks.fuzz.outcome import Outcome, hold_outcome
 from swapcast.local_cluster import free_port
 
 PLACEHOLDER_KEY = "sk_" + "P" * 32  # as long as a real key: the recording is made with it
@@ -289,8 +289,7 @@ class RtmpLayers:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
-        status = "held" if held else "cut"
-        return Outcome("rtmp-hold", how, status, f"{how}: {held}" if held else None, how.encode() if held else b"")
+        return hold_outcome("rtmp-hold", how, held)
 
     async def _hold_idle(self, reader, writer) -> str | None:
         chunks = ChunkWriter()
