@@ -78,6 +78,16 @@ def test_help_exits_zero(argv, capsys):
             assert flag in out
 
 
+def test_swap_help_states_the_configured_occlusion_default(capsys):
+    """The help text's default is the config schema's, not a copy that can drift from it."""
+    from swapcast.config import SwapConfig
+
+    with pytest.raises(SystemExit):
+        main(["swap", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"in front (default: {SwapConfig.model_fields['occlusion'].default})" in out
+
+
 def test_unknown_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["swop"])
