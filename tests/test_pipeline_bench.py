@@ -4,11 +4,14 @@ it went in, and batching the sessions changes nothing in the result."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from gpu.models.converted_tracking import MANIFEST_NAME, TrackingModelsUnavailable
 from gpu.models.synthetic import build_synthetic_inswapper
 from gpu.models.tflite_onnx import convert_builtin
 from gpu.options import SwapOptions
@@ -63,3 +66,28 @@ def test_tick_swaps_each_sessions_face_where_it_is_and_leaves_the_rest(carry: Pa
     assert one_at_a_time.faces_swapped == SESSIONS
     difference = np.abs(one_at_a_time.host_out.astype(int) - node.host_out.astype(int))
     assert difference.max() <= 2 and difference.mean() < 0.01
+
+
+def test_the_tracking_models_are_found_by_the_manifest_not_by_file_name(carry: Path, tmp_path: Path) -> None:
+    """As a node without mediapipe: a later-sorting file of another converter version beside
+    them is not picked up, and a model cut short is refused, naming the file."""
+    models = tmp_path / "models"
+    shutil.copytree(carry / "models", models)
+    for stem in ("face_detection_full_range_sparse", "face_landmark"):
+        (models / f"{stem}-ffffffffffff-c99.onnx").write_bytes(b"not a model")
+    opened: list[tuple[str, str]] = []
+
+    def cpu_runner(model: Path, name: str):
+        opened.append((model.name, name))
+        return make_runner(model, device="cpu", name=name)
+
+    make_tracking(models, cpu_runner, detect_every=4)
+    listed = json.loads((models / MANIFEST_NAME).read_text())["models"]
+    assert opened == [(listed["face_detection_full_range_sparse.tflite"]["onnx"], "face_detection_full_range"),
+                      (listed["face_landmark.tflite"]["onnx"], "face_landmark")]
+
+    landmarker = models / listed["face_landmark.tflite"]["onnx"]
+    landmarker.write_bytes(landmarker.read_bytes()[:1000])
+    with pytest.raises(TrackingModelsUnavailable, match="cut short") as refused:
+        make_tracking(models, cpu_runner, detect_every=4)
+    assert landmarker.name in str(refused.value)

@@ -143,7 +143,13 @@ def _converted_elsewhere(cache_dir: Path | None, absent: ModelFileError) -> dict
     if cache_dir is None:
         raise TrackingModelsUnavailable("engine.engine_cache_dir", "not set, and the mediapipe wheel's models "
                                         f"are not here to convert ({absent.problem})") from None
-    return TrackingManifest.read(cache_dir).files(cache_dir, CONVERTER_VERSION)
+    return converted_files(cache_dir)
+
+
+def converted_files(folder: Path) -> dict[str, Path]:
+    """The ONNX file of each tracking model in a converted ``folder``, by TFLite name, as its
+    manifest lists them (checked; never by file name): for code that must not convert."""
+    return TrackingManifest.read(folder).files(folder, CONVERTER_VERSION)
 
 
 def sha256_of(path: Path) -> str:

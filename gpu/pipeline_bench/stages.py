@@ -27,6 +27,7 @@ from gpu.align import arcface_template, estimate_similarity
 from gpu.analysis.landmarks import five_points
 from gpu.device import is_device_array, to_host
 from gpu.kernels import ops
+from gpu.models.converted_tracking import converted_files
 from gpu.options import SwapOptions
 from gpu.runners.base import Runner
 from gpu.swappers.base import run_jobs
@@ -165,19 +166,13 @@ class Tracking:
         return faces
 
 
-def converted_model(folder: Path, stem: str) -> Path:
-    """The converted model ``stem`` in ``folder`` (``swapcast models convert`` names them
-    ``<stem>-<hash>-c<version>.onnx``)."""
-    found = sorted(folder.glob(f"{stem}-*.onnx"))
-    if not found:
-        raise FileNotFoundError(f"no converted {stem} in {folder}: run scripts/fetch-gpu-wheels.sh here and carry its folder")
-    return found[-1]
-
-
 def make_tracking(models: Path, make_runner: Callable[[Path, str], Runner], detect_every: int) -> Tracking:
-    """Tracking through the converted full-range detector and landmark model in ``models``."""
-    detector = make_runner(converted_model(models, "face_detection_full_range_sparse"), "face_detection_full_range")
-    landmarker = make_runner(converted_model(models, "face_landmark"), "face_landmark")
+    """Tracking through the converted full-range detector and landmark model in ``models``,
+    found by the folder's manifest as a node without mediapipe finds them (a file of another
+    converter version, or one cut short, is never picked up)."""
+    files = converted_files(models)
+    detector = make_runner(files["face_detection_full_range_sparse.tflite"], "face_detection_full_range")
+    landmarker = make_runner(files["face_landmark.tflite"], "face_landmark")
     return Tracking(detector, landmarker, detect_every)
 
 
