@@ -5,6 +5,8 @@ crash is still playable up to its last tag."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,12 +39,26 @@ class FlvFileWriter:
         self._file.close()
 
 
+MAX_NAME_CHARS = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_file_stem(name: str) -> str:
+    """A stream's name (chosen by its key's owner) as a file name that stays in its folder:
+    letters, digits, ``.``, ``_`` and ``-`` only, no leading dot, at most ``MAX_NAME_CHARS``;
+    ``stream`` when nothing is left. So ``../../etc/x`` is ``etc_x``, never a path."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    stem = _UNSAFE.sub("_", ascii_name).strip("._-")[:MAX_NAME_CHARS].rstrip("._-")
+    return stem or "stream"
+
+
 def recording_path(target: str, name: str, started: str) -> Path:
     """``target`` is a .flv file (a numbered sibling when it exists) or a folder that gets
-    ``<name>-<started>.flv``."""
+    ``<name>-<started>.flv``, ``name`` made safe (:func:`safe_file_stem`): the target comes
+    from an admin, the name from any user, and the file never lands outside the folder."""
     path = Path(target).expanduser()
     if path.suffix.lower() != ".flv":
-        path = path / f"{name}-{started}.flv"
+        path = path / f"{safe_file_stem(name)}-{safe_file_stem(started)}.flv"
     candidate, number = path, 1
     while candidate.exists():
         candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
