@@ -145,3 +145,27 @@ def test_with_mediapipe_a_stale_folder_is_converted_again_by_hash(converted: Pat
     found = tracking_models(folder)  # the wheel is here: its files' hashes decide, as before manifests
     assert set(found) == set(TRACKING_TFLITE) and all(path.parent == folder for path in found.values())
     assert json.loads((folder / MANIFEST_NAME).read_text())["converter_version"] == CONVERTER_VERSION
+
+
+def test_doctor_lists_the_converted_models_by_the_manifest_without_mediapipe(
+    converted: Path, no_mediapipe, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("SWAPCAST_ENGINE__ENGINE_CACHE_DIR", str(converted))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    listed = json.loads((converted / MANIFEST_NAME).read_text())["models"]
+    for tflite in TRACKING_TFLITE:
+        line = next((line for line in out.splitlines() if line.startswith(f"converted     {tflite}")), None)
+        assert line is not None and str(converted / listed[tflite]["onnx"]) in line, out
+    assert "engine        swapper=" in out and "builtin       dlib_identity" in out
+    assert not any(line.startswith("builtin       face_mesh") for line in out.splitlines())
+
+
+def test_doctor_says_what_to_run_without_mediapipe_or_a_manifest(no_mediapipe, monkeypatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setenv("SWAPCAST_ENGINE__ENGINE_CACHE_DIR", str(tmp_path))
+    assert main(["doctor"]) == 2
+    out = capsys.readouterr().out
+    tracking = [line for line in out.splitlines() if line.startswith("tracking      not usable")]
+    assert len(tracking) == 1 and f"{MANIFEST_NAME} is missing" in tracking[0], out
+    assert "swapcast models convert --cache-dir DIR" in tracking[0]
+    assert "engine        cannot start" in out

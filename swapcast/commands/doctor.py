@@ -6,8 +6,9 @@ import argparse
 import os
 import platform
 import sys
+from pathlib import Path
 
-from gpu.errors import SwapcastError
+from gpu.errors import ModelFileError, SwapcastError
 from swapcast.commands.common import add_engine_flags, config_from_args
 
 
@@ -22,7 +23,6 @@ def run(args: argparse.Namespace) -> int:
     import onnxruntime
 
     from gpu.device import detect_device
-    from gpu.models.builtin import BuiltinModels
 
     config = config_from_args(args)
     device = detect_device()
@@ -43,9 +43,8 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     # a setting this node cannot meet makes `serve` refuse to start: say so with the exit code too
     unmet = [line for line in plan if line.startswith(("will use      no ", "will use      nothing"))]
-    models = BuiltinModels.locate()
-    for name, path in vars(models).items():
-        print(f"builtin       {name:18} {path}")
+    for line in builtin_model_lines(config.engine.engine_cache_dir):
+        print(line)
     if config.engine.models_dir:
         from gpu.models.user_models import UserModels
 
@@ -64,6 +63,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"engine        cannot start: {exc}")
         return 2
     return 2 if unmet else 0
+
+
+def builtin_model_lines(cache_dir: Path | None) -> list[str]:
+    """The built-in models and where they come from: the tracking models from the mediapipe
+    wheel, or on a node without it (a GPU image) the converted ones that ``cache_dir``'s
+    manifest lists, as the engine will load them; dlib's two."""
+    from gpu.models.builtin import DlibModels, MediapipeFaceModels
+    from gpu.models.converted_tracking import MANIFEST_NAME, converted_files
+
+    lines = []
+    try:
+        wheel = MediapipeFaceModels.locate()
+        tracking = {"blazeface_short": wheel.blazeface_short, "blazeface_full": wheel.blazeface_full,
+                    "face_mesh": wheel.face_mesh}
+        lines += [f"builtin       {name:18} {path}" for name, path in tracking.items()]
+    except ModelFileError as absent:
+        if cache_dir is None:
+            lines.append(f"tracking      none: no mediapipe wheel ({absent.problem}) and engine.engine_cache_dir is not set")
+        else:
+            try:
+                files = converted_files(cache_dir)
+                lines += [f"converted     {tflite:18} {path} (by {MANIFEST_NAME}; no mediapipe wheel)"
+                          for tflite, path in files.items()]
+            except ModelFileError as exc:
+                lines.append(f"tracking      not usable: {exc}")
+    try:
+        dlib = DlibModels.locate()
+        lines += [f"builtin       dlib_{name:13} {path}" for name, path in vars(dlib).items()]
+    except ModelFileError as exc:
+        lines.append(f"builtin       dlib models not usable: {exc}")
+    return lines
 
 
 def processor_lines(described: list[dict]) -> list[str]:
