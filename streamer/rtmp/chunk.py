@@ -11,7 +11,9 @@ import struct
 from dataclasses import dataclass, field
 
 from streamer.rtmp.errors import RtmpProtocolError
+from streamer.rtmp import messages as msg
 from streamer.rtmp.messages import (
+    MessageTooLarge,
     MessageType,
     RtmpMessage,
     parse_abort,
@@ -19,7 +21,7 @@ from streamer.rtmp.messages import (
 )
 
 DEFAULT_CHUNK_SIZE = 128
-DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+DEFAULT_MAX_MESSAGE_SIZE = msg.MAX_VIDEO_BYTES  # the largest any type may be (messages.max_payload_bytes)
 EXTENDED_TIMESTAMP = 0xFFFFFF
 MIN_CSID = 2
 MAX_CSID = 65599
@@ -43,6 +45,8 @@ class ChunkReader:
     """Incremental chunk parser: `feed(bytes) -> [RtmpMessage]`, state kept per csid."""
 
     def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        """``max_message_size`` caps every message; each type has its own cap below it
+        (``messages.max_payload_bytes``), checked at the message's first chunk header."""
         self.chunk_size = DEFAULT_CHUNK_SIZE
         self.max_message_size = max_message_size
         # one partial message per chunk stream, up to 65,536 of them, would let one peer hold
@@ -135,8 +139,8 @@ class ChunkReader:
             if fmt <= 2 or new_message:
                 ts_field = struct.unpack_from(">I", buf, pos)[0]
             pos += 4
-        if length > self.max_message_size:
-            raise RtmpProtocolError(f"message of {length} bytes exceeds the {self.max_message_size}-byte limit")
+        if new_message and length > (limit := min(self.max_message_size, msg.max_payload_bytes(type_id))):
+            raise MessageTooLarge(type_id, length, limit)
         take = min(self.chunk_size, length - len(state.partial))
         if pos + take > len(buf):
             return 0, None

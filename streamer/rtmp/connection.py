@@ -106,7 +106,7 @@ class ServerPublisher:
         self.ended_reason: str | None = None
         self._connection = connection
         self._queue = _MediaQueue(queue_size)
-        self._stream_id = stream_id
+        self.stream_id = stream_id
 
     async def media(self) -> AsyncIterator[MediaMessage]:
         while (item := await self._queue.get()) is not None:
@@ -115,7 +115,7 @@ class ServerPublisher:
     async def close(self, reason: str) -> None:
         """Cut the publisher, telling it why (an error-level onStatus) before the socket closes."""
         self.end(f"closed by the app: {reason}")
-        notice = msg.command("onStatus", 0, None, _status("error", "NetStream.Publish.Failed", reason), stream_id=self._stream_id)
+        notice = msg.command("onStatus", 0, None, _status("error", "NetStream.Publish.Failed", reason), stream_id=self.stream_id)
         await self._connection.close(f"publisher closed by the app: {reason}", notice)
 
     async def deliver(self, message: MediaMessage) -> None:
@@ -335,6 +335,8 @@ class RtmpConnection:
                         return
                 self._count_received(len(data))  # after dispatch: a window set in `data` counts
                 await self._work.spend(self._chunks_in.chunks_parsed - chunks_before + 8 * len(messages))
+        except msg.MessageTooLarge as exc:
+            self._refuse_oversized(exc)
         except RtmpProtocolError as exc:
             self.close_now(f"protocol error: {exc}")
         except (ConnectionError, TimeoutError) as exc:
@@ -342,6 +344,16 @@ class RtmpConnection:
         except Exception:
             log.exception("rtmp %s: internal error", self.remote)
             self.close_now("internal error")
+
+    def _refuse_oversized(self, exc: msg.MessageTooLarge) -> None:
+        """Cut a peer that announced an oversized message, telling it why (an error-level
+        onStatus, flushed before the close): the rest of the message is never read. Logged
+        at INFO like every peer's mistake, in the connection's closing line."""
+        publishing = self._publisher is not None
+        code = "NetStream.Publish.Failed" if publishing else "NetConnection.Call.Failed"
+        stream_id = self._publisher.stream_id if self._publisher is not None else 0
+        self._send(msg.command("onStatus", 0, None, _status("error", code, str(exc)), stream_id=stream_id))
+        self.close_now(f"protocol error: {exc}")
 
     def _count_received(self, count: int) -> None:
         self._received += count

@@ -57,6 +57,34 @@ MAX_CHUNK_SIZE = 0x7FFFFFFF
 # 2 million values a second on the event loop, so a 16 MiB one would hold every session of
 # the node for seconds: bigger ones are refused undecoded.
 MAX_COMMAND_BYTES = 64 * 1024
+# One H.264 access unit: a 4K keyframe at 50 Mbit/s is ~1-2 MB (nginx-rtmp refuses past 1 MB).
+# The whole message is held, copied and decoded before anything can judge it: a 16 MiB one
+# grew the node by ~130 MB, so a bigger one is refused from its first chunk header.
+MAX_VIDEO_BYTES = 4 * 1024 * 1024
+MAX_AUDIO_BYTES = 64 * 1024  # an AAC frame is a few hundred bytes, 8 KiB at most
+MAX_CONTROL_BYTES = 64  # types 1-6 carry 4 to 6 bytes
+
+
+class MessageTooLarge(RtmpProtocolError):
+    """A message header announced more bytes than its type may have: refused before any
+    of its payload is held."""
+
+    def __init__(self, type_id: int, length: int, limit: int) -> None:
+        kind = {MessageType.VIDEO: "video", MessageType.AUDIO: "audio"}.get(type_id, f"type {type_id}")
+        super().__init__(f"a {kind} message of {length} bytes (at most {limit})")
+        self.type_id, self.length, self.limit = type_id, length, limit
+
+
+def max_payload_bytes(type_id: int) -> int:
+    """The most bytes a message of ``type_id`` may carry; the chunk layer checks it against
+    each message header, so an oversized message is cut before it is buffered."""
+    if type_id == MessageType.VIDEO:
+        return MAX_VIDEO_BYTES
+    if type_id == MessageType.AUDIO:
+        return MAX_AUDIO_BYTES
+    if type_id <= MessageType.SET_PEER_BANDWIDTH:
+        return MAX_CONTROL_BYTES
+    return MAX_COMMAND_BYTES  # commands, data, shared objects, aggregates: never media-sized here
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ def test_without_the_bound_the_layer_reports_the_connection_held(how, monkeypatc
 
     def unbounded(self, **kwargs):
         reader_init(self, **kwargs)
+        self.max_message_size = 0xFFFFFF  # the 24-bit length field's own bound
         self.max_partial_bytes = 1 << 40
 
     monkeypatch.setattr(ChunkReader, "__init__", unbounded)
