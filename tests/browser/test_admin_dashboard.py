@@ -5,6 +5,9 @@ aiortc peer on its own event loop in a background thread, since Playwright's syn
 starts a live session as the user "alice". An operator with an admin token then opens
 ``/admin/``, sees the node and alice's session with its numbers, watches it through the
 WHEP preview, and kills it: the row goes, the API says 404 and the client's media stops.
+The operator also changes a live session's swap options from the dashboard (the API shows
+them changed, a bad value is refused with the server's reason) and sees the processors its
+node loaded (an XSeg occluder twin in the node's models folder).
 A user token is told the admin role is required; no token, or a forged one, is asked to
 sign in.
 
@@ -16,6 +19,7 @@ directory, there too. Needs Debian's ``chromium`` (``/usr/bin/chromium``, or
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import sys
 import threading
@@ -28,6 +32,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))  # the aiortc client helpers
 
 from browser_harness import http_json, pictures, screenshot, serve_node, wait_for
+from model_twins import make_xseg
 from webrtc_harness import answer, camera_offer, client_peer, collect_video
 
 from signaling.auth import mint_token
@@ -133,8 +138,12 @@ class AiortcClient:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """A real node with JWT auth: ``swapcast serve`` on a free loopback port."""
-    with serve_node(tmp_path_factory.mktemp("admin-node"), secrets.token_urlsafe(32)) as base_url:
+    """A real node with JWT auth: ``swapcast serve`` on a free loopback port, with an occluder
+    (an XSeg twin) in its models folder."""
+    models = tmp_path_factory.mktemp("admin-models")
+    make_xseg(models / "xseg_1.onnx")
+    with serve_node(tmp_path_factory.mktemp("admin-node"), secrets.token_urlsafe(32),
+                    SWAPCAST_ENGINE__MODELS_DIR=str(models)) as base_url:
         yield base_url
 
 
@@ -271,6 +280,72 @@ def test_operator_watches_and_kills_a_live_session(open_admin, server, admin_tok
     assert page.is_visible("#sessions-empty")
     assert page.is_hidden("#message"), page.inner_text("#message")
     screenshot(page, tmp_path, "admin-after-kill.png")
+    assert not page.errors, page.errors
+
+
+def test_operator_changes_a_live_sessions_options(open_admin, server, admin_token, alice_token, test_client, tmp_path):
+    session_id = test_client.start()
+    test_client.wait_frames(3)
+    url = f"{server}/api/v1/sessions/{session_id}"
+    status, before = _http("GET", url, admin_token)
+    assert status == 200 and before["options"]["occlusion"] == "off" and before["options"]["mouth_mask"] is False, before
+    status, nodes = _http("GET", f"{server}/api/v1/nodes", admin_token)
+    assert status == 200 and [p["kind"] for p in nodes[0]["processors"]] == ["occluder"], nodes
+
+    page = open_admin(admin_token)
+    row = f'tr[data-session-id="{session_id}"]'
+    page.wait_for_selector(f'{row}[data-state="live"]')
+    page.click(f'{row} button[data-action="options"]')
+    page.wait_for_selector(f'#session-options[data-session-id="{session_id}"]:visible')
+    assert page.get_attribute(f'{row} button[data-action="options"]', "aria-pressed") == "true"
+    assert page.input_value("#option-occlusion") == "off" and not page.is_checked("#option-mouth_mask")
+    assert float(page.input_value("#option-blend")) == before["options"]["blend"]
+    assert page.is_checked("#option-enabled")
+    assert page.inner_text("#options-processors") == "occluder xseg_1"  # what the node loaded
+
+    # Edit three options; refreshes meanwhile leave the edits alone.
+    page.select_option("#option-occlusion", "auto")
+    page.click('label[for="option-mouth_mask"]')
+    page.fill("#option-blend", "0.6")
+    assert page.get_attribute("#options-status", "data-state") == "pending"
+    time.sleep(1.5)
+    assert page.input_value("#option-occlusion") == "auto" and page.is_checked("#option-mouth_mask")
+    page.click("#options-apply")
+    page.wait_for_selector('#options-status[data-state="ok"]')
+    status, after = _http("GET", url, admin_token)
+    assert status == 200, (status, after)
+    assert (after["options"]["occlusion"], after["options"]["mouth_mask"], after["options"]["blend"]) == ("auto", True, 0.6)
+    untouched = {k: v for k, v in before["options"].items() if k not in ("occlusion", "mouth_mask", "blend")}
+    assert {k: after["options"][k] for k in untouched} == untouched
+    assert after["enabled"] is True
+    frames = test_client.read()[1]
+    test_client.wait_frames(frames + 5)  # the swap goes on with the new options
+    screenshot(page, tmp_path, "admin-session-options.png")
+
+    # A value out of the schema's range: the server's reason is shown, nothing changes.
+    page.fill("#option-feather", "0.9")
+    page.click("#options-apply")
+    page.wait_for_selector('#options-status[data-state="error"]')
+    refusal = page.inner_text("#options-status")
+    assert "feather" in refusal and "0.5" in refusal, refusal
+    assert _http("GET", url, admin_token)[1]["options"]["feather"] == before["options"]["feather"]
+    screenshot(page, tmp_path, "admin-session-options-refused.png")
+
+    # Reverted, the panel follows the session again: a change by its owner shows up.
+    page.click("#options-revert")
+    assert float(page.input_value("#option-feather")) == before["options"]["feather"]
+    status, _ = _http("PATCH", url, alice_token, json.dumps({"options": {"eyes": "source"}}).encode(), "application/json")
+    assert status == 200
+    page.wait_for_function("() => document.getElementById('option-eyes').value === 'source'", timeout=5_000)
+
+    # The swap switch turns the swap off live.
+    page.click('label[for="option-enabled"]')
+    page.click("#options-apply")
+    page.wait_for_selector('#options-status[data-state="ok"]')
+    assert _http("GET", url, admin_token)[1]["enabled"] is False
+    page.click("#options-close")
+    assert page.is_hidden("#session-options")
+    assert page.get_attribute(f'{row} button[data-action="options"]', "aria-pressed") == "false"
     assert not page.errors, page.errors
 
 

@@ -1,5 +1,6 @@
 // The operator dashboard: nodes and sessions of the whole cluster, refreshed every second,
-// with drain / make ready, kill, and a live WHEP preview of any WebRTC or WHIP session.
+// with drain / make ready, kill, a live WHEP preview of any WebRTC or WHIP session, and its
+// swap options, changed live (PATCH), beside the processors its node loaded.
 //
 // Admin role only: the token comes from `#token=...` (kept in localStorage, like the live
 // page). Without one, or when the server answers 401, the page asks to sign in; on 403 it
@@ -7,8 +8,10 @@
 // an inline "Kill now?" survives refreshes). Stable hooks for tests and scripts:
 //   tr[data-node-id] / tr[data-session-id] (data-state, data-owner, data-protocol),
 //   td[data-col=...], the fps cell's data-fps-in / data-fps-out,
-//   button[data-action="drain" | "ready" | "preview" | "kill" | "confirm-kill" | "cancel-kill"],
-//   #preview-video, #preview-close, #auth-message (data-reason "signin" | "forbidden").
+//   button[data-action="drain" | "ready" | "preview" | "options" | "kill" | "confirm-kill" | "cancel-kill"],
+//   #preview-video, #preview-close, #auth-message (data-reason "signin" | "forbidden"),
+//   #session-options (data-session-id) with [name=<option>] fields, #options-apply,
+//   #options-status (data-state "ok" | "error" | "pending"), #options-processors.
 import { ApiError, SwapcastClient, pageToken, preferCodec, waitForIceGathering } from '/web/swapcast-client.js';
 
 const POLL_MS = 1000;
@@ -48,6 +51,16 @@ const el = {
   previewOwner: $('preview-owner'),
   previewNode: $('preview-node'),
   previewConnection: $('preview-connection'),
+  options: $('session-options'),
+  optionsForm: $('options-form'),
+  optionsFields: $('options-fields'),
+  optionsCaption: $('options-caption'),
+  optionsStatus: $('options-status'),
+  optionsApply: $('options-apply'),
+  optionsRevert: $('options-revert'),
+  optionsClose: $('options-close'),
+  optionsRtmp: $('options-rtmp'),
+  optionsProcessors: $('options-processors'),
 };
 
 const token = pageToken();
@@ -64,6 +77,10 @@ const state = {
   seen: 0,
   killed: new Map(), // id -> time of the kill
   preview: null, // {sessionId, pc, location}
+  nodes: new Map(), // id -> the latest node JSON (its processors, for the options panel)
+  optionsFor: null, // the session whose options panel is open
+  optionsEdited: false, // the panel holds changes not applied yet: refreshes leave its fields alone
+  optionsBusy: false,
   messageKind: null, // 'refresh' (cleared by the next good refresh) or 'action'
 };
 
@@ -320,6 +337,7 @@ async function setNodeState(row, action) {
 
 function renderNodes(nodes) {
   const sorted = [...nodes].sort((a, b) => String(a.id).localeCompare(String(b.id)));
+  state.nodes = new Map(sorted.map((n) => [n.id, n]));
   syncRows(el.nodesBody, sorted, 'data-node-id', createNodeRow, updateNodeRow);
   el.nodesEmpty.hidden = sorted.length > 0;
   el.nodesTable.setAttribute('aria-busy', 'false');
@@ -362,6 +380,9 @@ function createSessionRow(session) {
   c.node.classList.add('mono');
 
   const preview = make('button', { type: 'button', className: 'small', dataset: { action: 'preview' }, text: 'Preview' });
+  const options = make('button', {
+    type: 'button', className: 'small', dataset: { action: 'options' }, text: 'Options', 'aria-controls': 'session-options',
+  });
   const kill = make('button', { type: 'button', className: 'small danger', dataset: { action: 'kill' }, text: 'Kill' });
   const confirm = make('button', {
     type: 'button', className: 'small danger solid', dataset: { action: 'confirm-kill' }, text: 'Kill now', hidden: true,
@@ -373,6 +394,11 @@ function createSessionRow(session) {
     if (state.preview && state.preview.sessionId === id) closePreview();
     else openPreview(id);
   });
+  options.addEventListener('click', () => {
+    const id = row.getAttribute('data-session-id');
+    if (state.optionsFor === id) closeOptions();
+    else openOptions(id);
+  });
   kill.addEventListener('click', () => askKill(row));
   confirm.addEventListener('click', () => killSession(row));
   for (const button of [confirm, cancel]) {
@@ -382,7 +408,7 @@ function createSessionRow(session) {
   }
   cancel.addEventListener('click', () => cancelKill(row, true));
   c.actions.classList.add('actions');
-  c.actions.append(preview, kill, confirm, cancel, error);
+  c.actions.append(preview, options, kill, confirm, cancel, error);
   return row;
 }
 
@@ -436,7 +462,10 @@ function updateSessionRow(row, s) {
 
   setText(c.dropped, stats ? fmt(stats.frames_dropped) : '–');
 
-  const [preview, kill] = c.actions.querySelectorAll('button');
+  const { preview, options, kill } = actionButtons(row);
+  const editing = state.optionsFor === s.id;
+  setAttr(options, 'aria-pressed', editing ? 'true' : 'false');
+  setAttr(options, 'aria-label', `${editing ? 'Close the options of' : 'Swap options of'} session ${s.id}`);
   const previewing = Boolean(state.preview && state.preview.sessionId === s.id);
   preview.disabled = !previewing && !canPreview(s);
   setAttr(preview, 'aria-pressed', previewing ? 'true' : 'false');
@@ -467,6 +496,13 @@ function renderSessions(sessions) {
   setText(el.sum.fps, fmt(sum('fps_out'), 1));
   setText(el.sum.dropped, fmt(sum('frames_dropped')));
 
+  if (state.optionsFor && !ids.has(state.optionsFor)) {
+    closeOptions();
+    announce('The session whose options were open has ended.');
+  } else if (state.optionsFor && !state.optionsEdited && !state.optionsBusy) {
+    fillOptions(state.sessions.get(state.optionsFor));
+  }
+
   if (state.preview && !ids.has(state.preview.sessionId)) {
     closePreview('The previewed session has ended.');
   } else if (state.preview) {
@@ -478,10 +514,20 @@ function renderSessions(sessions) {
 
 // --- kill (inline confirm: no blocking dialog) ----------------------------------------------
 
+/** A session row's action buttons by their data-action. */
+function actionButtons(row) {
+  const found = {};
+  for (const button of row.cellsByName.actions.querySelectorAll('button[data-action]')) found[button.dataset.action] = button;
+  return {
+    preview: found.preview, options: found.options, kill: found.kill, confirm: found['confirm-kill'], cancel: found['cancel-kill'],
+  };
+}
+
 function askKill(row) {
-  const [preview, kill, confirm, cancel] = row.cellsByName.actions.querySelectorAll('button');
+  const { preview, options, kill, confirm, cancel } = actionButtons(row);
   setText(row.cellsByName.actions.querySelector('.row-error'), '');
   preview.hidden = true; // the confirmation takes the row's action slot
+  options.hidden = true;
   kill.hidden = true;
   confirm.hidden = false;
   cancel.hidden = false;
@@ -492,9 +538,10 @@ function askKill(row) {
 
 function cancelKill(row, focus) {
   clearTimeout(row.killTimer);
-  const [preview, kill, confirm, cancel] = row.cellsByName.actions.querySelectorAll('button');
+  const { preview, options, kill, confirm, cancel } = actionButtons(row);
   const hadFocus = row.contains(document.activeElement);
   preview.hidden = false;
+  options.hidden = false;
   kill.hidden = false;
   confirm.hidden = true;
   cancel.hidden = true;
@@ -506,10 +553,11 @@ function cancelKill(row, focus) {
 async function killSession(row) {
   clearTimeout(row.killTimer);
   const id = row.getAttribute('data-session-id');
-  const [, kill, confirm, cancel] = row.cellsByName.actions.querySelectorAll('button');
+  const { kill, confirm, cancel } = actionButtons(row);
   confirm.disabled = cancel.disabled = kill.disabled = true;
   setText(confirm, 'Killing…');
   if (state.preview && state.preview.sessionId === id) await closePreview();
+  if (state.optionsFor === id) closeOptions();
   try {
     await client.deleteSession(id);
   } catch (err) {
@@ -533,6 +581,174 @@ async function killSession(row) {
   announce(`Session ${id} killed.`);
   if (hadFocus) (next ? next.querySelector('button:not([disabled]):not([hidden])') : $('sessions-title'))?.focus();
 }
+
+// --- session options (PATCH /api/v1/sessions/{id}) ------------------------------------------
+
+// A live session's swap settings (SwapConfig in swapcast/config.py), and whether it swaps at
+// all. Values are not checked here: the server checks them against that one schema and its
+// 400 reason is shown as it is.
+const OPTION_FIELDS = [
+  { name: 'enabled', label: 'Face swap', kind: 'switch' },
+  { name: 'occlusion', label: 'Occlusion', kind: 'select', choices: [['off', 'off'], ['auto', 'auto: keep what covers the face']] },
+  { name: 'mouth_mask', label: 'Keep the target\u2019s mouth', kind: 'switch' },
+  { name: 'eyes', label: 'Eyes (mesh3d)', kind: 'select', choices: [['target', 'the target\u2019s own'], ['source', 'the source\u2019s']] },
+  { name: 'blend', label: 'Blend (0–1)', kind: 'number', step: 0.05 },
+  { name: 'feather', label: 'Feather (0–0.5)', kind: 'number', step: 0.01 },
+  { name: 'colour_match', label: 'Colour match', kind: 'switch' },
+  { name: 'smoothing', label: 'Smoothing', kind: 'switch' },
+  { name: 'face_selection', label: 'Faces to swap', kind: 'select', choices: [['all', 'all faces'], ['largest', 'largest face only']] },
+];
+
+function buildOptionFields() {
+  for (const field of OPTION_FIELDS) {
+    const id = `option-${field.name}`;
+    const control = make('div', { className: 'control', dataset: { option: field.name } });
+    if (field.kind === 'switch') {
+      control.append(make('label', { className: 'switch', htmlFor: id }, [
+        make('input', { type: 'checkbox', id, name: field.name, role: 'switch' }),
+        make('span', { className: 'track', 'aria-hidden': 'true' }),
+        make('span', { text: field.label }),
+      ]));
+    } else if (field.kind === 'select') {
+      control.append(make('label', { htmlFor: id, text: field.label }), make('select', { id, name: field.name },
+        field.choices.map(([value, text]) => make('option', { value, text }))));
+    } else {
+      control.append(make('label', { htmlFor: id, text: field.label }),
+        make('input', { type: 'number', id, name: field.name, step: field.step, inputMode: 'decimal' }));
+    }
+    el.optionsFields.append(control);
+  }
+}
+
+const optionInput = (name) => el.optionsForm.elements.namedItem(name);
+const currentValue = (s, name) => (name === 'enabled' ? s.enabled : (s.options || {})[name]);
+const changeable = (s) => s.protocol !== 'rtmp' && s.options && typeof s.options === 'object';
+
+function setOptionsStatus(kind, text) {
+  setAttr(el.optionsStatus, 'data-state', kind);
+  setText(el.optionsStatus, text);
+}
+
+/** Show the session's values (and its node's processors) in the panel's fields. */
+function fillOptions(s) {
+  setAttr(el.options, 'data-session-id', s.id);
+  setText(el.optionsCaption, `Session ${shortId(s.id)}${s.owner ? ` of ${s.owner}` : ''} on ${shortId(s.node_id)}`);
+  setAttr(el.optionsCaption, 'title', s.id);
+  const node = state.nodes.get(s.node_id);
+  setText(el.optionsProcessors, node ? processorsText(node.processors).replace(/^–$/, 'none') : '–');
+  const editable = changeable(s);
+  el.optionsRtmp.hidden = s.protocol !== 'rtmp';
+  for (const field of OPTION_FIELDS) {
+    const input = optionInput(field.name);
+    const value = currentValue(s, field.name);
+    input.disabled = !editable;
+    if (field.kind === 'switch') input.checked = Boolean(value);
+    else input.value = value === undefined || value === null ? '' : String(value);
+  }
+  el.optionsApply.disabled = el.optionsRevert.disabled = !editable;
+}
+
+/** The fields that differ from the session's values, as a PATCH body; a field left empty
+ *  is a problem to show, not a value to send. */
+function optionChanges(s) {
+  const patch = {};
+  const options = {};
+  for (const field of OPTION_FIELDS) {
+    const input = optionInput(field.name);
+    let value = input.value;
+    if (field.kind === 'switch') value = input.checked;
+    else if (field.kind === 'number') {
+      if (value.trim() === '') throw new Error(`${field.label}: enter a number`);
+      value = Number(value);
+    }
+    if (value === currentValue(s, field.name)) continue;
+    if (field.name === 'enabled') patch.enabled = value;
+    else options[field.name] = value;
+  }
+  if (Object.keys(options).length) patch.options = options;
+  return patch;
+}
+
+function openOptions(sessionId) {
+  const s = state.sessions.get(sessionId);
+  if (!s) return;
+  state.optionsFor = sessionId;
+  state.optionsEdited = false;
+  setOptionsStatus(null, '');
+  fillOptions(s);
+  el.options.hidden = false;
+  refreshPreviewButtons();
+  el.optionsForm.querySelector('input:not([disabled]), select:not([disabled])')?.focus();
+}
+
+function closeOptions() {
+  state.optionsFor = null;
+  state.optionsEdited = false;
+  el.options.hidden = true;
+  el.options.removeAttribute('data-session-id');
+  setOptionsStatus(null, '');
+  refreshPreviewButtons();
+}
+
+async function applyOptions() {
+  const id = state.optionsFor;
+  const s = id && state.sessions.get(id);
+  if (!s || state.optionsBusy) return;
+  let patch;
+  try {
+    patch = optionChanges(s);
+  } catch (err) {
+    setOptionsStatus('error', `Not applied: ${err.message}`);
+    return;
+  }
+  if (!Object.keys(patch).length) {
+    state.optionsEdited = false;
+    setOptionsStatus('ok', 'Nothing changed.');
+    return;
+  }
+  state.optionsBusy = true;
+  el.optionsApply.disabled = true;
+  setOptionsStatus('pending', 'Applying…');
+  try {
+    const updated = await client.updateSession(id, patch);
+    const merged = { ...s, ...updated, stats: updated.stats ?? s.stats };
+    if (state.sessions.has(id)) state.sessions.set(id, merged);
+    state.optionsEdited = false;
+    const changed = [...('enabled' in patch ? ['swap'] : []), ...Object.keys(patch.options || {})].join(', ');
+    setOptionsStatus('ok', `Applied: ${changed}.`);
+    announce(`Session ${id}: ${changed} changed.`);
+    if (state.optionsFor === id) fillOptions(merged);
+  } catch (err) {
+    if (!handleAuthError(err)) setOptionsStatus('error', `Not applied: ${reasonOf(err)}`);
+  } finally {
+    state.optionsBusy = false;
+    const current = state.optionsFor && state.sessions.get(state.optionsFor);
+    el.optionsApply.disabled = !(current && changeable(current));
+  }
+}
+
+el.optionsForm.addEventListener('input', () => {
+  state.optionsEdited = true;
+  setOptionsStatus('pending', 'Not applied yet.');
+});
+el.optionsForm.addEventListener('submit', (event) => {
+  event.preventDefault();
+  applyOptions();
+});
+el.optionsRevert.addEventListener('click', () => {
+  const s = state.optionsFor && state.sessions.get(state.optionsFor);
+  state.optionsEdited = false;
+  setOptionsStatus(null, '');
+  if (s) fillOptions(s);
+});
+el.optionsClose.addEventListener('click', () => {
+  const id = state.optionsFor;
+  closeOptions();
+  const row = id && el.sessionsBody.querySelector(`tr[data-session-id="${CSS.escape(id)}"]`);
+  row?.querySelector('button[data-action="options"]')?.focus();
+});
+
+buildOptionFields();
 
 // --- preview (WHEP) --------------------------------------------------------------------------
 
