@@ -108,6 +108,24 @@ class SwapConfig(_Section):
     def options(self) -> SwapOptions:
         return SwapOptions(**self.model_dump())
 
+    def with_live_changes(self, changes: object) -> SwapConfig:
+        """These options with a live session's changes (``options`` of the sessions API)
+        applied, checked by this one schema wherever they arrive (node or gateway):
+        ``ValueError`` with the API's 400 reason, naming each bad field."""
+        if not isinstance(changes, dict):
+            raise ValueError("options must be a JSON object of swap settings")
+        try:
+            merged = type(self).model_validate({**self.model_dump(), **changes})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ValueError(f"invalid options: {problems}") from None
+        if merged.face_selection == "reference":
+            raise ValueError("invalid options: face_selection 'reference' needs a reference photo, "
+                             "which live sessions do not take yet; use 'all' or 'largest'")
+        return merged
+
 
 class EncodeConfig(_Section):
     codec: str = "libx264"

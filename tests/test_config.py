@@ -90,3 +90,26 @@ def test_a_child_config_file_keeps_the_secret_a_dump_would_mask(tmp_path):
     assert child.provenance.key.get_secret_value() == "the-watermark-key"
     assert child == config
     assert load_config(environ={}).file_data()["provenance"]["key"] is None
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"blend": 2}, "invalid options: blend: Input should be less than or equal to 1"),
+    ({"occlusion": "sometimes"}, "invalid options: occlusion: Input should be 'auto' or 'off'"),
+    ({"feather": "soft"}, "invalid options: feather: Input should be a valid number"),
+    ({"colour": 1}, "invalid options: colour: Extra inputs are not permitted"),
+    ({"face_selection": "reference"}, "face_selection 'reference' needs a reference photo"),
+    (["blend", 1], "options must be a JSON object"),
+])
+def test_a_live_sessions_bad_option_is_refused_naming_it(changes, needle):
+    from swapcast.config import SwapConfig
+
+    with pytest.raises(ValueError) as refused:
+        SwapConfig(blend=0.7).with_live_changes(changes)
+    assert needle in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_live_sessions_option_changes_apply_over_its_options():
+    from swapcast.config import SwapConfig
+
+    changed = SwapConfig(blend=0.7, mouth_mask=True).with_live_changes({"occlusion": "auto", "feather": 0.1})
+    assert (changed.blend, changed.mouth_mask, changed.occlusion, changed.feather) == (0.7, True, "auto", 0.1)

@@ -57,6 +57,7 @@ from signaling.registry.base import (
 )
 from streamer.metrics import GatewayMetrics, add_metrics_routes
 from streamer.rtmp.server import RtmpServer
+from swapcast.config import SwapConfig
 
 log = logging.getLogger(__name__)
 
@@ -496,8 +497,8 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
 
 
 def _patch_changes(body: dict[str, Any], record: SessionRecord) -> dict[str, Any]:
-    """A PATCH for a session whose node is gone, checked like a node would (the option
-    values themselves are checked by the node that resumes the session)."""
+    """A PATCH for a session whose node is gone, checked like a node would, option values
+    by the same schema: a bad one is refused now, not when the session resumes."""
     unknown = sorted(set(body) - set(PATCH_KEYS))
     if unknown:
         raise web.HTTPBadRequest(reason=f"unknown field(s) {', '.join(unknown)}; expected {', '.join(PATCH_KEYS)}")
@@ -510,4 +511,8 @@ def _patch_changes(body: dict[str, Any], record: SessionRecord) -> dict[str, Any
     changes = dict(body)
     if "options" in changes:
         changes["options"] = {**record.options, **changes["options"]}
+        try:
+            SwapConfig().with_live_changes(changes["options"])
+        except ValueError as exc:
+            raise web.HTTPBadRequest(reason=str(exc)) from None
     return changes

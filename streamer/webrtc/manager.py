@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import candidate_from_sdp
-from pydantic import ValidationError
 
 from gpu.engine import FaceEngine
 from signaling.registry import MemoryRegistry, Registry, RegistryUnavailable, SessionRecord
@@ -522,23 +521,14 @@ class SessionManager:
         return [session.record for session in self._sessions.values()]
 
     @staticmethod
-    def resolve_options(base, changes: object):
-        """``base`` (a ``SwapConfig``) with ``changes`` applied, validated by the schema."""
+    def resolve_options(base: SwapConfig, changes: object) -> SwapConfig:
+        """``base`` with ``changes`` applied, validated by the schema (``SwapConfig.with_live_changes``)."""
         if changes is None:
             return base
-        if not isinstance(changes, dict):
-            raise BadRequestError("options must be a JSON object of swap settings")
         try:
-            merged = type(base).model_validate({**base.model_dump(), **changes})
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}" for err in exc.errors()
-            )
-            raise BadRequestError(f"invalid options: {problems}") from None
-        if merged.face_selection == "reference":
-            raise BadRequestError("invalid options: face_selection 'reference' needs a reference photo, "
-                                  "which live sessions do not take yet; use 'all' or 'largest'")
-        return merged
+            return base.with_live_changes(changes)
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from None
 
     async def snapshot(self) -> list[dict[str, Any]]:
         """Live sessions of this node, then those recorded here without media yet."""

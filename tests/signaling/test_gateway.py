@@ -331,6 +331,30 @@ def test_without_a_live_owner_the_registry_record_answers():
     run(scenario())
 
 
+def test_without_a_live_owner_bad_option_values_are_refused_by_the_schema():
+    """Not stored to fail later: the session's re-offer on another node would be refused."""
+    async def scenario() -> None:
+        registry = MemoryRegistry(ttl_s=60)
+        node = FakeNode("node-a")
+        async with cluster(registry, node) as client:
+            session_id = (await create(client))[1]["session_id"]
+            await registry.update_session(session_id, options={"blend": 0.5})
+            await node.stop()
+            assert (await client.get(f"/api/v1/sessions/{session_id}")).status == 200  # now orphaned
+            for options, needle in (({"blend": 5}, "blend: Input should be less than or equal to 1"),
+                                    ({"occlusion": "maybe"}, "occlusion: Input should be 'auto' or 'off'"),
+                                    ({"face_selection": "reference"}, "needs a reference photo")):
+                response = await client.patch(f"/api/v1/sessions/{session_id}", json={"options": options})
+                body = await response.json()
+                assert response.status == 400 and "invalid options" in body["error"] and needle in body["error"], body
+            assert (await registry.get_session(session_id)).options == {"blend": 0.5}
+            response = await client.patch(f"/api/v1/sessions/{session_id}", json={"options": {"occlusion": "auto"}})
+            assert response.status == 200
+            assert (await registry.get_session(session_id)).options == {"blend": 0.5, "occlusion": "auto"}
+
+    run(scenario())
+
+
 def test_session_list_merges_each_nodes_live_details_and_skips_a_slow_node():
     async def scenario() -> None:
         registry = MemoryRegistry(ttl_s=60)
