@@ -5,20 +5,24 @@ keep-alive timeout, and accepts as many as the file-descriptor limit allows, so 
 trickling headers (slowloris) or opening idle sockets could lock every other client out.
 Two bounds, enforced on the transport, before any request exists:
 
-- at most ``max_per_ip`` open connections per address; one more is aborted at once (logged
-  at most once per address per minute). Trusted proxies (the gateway in front of its nodes,
-  a TLS-terminating proxy) carry every client's connections and are exempt.
+- at most ``max_per_ip`` open connections per client (an IPv4 address, ``::ffff:``-mapped
+  or not, or an IPv6 /64: ``signaling.client_address``), TLS handshakes in progress
+  included; one more is aborted at once, before any handshake (logged at most once per
+  client per minute). Trusted proxies (the gateway in front of its nodes, a
+  TLS-terminating proxy) carry every client's connections and are exempt.
 - a request's headers must arrive within ``header_timeout_s`` of the connection opening or,
   on a kept-alive connection, of the request's first byte; else ``408`` and close. Only the
   header phase is timed: a WebSocket, a long WHEP answer or a 2 GB upload that is being
-  handled is not. On HTTPS the TLS handshake gets the same bound.
+  handled is not. On HTTPS the TLS handshake gets the same bound, and is counted from the
+  TCP accept (:class:`TlsListener`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
+import socket
+import struct
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -29,6 +33,8 @@ from typing import cast
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+
+from signaling.client_address import client_key, in_networks, parse_ip, parse_networks
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +56,14 @@ class ConnectionGuard:
 
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
-        self._exempt = tuple(ipaddress.ip_network(net, strict=False) for net in limits.exempt)
+        self._exempt = parse_networks(limits.exempt)
         self._open: Counter[str] = Counter()
         self._by_transport: dict[asyncio.BaseTransport, GuardedConnection] = {}
         self._last_refusal_log: dict[str, float] = {}
 
     def open_connections(self, address: str) -> int:
-        return self._open[address]
+        """Connections (handshaking ones included) held by the client ``address`` is part of."""
+        return self._open[client_key(address)]
 
     def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: GuardedConnection(self, factory)
@@ -72,26 +79,24 @@ class ConnectionGuard:
         finally:
             connection.request_ended()
 
-    def _admit(self, connection: GuardedConnection, transport: asyncio.BaseTransport, address: str) -> bool:
-        if not self._is_exempt(address) and self._open[address] >= self.limits.max_per_ip:
-            self._log_refusal(address)
-            return False
-        self._open[address] += 1
-        self._by_transport[transport] = connection
-        return True
+    def _admit(self, address: str) -> str | None:
+        """The key ``address`` is counted under, or None when its client is at the cap."""
+        key = client_key(address)
+        if not self._is_exempt(address) and self._open[key] >= self.limits.max_per_ip:
+            self._log_refusal(key)
+            return None
+        self._open[key] += 1
+        return key
 
-    def _release(self, transport: asyncio.BaseTransport, address: str) -> None:
-        self._by_transport.pop(transport, None)
-        self._open[address] -= 1
-        if self._open[address] <= 0:
-            del self._open[address]
+    def _release(self, key: str) -> None:
+        self._open[key] -= 1
+        if self._open[key] <= 0:
+            del self._open[key]
 
     def _is_exempt(self, address: str) -> bool:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:  # no IP peer (a Unix socket): nothing to count by
+        if parse_ip(address) is None:  # no IP peer (a Unix socket): nothing to count by
             return True
-        return any(ip in net for net in self._exempt)
+        return in_networks(address, self._exempt)
 
     def _log_refusal(self, address: str) -> None:
         now = time.monotonic()
@@ -106,33 +111,44 @@ class ConnectionGuard:
 
 class GuardedConnection(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind the guard's two bounds. Everything is
-    passed through to it; a refused connection never reaches it."""
+    passed through to it; a refused connection never reaches it. ``admitted_as``: the key a
+    :class:`TlsListener` already counted it under, at its TCP accept."""
 
-    def __init__(self, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol],
+                 admitted_as: str | None = None) -> None:
         self._guard = guard
         self._inner = factory()
         self._transport: asyncio.Transport | None = None
-        self._address = ""
+        self._key = admitted_as  # what the guard counts this connection under, while it does
         self._in_request = False
         self._answered = False  # a request has been handled here: a 408 could land mid-response
         self._header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
-        peer = transport.get_extra_info("peername")
-        self._address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        if not self._guard._admit(self, transport, self._address):
-            transport.abort()
-            return
+        if self._key is None:
+            peer = transport.get_extra_info("peername")
+            self._key = self._guard._admit(str(peer[0]) if isinstance(peer, tuple) and peer else "")
+            if self._key is None:
+                transport.abort()
+                return
         self._transport = transport
+        self._guard._by_transport[transport] = self
         self._inner.connection_made(transport)
         self._arm_header_timer()
 
+    def abandon(self) -> None:
+        """Its TLS handshake failed: it never reached aiohttp, and frees its place."""
+        if self._key is not None:
+            self._guard._release(self._key)
+            self._key = None
+
     def connection_lost(self, exc: BaseException | None) -> None:
+        self.abandon()
         if self._transport is None:  # refused
             return
         self._cancel_header_timer()
-        self._guard._release(self._transport, self._address)
+        self._guard._by_transport.pop(self._transport, None)
         self._inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -176,6 +192,92 @@ class GuardedConnection(asyncio.Protocol):
         self._transport.close()  # close, not abort: the 408 is flushed first
 
 
+class TlsListener(asyncio.AbstractServer):
+    """An HTTPS listener that accepts TCP connections itself: the guard counts each one from
+    its accept, so TLS handshakes in progress hold places like open connections, and a
+    client at its cap is closed before any handshake work. (``create_server(ssl=...)`` only
+    tells the protocol once the handshake is done; ``start_tls`` from the protocol loses the
+    ClientHello under uvloop, which reads before the protocol can pause it.)"""
+
+    def __init__(self, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol], tls: SSLContext,
+                 sockets: list[socket.socket]) -> None:
+        self._guard, self._factory, self._tls = guard, factory, tls
+        self._sockets = sockets
+        self._loop = asyncio.get_running_loop()
+        self._accepting = [self._loop.create_task(self._accept(sock)) for sock in sockets]
+        self._handshakes: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def bind(cls, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol], tls: SSLContext,
+                   host: str | None, port: int, backlog: int) -> TlsListener:
+        """Listen on every address ``host`` resolves to (all of them for None), as
+        ``create_server`` does."""
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        sockets: list[socket.socket] = []
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+                sock.listen(backlog)
+                sock.setblocking(False)
+        except OSError:
+            for sock in sockets:
+                sock.close()
+            raise
+        return cls(guard, factory, tls, sockets)
+
+    async def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, peer = await self._loop.sock_accept(listener)
+            except OSError as exc:  # out of file descriptors: let some close, as asyncio's servers do
+                log.warning("https: accept failed (%s); pausing accepts for 1 s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            key = self._guard._admit(str(peer[0]) if isinstance(peer, tuple) and peer else "")
+            if key is None:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, as abort() does
+                conn.close()
+                continue
+            task = self._loop.create_task(self._handshake(conn, GuardedConnection(self._guard, self._factory, key)))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, conn: socket.socket, connection: GuardedConnection) -> None:
+        """TLS within the header timeout; a failed, stalled or cut one frees its place."""
+        try:
+            await self._loop.connect_accepted_socket(
+                lambda: connection, conn, ssl=self._tls, ssl_handshake_timeout=self._guard.limits.header_timeout_s)
+        except (OSError, asyncio.CancelledError):  # SSLError, a reset, the handshake timeout; closing
+            conn.close()
+            connection.abandon()
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return tuple(self._sockets)
+
+    def close(self) -> None:
+        for task in (*self._accepting, *self._handshakes):
+            task.cancel()
+        for sock in self._sockets:
+            sock.close()
+        self._sockets = []
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(*self._accepting, *self._handshakes, return_exceptions=True)
+
+    def is_serving(self) -> bool:
+        return bool(self._sockets)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+
 class GuardedSite(web.TCPSite):
     """``web.TCPSite`` whose connections pass through a :class:`ConnectionGuard`."""
 
@@ -188,9 +290,12 @@ class GuardedSite(web.TCPSite):
         await web.BaseSite.start(self)
         server = self._runner.server
         assert server is not None
-        tls = {"ssl_handshake_timeout": self._guard.limits.header_timeout_s} if self._ssl_context else {}
-        self._server = await asyncio.get_running_loop().create_server(
-            self._guard.wrap(server), self._host, self._port, ssl=self._ssl_context, backlog=self._backlog, **tls)
+        if self._ssl_context is None:
+            self._server = await asyncio.get_running_loop().create_server(
+                self._guard.wrap(server), self._host, self._port, backlog=self._backlog)
+        else:
+            self._server = await TlsListener.bind(self._guard, server, self._ssl_context, self._host, self._port,
+                                                  self._backlog)
         self._bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port
 
 

@@ -2,7 +2,7 @@
 helpers handlers use to authorize them.
 
 Order of checks, and why:
-1. per client IP limit — first, so a stranger cannot make us verify signatures (or guess
+1. per client limit (an IPv4 address, mapped or not, or an IPv6 /64) — first, so a stranger cannot make us verify signatures (or guess
    tokens) faster than the limit; public routes are limited too.
 2. public routes pass without a token.
 3. the bearer token is verified (``Unauthorized`` → 401).
@@ -15,11 +15,12 @@ Every ``AuthError`` raised here *or by a handler below* (``require_admin``,
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import hdrs, web
+
+from signaling.client_address import IpNetwork, client_key, in_networks, parse_networks
 
 from .limits import RateLimiter
 from .principal import AuthError, Forbidden, NotYours, Principal, TooManyRequests, Unauthorized
@@ -35,7 +36,6 @@ PRINCIPAL_KEY: web.RequestKey[Principal] = web.RequestKey("swapcast_principal", 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
-_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def principal(request: web.Request) -> Principal:
@@ -66,20 +66,20 @@ def check_owner(request: web.Request, owner: str, what: str = "resource") -> Pri
     return caller
 
 
-def _client_ip(request: web.Request, proxies: tuple[_Network, ...]) -> str:
-    """The address of the client. ``X-Forwarded-For`` is believed only when the peer is a
+def _client_ip(request: web.Request, proxies: tuple[IpNetwork, ...]) -> str:
+    """The client's key (``signaling.client_address.client_key``) for the per-IP limit. ``X-Forwarded-For`` is believed only when the peer is a
     trusted proxy (anyone else could forge it to dodge the per-IP limit); then the
     rightmost address that is not itself a trusted proxy is the client, since each proxy
     appends the address it saw and only entries left of ours could be client-made."""
     peer = request.remote or "unknown"
-    if not proxies or not _in(peer, proxies):
-        return peer
+    if not proxies or not in_networks(peer, proxies):
+        return client_key(peer)
     hops = [h.strip() for h in ",".join(request.headers.getall(hdrs.X_FORWARDED_FOR, ())).split(",")]
     hops = [h for h in hops if h]
     for hop in reversed(hops):
-        if not _in(hop, proxies):
-            return hop
-    return hops[0] if hops else peer
+        if not in_networks(hop, proxies):
+            return client_key(hop)
+    return client_key(hops[0] if hops else peer)
 
 
 def error_response(exc: AuthError) -> web.Response:
@@ -111,7 +111,7 @@ def auth_middleware(
     gateways whose ``X-Forwarded-For`` is believed. A token comes from
     ``Authorization: Bearer <jwt>``, or — on WebSocket upgrade requests only, since
     browsers cannot set headers there — from ``?token=<jwt>``."""
-    proxies = tuple(ipaddress.ip_network(p, strict=False) for p in trusted_proxies)
+    proxies = parse_networks(trusted_proxies)
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -150,16 +150,6 @@ def _bearer_token(request: web.Request) -> str:
 
 def _is_websocket_upgrade(request: web.Request) -> bool:
     return request.method == hdrs.METH_GET and request.headers.get(hdrs.UPGRADE, "").lower() == "websocket"
-
-
-def _in(address: str, networks: tuple[_Network, ...]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:  # a dual-stack socket's IPv4 peer
-        ip = ip.ipv4_mapped
-    return any(ip in net for net in networks)
 
 
 def _quotable(text: str) -> str:

@@ -188,8 +188,16 @@ def test_rate_limit_per_ip_covers_public_and_failed_requests() -> None:
         # The client may send its own X-Forwarded-For: only the entry our proxies appended counts.
         (("127.0.0.0/8", "10.0.0.0/8"), "6.6.6.6, 5.5.5.5, 10.1.2.3", "7.7.7.7, 5.5.5.5", 429),
         (("127.0.0.0/8", "10.0.0.0/8"), "5.5.5.5, 10.1.2.3", "5.5.5.6, 10.1.2.3", 200),
+        # A dual-stack proxy writes IPv4 clients and hops mapped: one client, one IPv4 CIDR.
+        (("127.0.0.1",), "1.1.1.1", "::ffff:1.1.1.1", 429),
+        (("127.0.0.0/8", "10.0.0.0/8"), "5.5.5.5, ::ffff:10.1.2.3", "5.5.5.5", 429),
+        (("127.0.0.0/8", "10.0.0.0/8"), "5.5.5.5, ::ffff:10.1.2.3", "5.5.5.6, ::ffff:10.1.2.3", 200),
+        # An IPv6 client owns its whole /64.
+        (("127.0.0.1",), "2001:db8:1:2::1", "2001:db8:1:2:ffff::2", 429),
+        (("127.0.0.1",), "2001:db8:1:2::1", "2001:db8:1:3::1", 200),
     ],
-    ids=["untrusted", "trusted-distinct", "trusted-same", "spoofed-left-entries", "multi-hop"],
+    ids=["untrusted", "trusted-distinct", "trusted-same", "spoofed-left-entries", "multi-hop",
+         "mapped-client", "mapped-proxy-same", "mapped-proxy-distinct", "ipv6-same-64", "ipv6-other-64"],
 )
 def test_forwarded_for_only_from_trusted_proxies(
     trusted: tuple[str, ...], first: str, second: str, second_status: int

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator
 
@@ -14,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from signaling.connection_limits import ConnectionLimits, GuardedSite, guard_app
+from signaling.connection_limits import ConnectionGuard, ConnectionLimits, GuardedSite, guard_app
 from signaling.tls import server_context
 from tls_testkit import ThrowawayCA
 
@@ -204,3 +205,96 @@ def test_https_listener_caps_and_times_a_stalled_handshake(tls_pair):
     assert served == b"HTTP/1.1 200 OK"
     assert stalled == b""
     assert other == b"HTTP/1.1 200 OK"
+
+
+def test_tls_handshakes_in_progress_count_against_the_cap_and_time_out(tls_pair):
+    """Connections that open TLS and never finish the handshake hold places: past the cap
+    one more is cut at once (before any handshake), another client is served meanwhile, and
+    the stalled ones are closed after the timeout, freeing their places."""
+    server_tls, client_tls = tls_pair
+
+    async def scenario():
+        limits = ConnectionLimits(max_per_ip=3, header_timeout_s=1.5)
+        app = _app()
+        guard = guard_app(app, limits)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = GuardedSite(runner, "127.0.0.1", 0, guard=guard, ssl_context=server_tls)
+        await site.start()
+        try:
+            hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"  # a ClientHello's first bytes, never the rest
+            stalled = [await _connect(site.port) for _ in range(3)]
+            for _, writer in stalled:
+                writer.write(hello)
+            await asyncio.sleep(0.2)
+            held_during_handshakes = guard.open_connections("127.0.0.1")
+            reader, writer = await _connect(site.port)
+            writer.write(hello)
+            async with asyncio.timeout(1.0):  # well before the handshake timeout: refused at accept
+                refused = await _until_closed(reader)
+            other = await _get(site.port, source="127.0.0.2", tls=client_tls)
+            async with asyncio.timeout(10):
+                cut = [await _until_closed(r) for r, _ in stalled]
+            await asyncio.sleep(0.2)
+            freed = guard.open_connections("127.0.0.1")
+            again = await _get(site.port, tls=client_tls)
+            return held_during_handshakes, refused, other, cut, freed, again
+        finally:
+            await runner.cleanup()
+
+    held, refused, other, cut, freed, again = asyncio.run(scenario())
+    assert held == 3
+    assert refused == b""
+    assert other == b"HTTP/1.1 200 OK"
+    assert cut == [b"", b"", b""]
+    assert freed == 0
+    assert again == b"HTTP/1.1 200 OK"
+
+
+def test_an_ipv4_mapped_peer_is_counted_and_exempted_as_its_ipv4_address():
+    """A dual-stack listener sees 127.0.0.1 as ::ffff:127.0.0.1: it shares the cap with the
+    plain form, and an IPv4 CIDR in the trusted proxies covers it."""
+
+    async def scenario(exempt: tuple[str, ...]):
+        app = _app()
+        guard = guard_app(app, ConnectionLimits(max_per_ip=2, header_timeout_s=60, exempt=exempt))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::ffff:127.0.0.1", 0))
+        server = await asyncio.get_running_loop().create_server(guard.wrap(runner.server), sock=sock)
+        port = sock.getsockname()[1]
+        try:
+            held = [await _connect(port) for _ in range(2)]
+            await asyncio.sleep(0.1)
+            counted = guard.open_connections("127.0.0.1"), guard.open_connections("::ffff:127.0.0.1")
+            reader, writer = await _connect(port)
+            writer.write(GET)
+            async with asyncio.timeout(10):
+                try:
+                    third = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n")[0]
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    third = b""  # closed unanswered
+            writer.close()
+            for _, w in held:
+                w.close()
+            return counted, third
+        finally:
+            server.close()
+            await runner.cleanup()
+
+    assert asyncio.run(scenario(())) == ((2, 2), b"")
+    assert asyncio.run(scenario(("127.0.0.0/8",)))[1] == b"HTTP/1.1 200 OK"
+
+
+def test_a_guard_folds_mapped_and_ipv6_addresses_into_one_client():
+    guard = ConnectionGuard(ConnectionLimits(max_per_ip=2, exempt=("10.0.0.0/8",)))
+    assert guard._is_exempt("::ffff:10.0.0.1") and guard._is_exempt("10.1.2.3")
+    assert not guard._is_exempt("::ffff:11.0.0.1")
+    assert guard._admit("::ffff:192.0.2.7") == "192.0.2.7" and guard._admit("192.0.2.7") == "192.0.2.7"
+    assert guard._admit("::ffff:192.0.2.7") is None  # the third connection of one client
+    assert guard._admit("2001:db8:1:2::1") == "2001:db8:1:2::/64"
+    assert guard._admit("2001:db8:1:2:ffff::9%eth0") == "2001:db8:1:2::/64"
+    assert guard._admit("2001:db8:1:2:aaaa::1") is None  # one /64, one subscriber
+    assert guard._admit("2001:db8:1:3::1") == "2001:db8:1:3::/64"
