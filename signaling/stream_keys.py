@@ -115,28 +115,28 @@ class StreamKeyStore:
             raise StreamKeyError("a stream key needs either a source photo or a face id")
         for url in push:
             check_destination(url)
+        source = Path(source_face) if source_face is not None else None
+        if source is not None and not source.is_file():
+            raise StreamKeyError(f"source face {source}: no such file")
         key = KEY_PREFIX + secrets.token_urlsafe(24)
-        key_id = secrets.token_hex(4)
-        stored_face = ""
-        if source_face is not None:
-            source = Path(source_face)
-            if not source.is_file():
-                raise StreamKeyError(f"source face {source}: no such file")
-            self._faces.mkdir(parents=True, exist_ok=True)
-            stored_face = str(self._faces / f"{key_id}{source.suffix.lower()}")
-            shutil.copyfile(source, stored_face)
-        record = StreamKey(
-            key_id=key_id,
-            key_hash=hash_key(key),
-            stream=StreamConfig(name=name, source_face=stored_face, swap=dict(swap or {}), push=tuple(push),
-                                record=record, face_id=face_id, push_unrestricted=push_unrestricted),
-            created=time.time(),
-            owner=owner,
-        )
         with self._locked():
             keys = self._load()
+            key_id = _fresh_key_id({k.key_id for k in keys})
             if owner and max_per_owner is not None:
                 keys = _room_for_one_more(keys, owner, max_per_owner)
+            stored_face = ""
+            if source is not None:
+                self._faces.mkdir(parents=True, exist_ok=True)
+                stored_face = str(self._faces / f"{key_id}{source.suffix.lower()}")
+                shutil.copyfile(source, stored_face)
+            record = StreamKey(
+                key_id=key_id,
+                key_hash=hash_key(key),
+                stream=StreamConfig(name=name, source_face=stored_face, swap=dict(swap or {}), push=tuple(push),
+                                    record=record, face_id=face_id, push_unrestricted=push_unrestricted),
+                created=time.time(),
+                owner=owner,
+            )
             keys.append(record)
             self._save(keys)
         return key, record
@@ -197,6 +197,15 @@ class StreamKeyStore:
             json.dump([asdict(k) for k in keys], out, indent=2)
         os.chmod(temp, 0o600)
         os.replace(temp, self.path)
+
+
+def _fresh_key_id(taken: set[str]) -> str:
+    """A key id no record holds: a node keeps one live stream per key id (and the key's
+    copied face is named by it), so two users' keys sharing an id would put the second
+    one's publisher into the first one's stream."""
+    while (key_id := secrets.token_hex(4)) in taken:
+        pass
+    return key_id
 
 
 def _room_for_one_more(keys: list[StreamKey], owner: str, limit: int) -> list[StreamKey]:

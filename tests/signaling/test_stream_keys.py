@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from signaling.auth import AuditLog, Principal
 from signaling.auth.middleware import PRINCIPAL_KEY
+from signaling import stream_keys
 from signaling.keys_api import KeyApi, add_key_routes
 from signaling.stream_keys import StreamKeyLimitError, StreamKeyStore
 
@@ -101,3 +102,21 @@ def test_the_keys_api_answers_409_past_the_limit(tmp_path: Path) -> None:
             return statuses
 
     assert asyncio.run(scenario()) == [201, 201, 409]
+
+
+def test_key_ids_never_repeat_even_when_the_random_source_does(tmp_path: Path, monkeypatch) -> None:
+    """A node keeps one live stream per key id: Bob's key sharing Alice's id would put his
+    publisher into her stream (her viewers, destinations and recording), and his copied
+    source photo over hers."""
+    draws = iter(["aaaa0000", "aaaa0000", "aaaa0000", "bbbb1111"])
+    monkeypatch.setattr(stream_keys.secrets, "token_hex", lambda _: next(draws))
+    store = StreamKeyStore(tmp_path)
+    alice_photo, bob_photo = tmp_path / "alice.jpg", tmp_path / "bob.jpg"
+    alice_photo.write_bytes(b"alice")
+    bob_photo.write_bytes(b"bob")
+    alice_key, alice = store.add("alice cam", alice_photo, owner="alice")
+    bob_key, bob = store.add("bob cam", bob_photo, owner="bob")
+    assert (alice.key_id, bob.key_id) == ("aaaa0000", "bbbb1111")
+    assert Path(alice.stream.source_face).read_bytes() == b"alice"
+    assert Path(bob.stream.source_face).read_bytes() == b"bob"
+    assert store.find(bob_key).owner == "bob" and store.get(bob.key_id).owner == "bob"
