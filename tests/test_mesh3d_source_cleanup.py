@@ -69,6 +69,41 @@ def test_grace_hoppers_frames_leave_the_albedo_and_her_eyes_stay(raw_albedos):
     assert np.abs(cleaned[eyes] - raw[eyes]).max() < 1e-3  # the eyes themselves are untouched
 
 
+def _around_eyes(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lid margins, the skin under the eyes) in UV: a ring a few texels round each eye
+    opening, and an ellipse below it, inside the lens, clear of the rims."""
+    eyes = (uv_polygon_mask(size, LEFT_EYE_CONTOUR) + uv_polygon_mask(size, RIGHT_EYE_CONTOUR)).astype(np.float32)
+
+    def grown(radius: int) -> np.ndarray:
+        return cv2.dilate(eyes, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1,) * 2)) > 0.5
+
+    lids = grown(6) & ~grown(1)
+    under = np.zeros((size, size), np.uint8)
+    for centre, width in _eyes(size):
+        cv2.ellipse(under, (int(centre[0]), int(centre[1] + 0.45 * width)), (int(0.5 * width), int(0.22 * width)), 0, 0, 360, 1, -1)
+    return lids, under.astype(bool) & ~lids & ~(eyes > 0.1)
+
+
+def test_grace_hoppers_skin_behind_the_lenses_keeps_its_wrinkles_and_loses_the_red_rims(raw_albedos):
+    """Behind the lenses is her own skin (wrinkles, bags: who she is), only tinted: it keeps
+    its detail; the lid margins, reddened through the lenses, come out no redder than skin."""
+    raw = raw_albedos["grace"]
+    cleaned, _ = remove_eyewear(raw)
+    lids, under = _around_eyes(raw.shape[0])
+
+    def redness(albedo: np.ndarray, where: np.ndarray) -> float:
+        return float(np.median(albedo[where][:, 0] / albedo[where][:, 1:].mean(1)))
+
+    def detail(albedo: np.ndarray) -> float:
+        luminance = albedo.mean(2)
+        return float((luminance - cv2.GaussianBlur(luminance, (0, 0), 2.0))[under].std())
+
+    skin = redness(raw, np.ones(raw.shape[:2], bool))
+    assert redness(raw, lids) > skin + 0.2  # red rims before ...
+    assert redness(cleaned, lids) < skin + 0.1  # ... and not after
+    assert detail(cleaned) > 0.6 * detail(raw)  # the skin's detail stays (a smoothed patch kept 23 %)
+
+
 def test_registered_sources_have_no_frames_and_no_teeth_on_the_lips(engine, astronaut_image, grace_image):
     swapper = Mesh3dSwapper()
     grace = swapper.register(grace_image, engine.analyse_image(grace_image)[0]).albedo.transpose(1, 2, 0)

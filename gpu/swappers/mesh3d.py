@@ -397,8 +397,10 @@ class Mesh3dSwapper:
 
     def _shading(self, points: np.ndarray, lighting: _SkinLighting, source: Mesh3dSource, colour_match: bool) -> np.ndarray:
         """(L, L, 3) target irradiance over the UV map of the rendered mesh. With colour
-        match, scaled so the re-lit source skin has the target skin's mean colour where it
-        was seen (SH shading x relative albedo alone drifts by the albedo's mean); without,
+        match, scaled so the re-lit source skin has the target skin's colour where it was
+        seen (SH shading x relative albedo alone drifts by the albedo's mean): the median
+        ratio per channel, not the ratio of means, so a source's dark red folds or hair over
+        a target's cheek do not tint the plain skin (a mean turned it green-grey); without,
         so the skin keeps the source's colour and only the light is the target's."""
         mesh = canonical_mesh()
         atlas = uv_atlas(LIGHTING_SIZE)
@@ -408,7 +410,8 @@ class Mesh3dSwapper:
         elif colour_match:
             albedo = source.albedo_small()[lighting.texels]
             predicted = albedo * lighting.shading(lighting.normals)
-            gain = (lighting.weights @ lighting.colours) / np.maximum(lighting.weights @ predicted, 1e-6)
+            ratios = np.log(np.maximum(lighting.colours, 1e-3) / np.maximum(predicted, 1e-3))
+            gain = np.exp([_weighted_median(ratios[:, channel], lighting.weights) for channel in range(3)])
         else:
             gain = source.lighting[0] / np.maximum(lighting.coefficients[0], 1e-3)
         shading = shading * np.clip(gain, *COLOUR_GAIN_RANGE)[None, :]
@@ -452,6 +455,13 @@ class Mesh3dSwapper:
         grown[grown < 0.02] = 0.0
         paste = cv2.resize(np.clip(np.maximum(small, grown), 0.0, 1.0), (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
         return np.maximum(paste, mask).astype(np.float32)
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The median of ``values`` counted by ``weights``."""
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])])
 
 
 @lru_cache(maxsize=1)

@@ -11,11 +11,15 @@ UV space, where every face's eyes lie in the same place:
   top-hat of the blue channel beyond the luminance's: gold and tortoiseshell rims);
 - **found** when such lines ring both eyes: along most rays from each eye's centre through
   the band a frame runs in. Brows, lids and wrinkles cover some rays, never most of the ring;
-- **removed**: the line texels inside the lens and temple region are filled from their
-  neighbourhood (push-pull), then that region is median-smoothed (what the lenses did to
-  the skin behind them: glare, tint, refraction edges) and levelled with the skin around
-  it, the eyes and their lids excluded. (Filling the glare as well left a smooth, pale
-  patch that read less as the source and took dlib's HOG detector further off turned faces.)
+- **removed**: the frame texels (those lines in the ring a rim runs in and on the temples,
+  plus thin amber or bright lines there: a clear lower rim) are filled from their
+  neighbourhood (push-pull) with the fine detail of the skin beside them; glare is brought
+  down to the skin's brightness; the skin behind the lenses keeps its detail and its
+  brightness (wrinkles, bags and the eye sockets' shading are who the face is) and only
+  its low-passed colour is levelled with the skin around; the lid margins, reddened
+  through the lenses, take the skin's colour. (Median-smoothing the lens region instead
+  left a smooth pale patch with red rims round the eyes, which read less as the source and
+  took dlib's HOG detector further off turned faces.)
 """
 
 from __future__ import annotations
@@ -35,10 +39,19 @@ RING_RAYS = 24  # rays around each eye
 RING_COVERAGE = 0.5  # of the rays, on both eyes, that must cross a line for glasses to count as found (the
 # sample faces: Grace Hopper 0.83-0.92, blurred or JPEG-blurred 0.5-0.58; the astronaut, no glasses, 0.04-0.25)
 LENS_SIZE = (1.2, 0.8)  # the lens region's half-axes in eye widths (a frame's rim lies inside)
-LID_MARGIN = 0.15  # eye widths around the eye opening left alone (lids, lashes)
+LID_MARGIN = 0.15  # eye widths around the eye opening that are lids and lashes, not frames
 LENS_DROP = 0.12  # the lens centre sits this many eye widths below the eye's centre
-MEDIAN_KERNEL = 5  # texels: smooths what the lenses did to the skin behind them
-LEVEL_SIGMA = 8 / 384  # of the texture: the scale on which the lens region's brightness is levelled with the skin's
+THIN_RADIUS = 4 / 384  # of the texture: the amber-rim top-hat's radius (a rim is ~3 texels wide)
+THIN_YELLOW = 0.07  # albedo units: how much yellower than its surroundings such a rim is ...
+THIN_BRIGHT = 0.2  # ... or brighter
+NOSE_BELOW = 0.1  # eye widths below the eyes' centres from where only thin rims are looked for on the nose (its sides' shadows are dark lines too)
+DETAIL_SIGMA = 1.5 / 384  # of the texture: what counts as fine detail in the skin a frame's fill borrows ...
+DETAIL_SHIFT = 10 / 384  # ... from this far above or below (past a frame's width)
+RIM_INNER = 0.6  # of the lens region's half-axes: frame lines are looked for outside this (a wrinkle under an eye lies inside)
+GLARE_RATIO = 1.25  # a texel behind a lens this much brighter than the skin around it is glare
+GLARE_SIGMA = 4 / 384  # of the texture: what "around" means for glare
+LID_CALMING = 0.8  # how much of the lid margins' colour gives way to the skin's
+LEVEL_SIGMA = 8 / 384  # of the texture: the low pass of the skin's colour round the lenses (and half of it, the fade of the region taking it)
 
 
 def remove_eyewear(albedo: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -48,26 +61,78 @@ def remove_eyewear(albedo: np.ndarray) -> tuple[np.ndarray, bool]:
     lines = _line_map(albedo)
     if _ring_coverage(lines, size) < RING_COVERAGE:
         return albedo, False
-    lens, band, openings = _regions(size)
-    found = (lines > 1.0).astype(np.float32)
-    region = np.maximum(lens, band * cv2.dilate(found, np.ones((5, 5), np.uint8)))
-    margin = max(1, int(round(LID_MARGIN * _eyes(size)[0][1])))  # the lids and lashes are the face's, not the frame's
-    region = region * (1.0 - cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * margin + 1,) * 2)))
-    region = cv2.GaussianBlur(cv2.dilate(region, np.ones((5, 5), np.uint8)), (0, 0), 1.5)
-    frames = region * cv2.dilate(found, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
-    frames = np.clip(1.5 * cv2.GaussianBlur(frames, (0, 0), 1.0), 0.0, 1.0)[..., None]
-    filled = push_pull_fill(albedo, 1.0 - frames[..., 0]) * frames + albedo * (1.0 - frames)
-    scale = 255.0 / 2.0  # the median filter wants 8 bits; the albedo is within [0, 2]
-    quantised = np.clip(filled * scale + 0.5, 0, 255).astype(np.uint8)
-    smooth = cv2.medianBlur(cv2.medianBlur(quantised, MEDIAN_KERNEL), MEDIAN_KERNEL).astype(np.float32) / scale
-    cleaned = filled + region[..., None] * (smooth - filled)
-    # the lenses brighten or tint the skin behind them: level the region's low frequencies
-    # with the skin around it (its texture stays)
-    around = push_pull_fill(cleaned, 1.0 - np.clip(2.0 * region, 0.0, 1.0))
-    inside = cv2.GaussianBlur(cleaned, (0, 0), LEVEL_SIGMA * size)
-    gain = np.clip(cv2.GaussianBlur(around, (0, 0), LEVEL_SIGMA * size) / np.maximum(inside, 1e-3), 0.5, 2.0)
-    levelled = cleaned * (1.0 + region[..., None] * (gain - 1.0))
-    return levelled.astype(np.float32), True
+    lens, rims, nose, openings = _regions(size)
+    lids = cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * _lid_margin(size) + 1,) * 2))
+    found = np.maximum((lines > 1.0) * (1.0 - nose), _thin_rim_lines(albedo) > 1.0) * rims * (1.0 - lids)
+    frames = np.clip(1.5 * cv2.GaussianBlur(cv2.dilate(found, np.ones((3, 3), np.uint8)), (0, 0), 1.0), 0.0, 1.0)
+    frames = frames * (1.0 - openings)
+    filled = _fill_with_texture(albedo, frames)
+    glasses = cv2.GaussianBlur(np.clip(np.maximum(lens, rims) - openings, 0.0, 1.0), (0, 0), 1.5)
+    behind = cv2.GaussianBlur(cv2.dilate(lens, np.ones((5, 5), np.uint8)), (0, 0), LEVEL_SIGMA * size / 2) * (1.0 - openings)
+    cleaned = _calm_lid_rims(_level_colour(_without_glare(filled, glasses), behind, openings), openings)
+    eyes = np.clip(2.0 * openings, 0.0, 1.0)[..., None]  # the eyes themselves are the face's own
+    return (cleaned * (1.0 - eyes) + albedo * eyes).astype(np.float32), True
+
+
+def _fill_with_texture(albedo: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """The frames' texels filled from the skin around them: its smooth average (push-pull)
+    plus the fine detail of the skin just above or below (a smooth strip where a rim was
+    would read as a pale ghost of the frame)."""
+    size = albedo.shape[0]
+    smooth = push_pull_fill(albedo, 1.0 - frames)
+    filled = smooth * frames[..., None] + albedo * (1.0 - frames[..., None])
+    detail = filled - cv2.GaussianBlur(filled, (0, 0), DETAIL_SIGMA * size)
+    clear = 1.0 - frames
+    shift = max(1, int(round(DETAIL_SHIFT * size)))
+    borrowed, counted = np.zeros_like(detail), np.zeros_like(clear)
+    for step in (shift, -shift):
+        borrowed += np.roll(detail * clear[..., None], step, axis=0)
+        counted += np.roll(clear, step, axis=0)
+    borrowed = borrowed / np.maximum(counted, 1.0)[..., None]
+    return (filled + frames[..., None] * borrowed).astype(np.float32)
+
+
+def _without_glare(albedo: np.ndarray, glasses: np.ndarray) -> np.ndarray:
+    """The glare on lenses and frames (texels far brighter than the skin around them)
+    brought down to that skin's brightness; the skin's own detail (wrinkles, lids) stays."""
+    luminance = np.ascontiguousarray(albedo.mean(2))
+    local = cv2.GaussianBlur(luminance, (0, 0), GLARE_SIGMA * albedo.shape[0])
+    excess = np.clip(luminance / np.maximum(local * GLARE_RATIO, 1e-3), 1.0, None)
+    return (albedo / (1.0 + glasses * (excess - 1.0))[..., None]).astype(np.float32)
+
+
+def _level_colour(albedo: np.ndarray, behind: np.ndarray, openings: np.ndarray) -> np.ndarray:
+    """The lenses tint the skin behind them: the low-passed colour of the region behind
+    them is levelled with the skin's around them (its detail and its brightness stay: the
+    wrinkles, lids and eye sockets' shading are the face's own)."""
+    sigma = LEVEL_SIGMA * albedo.shape[0]
+    weight = 1.0 - openings  # the eyes' own colour (iris, whites) says nothing of the skin's
+    inside = _normalised_blur(albedo, weight, sigma)
+    around = push_pull_fill(albedo, 1.0 - np.clip(2.0 * cv2.dilate(behind, np.ones((5, 5), np.uint8)), 0.0, 1.0))
+    around = cv2.GaussianBlur(around, (0, 0), sigma)
+    gain = np.clip(around / np.maximum(inside, 1e-3), 0.5, 2.0)
+    return (albedo * (1.0 + behind[..., None] * (gain - 1.0))).astype(np.float32)
+
+
+def _calm_lid_rims(albedo: np.ndarray, openings: np.ndarray) -> np.ndarray:
+    """Seen through a lens, the lid margins come out redder than the skin (tint, refraction
+    fringes); drawn round a target's own eyes that reads as a red rim. There their colour
+    (chromaticity) mostly gives way to the low-passed colour of the skin around; their
+    brightness (lashes, the lid's line) stays."""
+    size = albedo.shape[0]
+    margin = 2 * _lid_margin(size) + 1
+    rims = cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * margin + 1,) * 2))
+    rims = cv2.GaussianBlur(rims, (0, 0), _lid_margin(size)) * (1.0 - openings) * LID_CALMING
+    luminance = albedo.mean(2, keepdims=True) + 1e-3
+    chroma = albedo / luminance
+    skin = _normalised_blur(chroma, 1.0 - np.clip(rims / LID_CALMING + openings, 0.0, 1.0), 2.0 * margin)
+    return (luminance * (chroma + rims[..., None] * (skin - chroma))).astype(np.float32)
+
+
+def _normalised_blur(image: np.ndarray, weight: np.ndarray, sigma: float) -> np.ndarray:
+    """A Gaussian blur of ``image`` (T, T, C) counting each texel by ``weight`` (T, T)."""
+    total = cv2.GaussianBlur(image * weight[..., None], (0, 0), sigma)
+    return total / np.maximum(cv2.GaussianBlur(weight, (0, 0), sigma), 1e-3)[..., None]
 
 
 def _line_map(albedo: np.ndarray) -> np.ndarray:
@@ -77,6 +142,19 @@ def _line_map(albedo: np.ndarray) -> np.ndarray:
     dark = cv2.morphologyEx(np.ascontiguousarray(albedo.mean(2)), cv2.MORPH_BLACKHAT, kernel)
     blue = cv2.morphologyEx(np.ascontiguousarray(albedo[..., 2]), cv2.MORPH_BLACKHAT, kernel)
     return np.maximum(dark / DARK_LINE, np.clip(blue - dark, 0.0, None) / YELLOW_LINE)
+
+
+def _thin_rim_lines(albedo: np.ndarray) -> np.ndarray:
+    """(T, T) > 1 on thin lines yellower or brighter than their surroundings: clear amber or
+    gold rims and the light a lens's edge catches, which its lower edge often is (white
+    top-hats of R+G over B and of the luminance, narrow enough to leave the nose and
+    cheeks out)."""
+    radius = max(2, int(round(albedo.shape[0] * THIN_RADIUS)))
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1,) * 2)
+    yellowness = np.ascontiguousarray((albedo[..., 0] + albedo[..., 1]) / 2 - albedo[..., 2])
+    yellow = cv2.morphologyEx(yellowness, cv2.MORPH_TOPHAT, kernel) / THIN_YELLOW
+    bright = cv2.morphologyEx(np.ascontiguousarray(albedo.mean(2)), cv2.MORPH_TOPHAT, kernel) / THIN_BRIGHT
+    return np.maximum(yellow, bright)
 
 
 @lru_cache(maxsize=2)
@@ -106,15 +184,28 @@ def _ring_coverage(lines: np.ndarray, size: int) -> float:
 
 
 @lru_cache(maxsize=2)
-def _regions(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lens, temple band, eye openings) masks in a ``size`` UV texture."""
-    lens = np.zeros((size, size), np.float32)
+def _regions(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lens, rims, nose, eye openings) masks in a ``size`` UV texture: the lenses' region,
+    where the frames run (the lenses' outer ring and the temples, where the top bar runs on
+    to the ears), the nose below the frame's bridge and the eyes themselves."""
+    lens, inner = np.zeros((size, size), np.float32), np.zeros((size, size), np.float32)
     (right, width), (left, _) = _eyes(size)
     for centre, eye_width in _eyes(size):
+        at = (int(round(centre[0])), int(round(centre[1] + LENS_DROP * eye_width)))
         axes = (int(LENS_SIZE[0] * eye_width), int(LENS_SIZE[1] * eye_width))
-        cv2.ellipse(lens, (int(round(centre[0])), int(round(centre[1] + LENS_DROP * eye_width))), axes, 0, 0, 360, 1.0, -1)
+        cv2.ellipse(lens, at, axes, 0, 0, 360, 1.0, -1)
+        cv2.ellipse(inner, at, (int(RIM_INNER * axes[0]), int(RIM_INNER * axes[1])), 0, 0, 360, 1.0, -1)
     band = np.zeros((size, size), np.float32)  # the temples: the frame's top bar runs on to the ears
     row = int(round((right[1] + left[1]) / 2 - 0.35 * width))
     band[max(0, row - int(0.35 * width)): row + int(0.35 * width)] = 1.0
+    nose = np.zeros((size, size), np.float32)  # below the frame's bridge, between the eyes' inner corners
+    bottom = int(round(max(right[1], left[1]) + NOSE_BELOW * width))
+    inner_corners = sorted((right[0] + width / 2, left[0] - width / 2))
+    nose[bottom:, int(round(inner_corners[0])): int(round(inner_corners[1])) + 1] = 1.0
     openings = np.maximum(uv_polygon_mask(size, LEFT_EYE_CONTOUR), uv_polygon_mask(size, RIGHT_EYE_CONTOUR))
-    return lens, band * (1.0 - lens), openings
+    return lens, np.maximum(lens - inner, band * (1.0 - lens)), nose, openings
+
+
+def _lid_margin(size: int) -> int:
+    """Texels round the eye openings that are lids and lashes, not frames."""
+    return max(1, int(round(LID_MARGIN * _eyes(size)[0][1])))
