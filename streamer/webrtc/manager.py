@@ -45,6 +45,7 @@ from streamer.webrtc.errors import (
     UnprocessableError,
 )
 from streamer.webrtc.offers import MAX_REMOTE_CANDIDATES, Offer, parse_offer
+from streamer.webrtc.receive_bounds import bound_receiver
 from streamer.webrtc.session import Session, Viewer, iso_utc
 
 if TYPE_CHECKING:  # sections of the config schema, injected by the composition root
@@ -274,7 +275,7 @@ class SessionManager:
                 if audio_back:
                     audio.sender.replaceTrack(session.audio.output())
 
-            answer = await self._answer(pc, offer)
+            answer = await self._answer(pc, offer, f"{protocol} session {session.id}")
             session.video.attach(video.receiver.track, on_end=lambda: self._close_later(session, "video ended"))
             if audio is not None and offer.peer_sends_audio and audio.receiver.track is not None:
                 session.audio.attach(audio.receiver.track)
@@ -300,11 +301,13 @@ class SessionManager:
             raise ServerFullError(f"server full: {limit} of {limit} live sessions in use; try again later")
         self._reserved += 1
 
-    async def _answer(self, pc: RTCPeerConnection, offer: Offer) -> str:
+    async def _answer(self, pc: RTCPeerConnection, offer: Offer, name: str) -> str:
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer.sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError, OperationError, ... for bad offers
             raise BadRequestError(f"the offer cannot be used: {exc or type(exc).__name__}") from None
+        for transceiver in pc.getTransceivers():  # every media section's, before connecting starts their decoders
+            bound_receiver(transceiver.receiver, f"{name} {transceiver.kind} (mid {transceiver.mid})")
         try:
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # an offer aiortc took but cannot answer (it trips on what it accepted)
@@ -388,7 +391,7 @@ class SessionManager:
             video.setCodecPreferences(encoders.video_codec_preferences(self.tuning.codec))
             if offer.peer_receives_audio and session.audio is not None:
                 pc.addTransceiver(session.audio.output(), direction="sendonly")
-            answer = await self._answer(pc, offer)
+            answer = await self._answer(pc, offer, f"whep viewer {viewer.id} of {session_id}")
         except BaseException:
             await viewer.close()
             raise

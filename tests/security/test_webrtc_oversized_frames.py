@@ -1,0 +1,102 @@
+"""A WebRTC peer's encoded frames waiting for the decoder are bounded in bytes: aiortc hands
+every frame its jitter buffer reassembles (up to ~750 KB) to the decoder thread through an
+unbounded queue. Past the bound a frame is dropped and a keyframe asked for."""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import sys
+import threading
+from pathlib import Path
+
+import aiohttp
+import av
+from aiortc import MediaStreamTrack, RTCSessionDescription
+from aiortc.jitterbuffer import JitterFrame
+
+from streamer.webrtc.receive_bounds import MAX_QUEUED_BYTES, BoundedDecoderQueue
+from swapcast.app import NODE_KEY
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))
+from webrtc_harness import bearer, client_peer, node, run  # noqa: E402
+
+
+def _item(size: int) -> tuple[str, JitterFrame]:
+    return "h264", JitterFrame(bytes(size), 0)
+
+
+def test_a_frame_larger_than_the_bound_is_dropped_and_a_keyframe_asked_for():
+    asked = threading.Event()
+    frames = BoundedDecoderQueue(asked, "test video")
+    frames.put(_item(MAX_QUEUED_BYTES + 1))
+    assert frames.empty() and frames.dropped == 1 and asked.is_set()
+
+
+def test_frames_past_the_queued_bytes_are_dropped_until_the_decoder_catches_up():
+    asked = threading.Event()
+    frames = BoundedDecoderQueue(asked, "test video")
+    each = MAX_QUEUED_BYTES // 4
+    for _ in range(6):
+        frames.put(_item(each))
+    assert (frames.qsize(), frames.dropped, frames.queued_bytes) == (4, 2, MAX_QUEUED_BYTES)
+    frames.get()
+    frames.put(_item(each))
+    frames.put(None)  # the end always gets through
+    assert (frames.qsize(), frames.dropped) == (5, 2)
+
+
+class HugeFrames(MediaStreamTrack):
+    """A hostile publisher: already-encoded "H.264" access units of ``size`` bytes."""
+
+    kind = "video"
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self._size, self._pts = size, 0
+
+    async def recv(self) -> av.Packet:
+        await asyncio.sleep(0.1)
+        packet = av.Packet(b"\x00\x00\x00\x01\x65" + bytes(self._size))
+        packet.pts, packet.time_base = self._pts, fractions.Fraction(1, 90000)
+        self._pts += 9000
+        return packet
+
+
+def test_a_whip_publishers_decoder_reads_the_bounded_queue(engine, tmp_path):
+    """Over 127.0.0.1, a publisher sending 100 KB access units of junk: the node's decoder
+    thread reads the bounded queue, which never holds more than its bound, and the node
+    stays healthy."""
+
+    async def scenario():
+        async with node(engine, tmp_path) as client:
+            created = await client.post("/api/v1/keys", json={"name": "cam", "face_id": "astronaut"}, headers=bearer())
+            key = (await created.json())["key"]
+            pc = client_peer()
+            pc.addTransceiver(HugeFrames(100_000), direction="sendonly")
+            await pc.setLocalDescription(await pc.createOffer())
+            async with aiohttp.ClientSession() as http:
+                async with http.post(client.make_url("/whip"), data=pc.localDescription.sdp,
+                                     headers={"Content-Type": "application/sdp", "Authorization": f"Bearer {key}"}) as response:
+                    assert response.status == 201, await response.text()
+                    location, answer = response.headers["Location"], await response.text()
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+            session = client.server.app[NODE_KEY].sessions.get(location.rsplit("/", 1)[1])
+            receiver = session.pc.getTransceivers()[0].receiver
+            frames = receiver._RTCRtpReceiver__decoder_queue
+            most = 0
+            for _ in range(300):
+                most = max(most, frames.queued_bytes)
+                if frames.passed >= 10:
+                    break
+                await asyncio.sleep(0.05)
+            thread = receiver._RTCRtpReceiver__decoder_thread
+            reads_it = thread is not None and thread._args[1] is frames
+            healthy = (await client.get("/healthz")).status
+            await pc.close()
+            return type(frames), reads_it, frames.passed, most, healthy
+
+    kind, reads_it, passed, most, healthy = run(scenario(), timeout=60)
+    assert kind is BoundedDecoderQueue and reads_it and passed >= 10
+    assert most <= MAX_QUEUED_BYTES
+    assert healthy == 200
