@@ -14,15 +14,13 @@ Two bounds, enforced on the transport, before any request exists:
   on a kept-alive connection, of the request's first byte; else ``408`` and close. Only the
   header phase is timed: a WebSocket, a long WHEP answer or a 2 GB upload that is being
   handled is not. On HTTPS the TLS handshake gets the same bound, and is counted from the
-  TCP accept (:class:`TlsListener`).
+  TCP accept (``signaling.counted_tls``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import struct
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -35,6 +33,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from signaling.client_address import client_key, in_networks, parse_ip, parse_networks
+from signaling.counted_tls import CountedConnection, CountedTlsListener
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +66,15 @@ class ConnectionGuard:
 
     def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: GuardedConnection(self, factory)
+
+    def wrap_admitted(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[str], GuardedConnection | None]:
+        """For a :class:`CountedTlsListener`: a peer address's connection, counted, or None at the cap."""
+
+        def admit(address: str) -> GuardedConnection | None:
+            key = self._admit(address)
+            return GuardedConnection(self, factory, key) if key is not None else None
+
+        return admit
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -109,10 +117,10 @@ class ConnectionGuard:
                                       if now - t < REFUSAL_LOG_INTERVAL_S}
 
 
-class GuardedConnection(asyncio.Protocol):
+class GuardedConnection(asyncio.Protocol, CountedConnection):
     """aiohttp's protocol for one connection, behind the guard's two bounds. Everything is
-    passed through to it; a refused connection never reaches it. ``admitted_as``: the key a
-    :class:`TlsListener` already counted it under, at its TCP accept."""
+    passed through to it; a refused connection never reaches it. ``admitted_as``: the key
+    the guard already counted it under, at its TCP accept (HTTPS)."""
 
     def __init__(self, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol],
                  admitted_as: str | None = None) -> None:
@@ -192,92 +200,6 @@ class GuardedConnection(asyncio.Protocol):
         self._transport.close()  # close, not abort: the 408 is flushed first
 
 
-class TlsListener(asyncio.AbstractServer):
-    """An HTTPS listener that accepts TCP connections itself: the guard counts each one from
-    its accept, so TLS handshakes in progress hold places like open connections, and a
-    client at its cap is closed before any handshake work. (``create_server(ssl=...)`` only
-    tells the protocol once the handshake is done; ``start_tls`` from the protocol loses the
-    ClientHello under uvloop, which reads before the protocol can pause it.)"""
-
-    def __init__(self, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol], tls: SSLContext,
-                 sockets: list[socket.socket]) -> None:
-        self._guard, self._factory, self._tls = guard, factory, tls
-        self._sockets = sockets
-        self._loop = asyncio.get_running_loop()
-        self._accepting = [self._loop.create_task(self._accept(sock)) for sock in sockets]
-        self._handshakes: set[asyncio.Task[None]] = set()
-
-    @classmethod
-    async def bind(cls, guard: ConnectionGuard, factory: Callable[[], asyncio.Protocol], tls: SSLContext,
-                   host: str | None, port: int, backlog: int) -> TlsListener:
-        """Listen on every address ``host`` resolves to (all of them for None), as
-        ``create_server`` does."""
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        sockets: list[socket.socket] = []
-        try:
-            for family, kind, proto, _, address in dict.fromkeys(infos):
-                sock = socket.socket(family, kind, proto)
-                sockets.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                sock.bind(address)
-                sock.listen(backlog)
-                sock.setblocking(False)
-        except OSError:
-            for sock in sockets:
-                sock.close()
-            raise
-        return cls(guard, factory, tls, sockets)
-
-    async def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                conn, peer = await self._loop.sock_accept(listener)
-            except OSError as exc:  # out of file descriptors: let some close, as asyncio's servers do
-                log.warning("https: accept failed (%s); pausing accepts for 1 s", exc)
-                await asyncio.sleep(1.0)
-                continue
-            key = self._guard._admit(str(peer[0]) if isinstance(peer, tuple) and peer else "")
-            if key is None:
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, as abort() does
-                conn.close()
-                continue
-            task = self._loop.create_task(self._handshake(conn, GuardedConnection(self._guard, self._factory, key)))
-            self._handshakes.add(task)
-            task.add_done_callback(self._handshakes.discard)
-
-    async def _handshake(self, conn: socket.socket, connection: GuardedConnection) -> None:
-        """TLS within the header timeout; a failed, stalled or cut one frees its place."""
-        try:
-            await self._loop.connect_accepted_socket(
-                lambda: connection, conn, ssl=self._tls, ssl_handshake_timeout=self._guard.limits.header_timeout_s)
-        except (OSError, asyncio.CancelledError):  # SSLError, a reset, the handshake timeout; closing
-            conn.close()
-            connection.abandon()
-
-    @property
-    def sockets(self) -> tuple[socket.socket, ...]:
-        return tuple(self._sockets)
-
-    def close(self) -> None:
-        for task in (*self._accepting, *self._handshakes):
-            task.cancel()
-        for sock in self._sockets:
-            sock.close()
-        self._sockets = []
-
-    async def wait_closed(self) -> None:
-        await asyncio.gather(*self._accepting, *self._handshakes, return_exceptions=True)
-
-    def is_serving(self) -> bool:
-        return bool(self._sockets)
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
-
 class GuardedSite(web.TCPSite):
     """``web.TCPSite`` whose connections pass through a :class:`ConnectionGuard`."""
 
@@ -294,8 +216,9 @@ class GuardedSite(web.TCPSite):
             self._server = await asyncio.get_running_loop().create_server(
                 self._guard.wrap(server), self._host, self._port, backlog=self._backlog)
         else:
-            self._server = await TlsListener.bind(self._guard, server, self._ssl_context, self._host, self._port,
-                                                  self._backlog)
+            self._server = await CountedTlsListener.bind(
+                self._host, self._port, self._backlog, self._ssl_context, self._guard.limits.header_timeout_s,
+                self._guard.wrap_admitted(server), "https")
         self._bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port
 
 

@@ -279,8 +279,10 @@ class RtmpConnection:
             return
         self.close_reason = reason
         self.closed.set()
+        transport = self._writer.transport
+        unsent = 0 if transport.is_closing() else transport.get_write_buffer_size()  # a closed TLS one raises
         self._writer.close()
-        if self._writer.transport.get_write_buffer_size():
+        if unsent:
             # close() sends what is unsent first: a peer that stopped reading would hold the
             # socket and those bytes for ever, so it gets the notice grace time, no more
             asyncio.get_running_loop().call_later(NOTICE_GRACE_S, self._writer.transport.abort)

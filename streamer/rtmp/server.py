@@ -2,11 +2,13 @@
 
 Each connection is its own task, so a peer that stalls or sends garbage only ever takes
 itself down; `close()` cancels and awaits every connection so no task outlives the server.
-A connection must publish or play within `setup_timeout` seconds, and one address holds at
+A connection must publish or play within `setup_timeout` seconds, and one client (an IPv4
+address, ``::ffff:``-mapped or not, or an IPv6 /64: `signaling.client_address`) holds at
 most `max_pending_per_ip` connections that have not yet: idle sockets cannot pile up (each
 is a file descriptor of the node), while publishers and players do not count.
 With a TLS context it also listens for RTMPS on `tls_port`: the same connections after a
-TLS handshake, which asyncio runs per connection (a failed one ends only that client)."""
+TLS handshake (a failed one ends only that client), counted from the TCP accept, so
+handshakes that never finish hold places too (`signaling.counted_tls`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,11 @@ import asyncio
 import logging
 import ssl
 from collections import Counter
+from collections.abc import Callable, Coroutine
+from typing import Any
 
+from signaling.client_address import client_key
+from signaling.counted_tls import CountedConnection, CountedTlsListener
 from streamer.rtmp.connection import RtmpConnection
 from streamer.rtmp.handler import MediaMessage, Player, Publisher, PublishRejected, RtmpHandler
 
@@ -46,7 +52,7 @@ class RtmpServer:
         self._pending_by_ip: Counter[str] = Counter()
         self._tls = tls
         self._requested_tls_port = tls_port
-        self._tls_server: asyncio.Server | None = None
+        self._tls_server: CountedTlsListener | None = None
         self._host = host
         self._requested_port = port
         self._stall_timeout = stall_timeout
@@ -83,30 +89,48 @@ class RtmpServer:
         self._server = await asyncio.start_server(self._accept, self._host, self._requested_port)
         log.info("rtmp: listening on %s:%d", self._host, self.port)
         if self._tls is not None:
-            self._tls_server = await asyncio.start_server(
-                self._accept, self._host, self._requested_tls_port, ssl=self._tls,
-                ssl_handshake_timeout=self._stall_timeout,
-            )
+            self._tls_server = await CountedTlsListener.bind(
+                self._host, self._requested_tls_port, 100, self._tls, self._stall_timeout, self._admit_tls, "rtmps")
             log.info("rtmps: listening on %s:%d", self._host, self.tls_port)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
-        if self._pending_by_ip[address] >= self._max_pending_per_ip:
-            log.info("rtmp %s: refused: %d connections of this address have not published or played yet",
-                     address, self._pending_by_ip[address])
-            writer.transport.abort()
-            return
-        self._pending_by_ip[address] += 1
-        counted = True
+    def _count_pending(self, address: str) -> str | None:
+        """The key a new connection of ``address`` is counted under, None past the bound."""
+        key = client_key(address)
+        if self._pending_by_ip[key] >= self._max_pending_per_ip:
+            log.info("rtmp %s: refused: %d connections of this client have not published or played yet",
+                     key, self._pending_by_ip[key])
+            return None
+        self._pending_by_ip[key] += 1
+        return key
+
+    def _uncount_pending(self, key: str) -> None:
+        self._pending_by_ip[key] -= 1
+        if not self._pending_by_ip[key]:
+            del self._pending_by_ip[key]
+
+    def _admit_tls(self, address: str) -> _CountedStream | None:
+        key = self._count_pending(address)
+        if key is None:
+            return None
+        return _CountedStream(lambda reader, writer: self._accept(reader, writer, counted_as=key),
+                              lambda: self._uncount_pending(key))
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      counted_as: str | None = None) -> None:
+        """One connection; ``counted_as``: the key RTMPS counted it under at its accept."""
+        if counted_as is None:
+            peer = writer.get_extra_info("peername")
+            counted_as = self._count_pending(str(peer[0]) if isinstance(peer, tuple) else str(peer))
+            if counted_as is None:
+                writer.transport.abort()
+                return
+        key, counted = counted_as, True
 
         def started() -> None:
             nonlocal counted
             if counted:
                 counted = False
-                self._pending_by_ip[address] -= 1
-                if not self._pending_by_ip[address]:
-                    del self._pending_by_ip[address]
+                self._uncount_pending(key)
 
         connection = RtmpConnection(
             reader,
@@ -158,3 +182,18 @@ class RtmpServer:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+class _CountedStream(asyncio.StreamReaderProtocol, CountedConnection):
+    """An RTMPS connection's stream protocol, counted as pending from its TCP accept;
+    ``uncount`` frees its place if its handshake fails (once it starts, ``_accept`` does)."""
+
+    def __init__(self, serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]],
+                 uncount: Callable[[], None]) -> None:
+        super().__init__(asyncio.StreamReader(), serve)
+        self._uncount: Callable[[], None] | None = uncount
+
+    def abandon(self) -> None:
+        if self._uncount is not None:
+            self._uncount()
+            self._uncount = None
