@@ -44,7 +44,8 @@ LENS_DROP = 0.12  # the lens centre sits this many eye widths below the eye's ce
 THIN_RADIUS = 4 / 384  # of the texture: the amber-rim top-hat's radius (a rim is ~3 texels wide)
 THIN_YELLOW = 0.07  # albedo units: how much yellower than its surroundings such a rim is ...
 THIN_BRIGHT = 0.2  # ... or brighter
-NOSE_BELOW = 0.1  # eye widths below the eyes' centres from where only thin rims are looked for on the nose (its sides' shadows are dark lines too)
+NOSE_BELOW = 0.1  # eye widths below the eyes' centres from where the nose is left alone (its sides' shadows look like
+# frame lines; filling them, even only the thin ones, cost dlib's identity and HOG detector more than the rims cost)
 DETAIL_SIGMA = 1.5 / 384  # of the texture: what counts as fine detail in the skin a frame's fill borrows ...
 DETAIL_SHIFT = 10 / 384  # ... from this far above or below (past a frame's width)
 RIM_INNER = 0.6  # of the lens region's half-axes: frame lines are looked for outside this (a wrinkle under an eye lies inside)
@@ -63,7 +64,7 @@ def remove_eyewear(albedo: np.ndarray) -> tuple[np.ndarray, bool]:
         return albedo, False
     lens, rims, nose, openings = _regions(size)
     lids = cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * _lid_margin(size) + 1,) * 2))
-    found = np.maximum((lines > 1.0) * (1.0 - nose), _thin_rim_lines(albedo) > 1.0) * rims * (1.0 - lids)
+    found = (np.maximum(lines, _thin_rim_lines(albedo)) > 1.0) * rims * (1.0 - nose) * (1.0 - lids)
     frames = np.clip(1.5 * cv2.GaussianBlur(cv2.dilate(found, np.ones((3, 3), np.uint8)), (0, 0), 1.0), 0.0, 1.0)
     frames = frames * (1.0 - openings)
     filled = _fill_with_texture(albedo, frames)
