@@ -43,7 +43,8 @@ LID_MARGIN = 0.15  # eye widths around the eye opening that are lids and lashes,
 LENS_DROP = 0.12  # the lens centre sits this many eye widths below the eye's centre
 THIN_RADIUS = 4 / 384  # of the texture: the amber-rim top-hat's radius (a rim is ~3 texels wide)
 THIN_YELLOW = 0.07  # albedo units: how much yellower than its surroundings such a rim is ...
-THIN_BRIGHT = 0.2  # ... or brighter
+THIN_BRIGHT = 0.2  # ... or brighter, or darker (a clear rim's refracting edges)
+THIN_DARK = 0.15
 NOSE_BELOW = 0.1  # eye widths below the eyes' centres from where the nose is left alone (its sides' shadows look like
 # frame lines; filling them, even only the thin ones, cost dlib's identity and HOG detector more than the rims cost)
 DETAIL_SIGMA = 1.5 / 384  # of the texture: what counts as fine detail in the skin a frame's fill borrows ...
@@ -146,16 +147,18 @@ def _line_map(albedo: np.ndarray) -> np.ndarray:
 
 
 def _thin_rim_lines(albedo: np.ndarray) -> np.ndarray:
-    """(T, T) > 1 on thin lines yellower or brighter than their surroundings: clear amber or
-    gold rims and the light a lens's edge catches, which its lower edge often is (white
-    top-hats of R+G over B and of the luminance, narrow enough to leave the nose and
-    cheeks out)."""
+    """(T, T) > 1 on thin lines yellower, brighter or darker than their surroundings: clear
+    amber or gold rims, the light a lens's edge catches and its refracting edges, which a
+    lower rim often is (top-hats of R+G over B and of the luminance, narrow enough to
+    leave the cheeks' broad shading out)."""
     radius = max(2, int(round(albedo.shape[0] * THIN_RADIUS)))
     kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1,) * 2)
     yellowness = np.ascontiguousarray((albedo[..., 0] + albedo[..., 1]) / 2 - albedo[..., 2])
     yellow = cv2.morphologyEx(yellowness, cv2.MORPH_TOPHAT, kernel) / THIN_YELLOW
-    bright = cv2.morphologyEx(np.ascontiguousarray(albedo.mean(2)), cv2.MORPH_TOPHAT, kernel) / THIN_BRIGHT
-    return np.maximum(yellow, bright)
+    luminance = np.ascontiguousarray(albedo.mean(2))
+    bright = cv2.morphologyEx(luminance, cv2.MORPH_TOPHAT, kernel) / THIN_BRIGHT
+    dark = cv2.morphologyEx(luminance, cv2.MORPH_BLACKHAT, kernel) / THIN_DARK
+    return np.maximum(np.maximum(yellow, bright), dark)
 
 
 @lru_cache(maxsize=2)
