@@ -120,8 +120,9 @@ def test_a_tilted_face_gets_a_correct_mesh(engine, person, roll, astronaut_image
     assert len(faces) == 1
     error = np.linalg.norm(faces[0].mesh - truth, axis=1)
     assert error[EYE_CORNERS].max() < 3.0  # px, on a 120 px face
-    # the mesh run on the tilted region itself is off by 1.5-4.5 px on average; upright, 0.6-0.9
-    assert error.mean() < 1.2
+    # the mesh run on the tilted region itself is off by 1.5-4.5 px on average; upright,
+    # 0.6-1.22 (it moves by ~0.1 px with the candidate's box, the mean of the views that saw it)
+    assert error.mean() < 1.3
     assert abs(mesh_roll(np.column_stack([faces[0].mesh, faces[0].depth])) + roll) < 5  # image y points down
     assert abs(roll_of(faces[0].kps) + roll) < 5
 
@@ -176,11 +177,11 @@ def test_equalised_sweep_finds_a_small_dark_face_in_dim_light():
 
 
 def test_equalised_keeps_size_and_hue():
-    from gpu.analysis.detection import equalised
+    from gpu.analysis.detection import Equalised
 
     rng = np.random.default_rng(0)
     image = (rng.uniform(0, 60, (90, 130, 3)) * [1.0, 0.6, 0.4]).astype(np.uint8)  # dark and warm
-    out = equalised(image)
+    out = Equalised(image).image()
     assert out.shape == image.shape and out.dtype == np.uint8
     assert out.mean() > image.mean() + 10  # lifted
     assert out[..., 0].mean() > out[..., 2].mean()  # still warm
@@ -216,3 +217,56 @@ def test_schedule_sweeps_a_large_frame_within_its_bound():
     tracking = [schedule.views_for(1280, 720, tracking=True) for _ in range(SWEEP_FRAMES)]
     assert max(len(v) for v in tracking) == 1  # still one pass a frame at most
     assert {v[0] for v in tracking if v} == set(views)  # every view within SWEEP_FRAMES (3.2 s at 30 fps)
+
+
+class _RecordingDetector:
+    """A BlazeFace stand-in that finds nothing and records the windows and image it saw."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[np.ndarray, list]] = []
+
+    def detect_windows(self, image, windows):
+        self.calls.append((image, list(windows)))
+        return [[] for _ in windows]
+
+    def close(self) -> None:
+        pass
+
+
+def test_only_dim_views_are_swept_again_equalised():
+    """Half the photo in dim light, half well lit: the equalised sweep sees only views whose
+    mean lightness is under DIM_LIGHTNESS, on the equalised photo; the plain sweep sees all."""
+    from gpu.analysis.detection import DIM_LIGHTNESS, Equalised
+
+    rng = np.random.default_rng(0)
+    image = rng.integers(120, 220, (886, 1280, 3)).astype(np.uint8)
+    image[:, :640] //= 8  # the left half dim
+    detectors = {"short": _RecordingDetector(), "full": _RecordingDetector()}
+    finder = FaceFinder(hog=False, equalise=True, detectors=detectors)
+    assert finder.find(image) == []
+    views = finder.views(1280, 886)
+    lightness = Equalised(image)
+    seen = [(view, image_seen) for d in detectors.values() for image_seen, windows in d.calls for view in windows]
+    plain = [window for window, image_seen in seen if image_seen is image]
+    lifted = [window for window, image_seen in seen if image_seen is not image]
+    assert sorted(plain) == sorted(v.window for v in views)
+    assert lifted and sorted(lifted) == sorted(v.window for v in views if lightness.lightness(v.window) < DIM_LIGHTNESS)
+    assert all(window[2] <= 640 + 320 for window in lifted)  # none wholly in the lit half
+    assert len(lifted) < len(views)
+
+
+def test_a_confident_turned_head_is_kept_on_its_mesh_roi(tracking_graphs):
+    """A 72 px head turned 45 degrees in a crowd photo: BlazeFace is sure of it (0.81), but
+    its detection's ROI sits off the face and the mesh's presence there is 0.24; on its
+    mesh's ROI it holds (0.59). Judged on the detection's ROI alone, it is lost."""
+    from gpu.analysis.still_faces import analyse_still
+    from gpu.analysis.still_graphs import GraphStillFaces
+    from swapcast.benchmarks.detection import CROWD_YAWS, crowd_photo, sample_heads
+
+    scene = crowd_photo(2003, sample_heads(turned=True, yaws=CROWD_YAWS))
+    turned = next(i for i, label in enumerate(scene.labels) if label.startswith("astronaut yaw-45 72px"))
+    frame = scene.image.shape[1::-1]
+    for still, kept in ((GraphStillFaces(tracking_graphs, rescue_score=float("inf")), False),
+                        (GraphStillFaces(tracking_graphs), True)):
+        hits, false = matched(scene.boxes, [face.box for face in analyse_still(still, scene.image)], frame)
+        assert hits[turned] is kept and false == 0

@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from gpu.analysis.blazeface import BlazeFaceRange
-from gpu.analysis.detection import FaceFinder, suppress
+from gpu.analysis.detection import DIM_LIGHTNESS, FaceFinder, suppress
 from gpu.types import Face
 
 StillBackend = Literal["mediapipe", "graphs"]
@@ -30,10 +30,11 @@ class StillFaces(Protocol):
 class MediapipeStillFaces:
     """mediapipe's BlazeFace graphs over the sweep and its static face mesh per candidate."""
 
-    def __init__(self, whole_frame: BlazeFaceRange = "full", hog: bool = True, equalise: bool = True) -> None:
+    def __init__(self, whole_frame: BlazeFaceRange = "full", hog: bool = True, equalise: bool = True,
+                 equalise_below: float = DIM_LIGHTNESS) -> None:
         from gpu.analysis.face_mesh import FaceMesh
 
-        self.finder = FaceFinder(whole_frame, hog=hog, equalise=equalise)
+        self.finder = FaceFinder(whole_frame, hog=hog, equalise=equalise, equalise_below=equalise_below)
         self._mesh = FaceMesh()
 
     def find(self, image: np.ndarray) -> list[Face]:

@@ -12,10 +12,13 @@ mesh (the tracker's rule), where
   the face must hold its presence on its mesh's ROI (a HOG box on a neck scored 0.66 on its
   box, 0.0 there);
 - the mesh's roll disagrees with the ROI's by more than ``RETRY_DEGREES`` (``FaceMesh``'s
-  retry).
-A face whose presence is low on its detection's ROI is no face, even where its mesh's ROI
-would score it high: that rescued 1 face of 114 in bench detect's crowd photos but kept 4
-logos (a mission patch, a rocket's nose) on the scaled faces and the pose set.
+  retry);
+- a confident candidate (short range saw it, and the sweep scored it ``RESCUE_SCORE`` or
+  more) has low presence on its detection's ROI (a head turned ~45 degrees, whose
+  detection ROI sits off its face).
+A face must hold its presence on every ROI it was tried on, a confident one on either:
+the mesh's ROI alone scores a rocket's logo 0.57-0.76 (BlazeFace: 0.66-0.69) and, for a
+candidate short range does not see, the astronaut's mission patch 0.6.
 All candidates of a photo share each of these runner calls. Only one pass otherwise: a
 second on the mesh's ROI moved the meshes away from mediapipe's (pose set: 1.21 px mean
 against 0.70 px) and from the set's truth (1.49 % of the face width against 1.43 %).
@@ -30,7 +33,7 @@ import cv2
 import numpy as np
 
 from gpu.analysis.blazeface import BlazeFaceRange
-from gpu.analysis.detection import FaceFinder, roll_of
+from gpu.analysis.detection import DIM_LIGHTNESS, FaceFinder, roll_of
 from gpu.analysis.face_mesh import REGION_SCALE, RETRY_DEGREES, face_from_mesh, mesh_roll, plausible_mesh
 from gpu.device import array_module
 from gpu.kernels import ops
@@ -43,6 +46,14 @@ REGION_PX = 192
 # mediapipe's face mesh keeps a face whose presence is over this (min_detection_confidence).
 MIN_PRESENCE = 0.5
 
+# A candidate BlazeFace is this sure of, and sees again in its upright region, whose
+# presence is low on its detection's ROI is judged on its mesh's ROI too: a turned head's
+# detection ROI sits off its face (a 72 px head turned 45 degrees: presence 0.24 there,
+# 0.59 on its mesh's). Measured on bench detect's stills and clutter: faces that needed it
+# scored 0.75-0.81; of what short range sees again and is no face, a smiley logo on a
+# rocket's nose scored highest, 0.69 (presence 0.57-0.76 on its mesh's ROI).
+RESCUE_SCORE = 0.72
+
 _still_ids = itertools.count(1)
 
 
@@ -52,11 +63,16 @@ class GraphStillFaces:
     session keeps its inline fast path between stills."""
 
     def __init__(self, graphs: TrackingGraphs, whole_frame: BlazeFaceRange = "full", hog: bool = True,
-                 equalise: bool = True) -> None:
+                 equalise: bool = True, equalise_below: float = DIM_LIGHTNESS,
+                 rescue_score: float = RESCUE_SCORE) -> None:
+        """``equalise_below`` and ``rescue_score``: see ``FaceFinder`` and ``RESCUE_SCORE``
+        (``bench detect`` compares the still path with neither)."""
         self._graphs = graphs
+        self.rescue_score = rescue_score
         self._session = f"still-{next(_still_ids)}"
         detectors = {name: GraphBlazeFace(graphs, name, self._session) for name in ("short", "full")}
-        self.finder = FaceFinder(whole_frame, hog=hog, equalise=equalise, detectors=detectors)
+        self.finder = FaceFinder(whole_frame, hog=hog, equalise=equalise, detectors=detectors,
+                                 equalise_below=equalise_below)
 
     def find(self, image: np.ndarray) -> list[Face]:
         """Every candidate of the finder's whole sweep (and HOG), merged."""
@@ -75,15 +91,19 @@ class GraphStillFaces:
         try:
             rois, seen = self._detection_rois(image, faces)
             points, presence = self._graphs.landmarks(self._session, [image] * len(rois), rois)
-            retry = [i for i, (mesh, roi, detected) in enumerate(zip(points, rois, seen, strict=True))
-                     if not detected or abs(_angle(mesh_roll(mesh) - np.degrees(roi[3]))) > RETRY_DEGREES]
+            confident = [detected and face.score >= self.rescue_score
+                         for face, detected in zip(faces, seen, strict=True)]
+            retry = [i for i, (mesh, roi, alive) in enumerate(zip(points, rois, presence, strict=True))
+                     if not seen[i] or (confident[i] and alive < MIN_PRESENCE)
+                     or abs(_angle(mesh_roll(mesh) - np.degrees(roi[3]))) > RETRY_DEGREES]
             if retry:
                 again, alive = self._graphs.landmarks(self._session, [image] * len(retry),
                                                       face_roi.roi_from_landmarks(points[retry]))
-                # a candidate short range did not see must hold its presence on both ROIs
-                unseen = np.array([not seen[i] for i in retry])
-                points[retry] = again
-                presence[retry] = np.where(unseen, np.minimum(presence[retry], alive), alive)
+                for i, mesh, held in zip(retry, again, alive, strict=True):
+                    if not confident[i]:  # it must hold its presence on both ROIs
+                        points[i], presence[i] = mesh, min(presence[i], held)
+                    elif held >= MIN_PRESENCE or held > presence[i]:  # on either, the mesh's ROI first
+                        points[i], presence[i] = mesh, held
         finally:
             self._graphs.detach(self._session)
         return [

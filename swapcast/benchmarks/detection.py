@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ import numpy as np
 from gpu.analysis.blazeface import BlazeFaceDetector
 from gpu.analysis.detection import box_iou
 from gpu.analysis.face_mesh import FaceTracker
-from gpu.analysis.still_faces import MediapipeStillFaces, analyse_still
+from gpu.analysis.still_faces import MediapipeStillFaces, StillFaces, analyse_still
+from gpu.analysis.still_graphs import GraphStillFaces
 from gpu.engine import FaceEngine
 from gpu.tracking.graph_tracker import GraphFaceTracker
 from streamer.samples import astronaut, grace_hopper
@@ -59,6 +61,9 @@ CROWD_JPEG_QUALITY = 60
 # (darker skin absorbs blue and green more than red); "as shot" keeps the photo.
 SKIN_TONES = {"as shot": ((1.0, 1.0, 1.0), 1.0), "tan": ((0.9, 0.76, 0.62), 1.1),
               "brown": ((0.68, 0.5, 0.38), 1.25), "dark": ((0.46, 0.33, 0.25), 1.4)}
+# The recall per kind: (largest width, kind), (largest roll, kind).
+WIDTH_KINDS = ((59, "width 40-59 px"), (99, "width 60-99 px"), (199, "width 100-199 px"), (np.inf, "width 200 px+"))
+ROLL_KINDS = ((14, "roll 0-14"), (29, "roll 15-29"), (45, "roll 30-45"), (np.inf, "roll 46-90"))
 CUT_SHARE = 0.4  # a head with more of its width outside the frame is left out
 CROWD_GAP = (1.3, 1.9)  # neighbours' centres, in face widths
 
@@ -71,6 +76,19 @@ class Scene:
     image: np.ndarray  # RGB uint8
     boxes: list[np.ndarray] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
+    kinds: list[tuple[str, ...]] = field(default_factory=list)  # each face's kinds (``face_kinds``)
+
+
+def face_kinds(head: str, width: float, roll: float = 0.0, tone: str = "as shot", light: str = "normal",
+               cut: bool = False) -> tuple[str, ...]:
+    """The kinds a face counts under in the recall per kind: its width, roll and yaw (from
+    the head's name, ``sample_heads``'), and whether it is dark-skinned, dimly lit or cut."""
+    yaw = abs(int(match.group(1))) if (match := re.search(r"yaw([+-]\d+)", head)) else 0
+    kinds = [next(kind for largest, kind in WIDTH_KINDS if round(width) <= largest),
+             next(kind for largest, kind in ROLL_KINDS if round(abs(roll)) <= largest), f"yaw {yaw}"]
+    kinds += ["dark/brown skin"] * (tone in ("brown", "dark")) + ["dim light"] * (light == "dim")
+    kinds += ["cut by edge"] * bool(cut)
+    return tuple(kinds)
 
 
 @dataclass(frozen=True)
@@ -167,6 +185,7 @@ def group_photo(seed: int, size: tuple[int, int] = GROUP_SIZE, faces: tuple[int,
         mirror, light = bool(rng.integers(0, 2)), str(rng.choice(list(LIGHTS)))
         scene.boxes.append(paste_face(canvas, heads[name], face_width, centre, roll, mirror, light))
         scene.labels.append(f"{name} {face_width:.0f}px roll {roll:+.0f} {light}{' mirrored' if mirror else ''}")
+        scene.kinds.append(face_kinds(name, face_width, roll, light=light))
     scene.image = _jpeg(canvas)
     return scene
 
@@ -210,6 +229,7 @@ def crowd_photo(seed: int, heads: dict[str, Head], size: tuple[int, int] = GROUP
             scene.boxes.append(np.clip(box, 0, [width, height, width, height]).astype(np.float32))
             scene.labels.append(f"{name} {face_width:.0f}px roll {roll:+.0f} {tone} {light}"
                                 f"{' mirrored' if mirror else ''}{' cut' if inside < 0.999 else ''}")
+            scene.kinds.append(face_kinds(name, float(face_width), roll, tone, light, inside < 0.999))
     cast = rng.uniform(0.8, 1.15, 3) * rng.uniform(0.6, 1.15)
     blurred = cv2.GaussianBlur(canvas.astype(np.float32) * cast, (0, 0), float(rng.uniform(0.5, 1.1)))
     scene.image = _jpeg(np.clip(blurred, 0, 255).astype(np.uint8), CROWD_JPEG_QUALITY)
@@ -265,7 +285,7 @@ def rolled_face(person: str, roll: float, width: float = 120.0, size: tuple[int,
     canvas = _background(0, size)
     box = paste_face(canvas, heads[person], width, (size[0] / 2, size[1] / 2), roll)
     label = f"{person} {width:.0f}px roll {roll:+.0f} in {size[0]}x{size[1]}"
-    return Scene(label.replace(" ", "/"), canvas, [box], [label])
+    return Scene(label.replace(" ", "/"), canvas, [box], [label], [face_kinds(person, width, roll)])
 
 
 def _yaw_renders(yaws: Sequence[int] = YAWS) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -285,7 +305,8 @@ def _yaw_renders(yaws: Sequence[int] = YAWS) -> list[tuple[str, np.ndarray, np.n
 
 def yawed_faces() -> list[Scene]:
     """Turned heads as rendered, with true boxes."""
-    return [Scene(label.replace(" ", "/"), image, [np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)], [label])
+    return [Scene(label.replace(" ", "/"), image, [np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)],
+                  [label], [face_kinds(label, float(np.ptp(mesh[:, 0])))])
             for label, image, mesh in _yaw_renders()]
 
 
@@ -317,11 +338,17 @@ class Tally:
     ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
+    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [found, faces]
 
     def add(self, scene: Scene, boxes: Sequence[np.ndarray], ms: float, cpu_ms: float) -> None:
         hits, false = matched(scene.boxes, boxes, scene.image.shape[1::-1])
         self.faces += len(hits)
         self.found += sum(hits)
+        for kinds, hit in zip(scene.kinds, hits, strict=True):
+            for kind in kinds:
+                counts = self.by_kind.setdefault(kind, [0, 0])
+                counts[0] += hit
+                counts[1] += 1
         self.false += false
         self.ms.append(ms)
         self.cpu_ms.append(cpu_ms)
@@ -434,7 +461,7 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
     engine = FaceEngine(config.engine.settings())
     settings = engine.settings
     one_pass = BlazeFaceDetector(settings.detector_range)
-    before = MediapipeStillFaces(settings.detector_range, equalise=False)  # the still path before the equalised pass
+    before = _previous_still_path(engine)
     heads = sample_heads(turned=True)
     crowd_heads = sample_heads(turned=True, yaws=CROWD_YAWS)
     frontal = {name: heads[name] for name in FACE_BOXES}
@@ -453,6 +480,7 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
         "hog": hog_boxes,
     }
     report: dict[str, dict[str, dict]] = {}
+    kinds = {name: Tally() for name in detectors}  # every still set together, per kind of face
     total = sum(len(scenes) for scenes in sets.values())
     with ProgressBar("detect", enabled=progress) as bar:
         done = 0
@@ -462,7 +490,9 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
             tallies = {name: Tally() for name in detectors}
             for scene in scenes:
                 for name, detect in detectors.items():
-                    tallies[name].add(scene, *_timed(lambda detect=detect: detect(scene.image)))
+                    result = _timed(lambda detect=detect: detect(scene.image))
+                    tallies[name].add(scene, *result)
+                    kinds[name].add(scene, *result)
                 done += 1
                 bar.update(done, total)
             report[set_name] = {name: {**t.row(), "missed": t.missed} for name, t in tallies.items()}
@@ -477,10 +507,21 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
     for set_name, clip, truth in [*live_clips, *_pose_clips(), ("live 1280x720 crowd, a 6th enters", *entering)]:
         trackers = {name: _tracker(engine, sweep) for name, sweep in (("old", False), ("new", True))}
         report[set_name] = _live(trackers, clip, truth)
+    report["recall per kind (all still sets)"] = {name: tally.by_kind for name, tally in kinds.items()}
     _print(report)
     if as_json:
         print(json.dumps(report, indent=2, default=float))
     return 0
+
+
+def _previous_still_path(engine: FaceEngine) -> StillFaces:
+    """The engine's still path as it was before the equalised sweep was limited to the views
+    equalising changes much, and before confident candidates were rescued on their mesh's ROI."""
+    settings = engine.settings
+    if settings.tracker == "graphs":
+        return GraphStillFaces(engine.tracking_graphs, settings.detector_range, equalise_below=np.inf,
+                               rescue_score=float("inf"))
+    return MediapipeStillFaces(settings.detector_range, equalise_below=np.inf)
 
 
 def _tracker(engine: FaceEngine, sweep: bool) -> FaceTracker | GraphFaceTracker:
@@ -492,9 +533,12 @@ def _tracker(engine: FaceEngine, sweep: bool) -> FaceTracker | GraphFaceTracker:
 
 
 def _print(report: dict[str, dict[str, dict]]) -> None:
-    print("stills: old = one BlazeFace pass; before = the still path before this change (mediapipe graphs, sweep + HOG +")
-    print("  mesh check); new = analyse_image on the engine's tracker backend (sweep + equalised sweep + HOG + mesh check);")
-    print("  hog = dlib's HOG detector alone, upsampled once")
+    report = dict(report)
+    per_kind = report.pop("recall per kind (all still sets)")
+    print("stills: old = one BlazeFace pass; before = the still path before this change (sweep + equalised sweep in")
+    print("  every view + HOG + mesh check, presence on the detection's ROI); new = analyse_image (the equalised sweep")
+    print("  only where equalising changes the view, confident candidates judged on their mesh's ROI too), both on the")
+    print("  engine's tracker backend; hog = dlib's HOG detector alone, upsampled once")
     print("live: the engine's tracker, old = whole-frame pass only, new = the sweep spread over frames")
     print("times per image (live: per frame, tracks settled); cpu = this process's CPU time, steadier on a busy machine")
     print(f"{'set':34} {'':6} {'found':>11} {'recall':>7} {'false':>6} {'ms median':>10} {'ms max':>8} "
@@ -511,9 +555,22 @@ def _print(report: dict[str, dict[str, dict]]) -> None:
         if rows.get("new", {}).get("newcomer_present_at") is not None:
             print(f"{'':34} newcomer in frame from {rows['new']['newcomer_present_at']}, tracked after: "
                   f"old {_frames(rows['old']['newcomer_found_after'])}, new {_frames(rows['new']['newcomer_found_after'])}")
+    print(f"recall per kind, every still set together: {'':10}" + "".join(f"{name:>14}" for name in per_kind))
+    for kind in sorted({kind for counts in per_kind.values() for kind in counts}, key=_kind_order):
+        print(f"  {kind:50}" + "".join(f"{_share(counts.get(kind)):>14}" for counts in per_kind.values()))
     for set_name, rows in report.items():
         for label in rows.get("new", {}).get("missed", []):
             print(f"missed by new ({set_name}): {label}")
+
+
+def _share(counts: list[int] | None) -> str:
+    return "-" if not counts else f"{counts[0]}/{counts[1]} {counts[0] / counts[1]:.0%}"
+
+
+def _kind_order(kind: str) -> tuple[str, int]:
+    """Kinds by family, then by the number in them (width 40-59 before width 100-199)."""
+    number = re.search(r"\d+", kind)
+    return (kind.split()[0], int(number.group()) if number else 0)
 
 
 def _frames(count: int | None) -> str:
