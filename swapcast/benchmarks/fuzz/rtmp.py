@@ -52,6 +52,13 @@ class Recording:
     def media(self) -> list[msg.RtmpMessage]:
         return [m for m in self.messages if m.type_id in (8, 9, 18)]
 
+    @property
+    def preamble(self) -> list[msg.RtmpMessage]:
+        """The messages before the first media one (connect to publish): not the FCUnpublish
+        and deleteStream at the end, which would end the publish before its media."""
+        first = next((i for i, m in enumerate(self.messages) if m.type_id in (8, 9, 18)), len(self.messages))
+        return self.messages[:first]
+
 
 class AcceptAll:
     """An RTMP handler that accepts any publish (and drains it) and any play: the recording
@@ -110,6 +117,15 @@ async def record(name: str, timeout: float = 60.0) -> Recording | None:
     chunks = bytes(sent[1 + 2 * HANDSHAKE_SIZE:])
     messages = ChunkReader(max_message_size=16 * 1024 * 1024).feed(chunks) if chunks else []
     return Recording(name, messages) if any(m.type_id == 9 for m in messages) else None
+
+
+def with_key(message: msg.RtmpMessage, key: str) -> msg.RtmpMessage:
+    """A recorded command with ``key`` as its stream name in place of the placeholder."""
+    placeholder = amf_string(PLACEHOLDER_KEY.encode())
+    if message.type_id == 20 and placeholder in message.payload:
+        payload = message.payload.replace(placeholder, amf_string(key.encode()))
+        return msg.RtmpMessage(message.type_id, message.stream_id, message.timestamp, payload)
+    return message
 
 
 def amf_string(text: bytes) -> bytes:
@@ -171,14 +187,14 @@ class RtmpLayers:
 
     def __init__(self, node: FuzzNode, fixtures: Fixtures, recordings: list[Recording]) -> None:
         self.node, self.fixtures, self.recordings = node, fixtures, recordings
-        self._publishing = asyncio.Lock()
+        self.publishing = asyncio.Lock()  # the oversize layer's well-behaved publisher holds it too
 
     async def once(self, rng: random.Random, kind: str) -> Outcome:
         if kind == "hold":
             return await self._hold(rng)
         if kind != "flv":
             return await self._once(rng, kind)
-        async with self._publishing:  # before connecting: a connection left waiting would stall out
+        async with self.publishing:  # before connecting: a connection left waiting would stall out
             return await self._once(rng, kind)
 
     async def _once(self, rng: random.Random, kind: str) -> Outcome:
@@ -251,7 +267,7 @@ class RtmpLayers:
     async def _flv(self, rng, reader, writer, sent) -> tuple[str, int]:
         await client_handshake(reader, writer, timeout=5)
         recording = rng.choice(self.recordings)
-        preamble = [self._with_key(m) for m in recording.messages if m.type_id not in (8, 9, 18)]
+        preamble = [self._with_key(m) for m in recording.preamble]
         media = self._mutated_media(rng, recording.media)
         chunks = ChunkWriter()
         await _send(writer, sent, b"".join(chunks.write(m) for m in preamble))
@@ -350,11 +366,7 @@ class RtmpLayers:
         return "the node took a 4 MB connect command of null markers (decoded on its event loop) and kept the connection"
 
     def _with_key(self, message: msg.RtmpMessage) -> msg.RtmpMessage:
-        placeholder = PLACEHOLDER_KEY.encode()
-        if message.type_id == 20 and placeholder in message.payload:
-            payload = message.payload.replace(placeholder, self.fixtures.stream_key.encode())
-            return msg.RtmpMessage(message.type_id, message.stream_id, message.timestamp, payload)
-        return message
+        return with_key(message, self.fixtures.stream_key)
 
     @staticmethod
     def _mutated_media(rng: random.Random, media: list[msg.RtmpMessage]) -> list[msg.RtmpMessage]:
