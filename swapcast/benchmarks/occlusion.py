@@ -46,6 +46,7 @@ from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
 from gpu.types import Face
 from streamer.pipeline.frame_swapper import FrameSwapper
+from swapcast.benchmarks.pose_set import MOTIONS as POSE_MOTIONS
 from swapcast.benchmarks.pose_set import PEOPLE, PoseClip, person_image, pose_clips
 from swapcast.config import Config
 
@@ -197,8 +198,9 @@ def bare_clips(people=PEOPLE, frames: int = 24) -> list[OccludedClip]:
 
 def occlusion_set(people=PEOPLE, motions=MOTIONS, objects=OBJECTS, frames: int = 24) -> list[OccludedClip]:
     clips = []
+    rendered = max(POSE_MOTIONS.index(motion) for motion in motions) + 1  # the pose set renders its motions in order
     for person in people:
-        for clip in itertools.islice(pose_clips((person,), frames=frames), len(motions)):
+        for clip in itertools.islice(pose_clips((person,), frames=frames), rendered):
             if clip.motion in motions:
                 clips.extend(occluded_clip(clip, occluders()[name]) for name in objects)
     return clips
