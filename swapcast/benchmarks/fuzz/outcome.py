@@ -17,6 +17,7 @@ class Outcome:
     problem: str | None = None  # None: the node behaved (a 4xx with a reason is good behaviour)
     reproducer: bytes = b""  # the bytes sent, kept only when there is a problem
     inputs: int = 1  # inputs this case carried (an FLV publish carries many tags)
+    detail: str = ""  # what the node did, where the status alone does not say (an oversize case's reason, RSS, ...)
 
 
 def hold_outcome(layer: str, how: str, held: str | None) -> Outcome:

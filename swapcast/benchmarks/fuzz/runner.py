@@ -21,12 +21,13 @@ from swapcast.benchmarks.fuzz.fixtures import Fixtures, refresh, set_up
 from swapcast.benchmarks.fuzz.http_hold import HttpHoldLayer
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
 from swapcast.benchmarks.fuzz.outcome import Outcome
+from swapcast.benchmarks.fuzz.oversize import RtmpOversizeLayer
 from swapcast.benchmarks.fuzz.rtmp import RECORDINGS, RtmpLayers, record
 from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
 from swapcast.benchmarks.fuzz.uploads import UploadLayer
 
 HTTP_WEIGHTS = {"http": 93, "upload": 4, "sdp": 2, "hold": 1}  # of the HTTP workers' cases (uploads and offers cost the node most; a hold lasts the header timeout)
-RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2, "hold": 1}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
+RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2, "hold": 1, "oversize": 1}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
 HTTP_WORKERS, RTMP_WORKERS = 12, 10
 THREAD_SLACK = 16  # threads the node may hold at the end above its start (pools grown on demand)
 RSS_SLACK_MB = 600.0  # RSS growth allowed at the end (face caches, allocator high-water marks)
@@ -52,6 +53,7 @@ class FuzzFigures:
     seconds: float = 0.0
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU used during the run: node, fuzzer
     findings: list[dict] = field(default_factory=list)  # {layer, label, problem, reproducer}
+    details: dict[str, str] = field(default_factory=dict)  # "layer label" -> the latest such case's detail
 
     @property
     def failures(self) -> list[str]:
@@ -108,6 +110,8 @@ class _Run:
         counts = f.statuses.setdefault(outcome.layer, {})
         counts[str(outcome.status)] = counts.get(str(outcome.status), 0) + 1
         now = time.monotonic()
+        if outcome.detail:
+            f.details[f"{outcome.layer} {outcome.label}"] = outcome.detail
         self.recent.append((now, outcome, sent or outcome.reproducer))
         while self.recent and self.recent[0][0] < now - RECENT_S:
             self.recent.popleft()
@@ -143,7 +147,11 @@ class _Run:
         rng = random.Random(seed)
         names, weights = zip(*RTMP_WEIGHTS.items())
         while not self.done:
-            self.record(await self.layers["rtmp"].once(rng, rng.choices(names, weights)[0]))
+            kind = rng.choices(names, weights)[0]
+            if kind == "oversize":
+                self.record(await self.layers["oversize"].once(rng))
+            else:
+                self.record(await self.layers["rtmp"].once(rng, kind))
 
     async def monitor(self) -> None:
         """Every 2 s: health, threads, RSS, new log problems (blamed on the cases sent just
@@ -243,9 +251,10 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
     if not recordings:
         raise RuntimeError("the RTMP layers need ffmpeg to record a publish (apt-get install ffmpeg)")
     offers = await make_offers()
+    rtmp = RtmpLayers(node, fixtures, recordings)
     layers = {"http": ApiLayer(node, fixtures, offers["browser"]), "sdp": SdpLayer(node, fixtures, offers),
-              "upload": UploadLayer(node, fixtures, _test_video(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
-              "hold": HttpHoldLayer(node)}
+              "upload": UploadLayer(node, fixtures, _test_video(workdir)), "rtmp": rtmp,
+              "oversize": RtmpOversizeLayer(node, fixtures, recordings, rtmp.publishing), "hold": HttpHoldLayer(node)}
     run = _Run(node, fixtures, layers, inputs, time.monotonic() + seconds, report_dir, progress)
     node.new_log_problems()  # set-up is not under test
     run.sample("start")
@@ -296,6 +305,8 @@ def run_fuzz_benchmark(inputs: int, seconds: float, seed: int, report: str | Non
     for finding in figures.findings[:20]:
         print(f"  finding [{finding['layer']}] {finding['label']}: {finding['problem'][:300]}"
               + (f" (reproducer: {finding['reproducer']})" if "reproducer" in finding else ""))
+    for case, detail in sorted(figures.details.items()):
+        print(f"  {case}: {detail}")
     if report_dir is not None:
         (report_dir / "figures.json").write_text(json.dumps(asdict(figures), indent=2, default=str))
     if as_json:
