@@ -24,6 +24,9 @@ What makes it hold up on moving faces and thin or low-contrast objects:
   edge on smooth skin;
 - a region kept the frame before stays kept while its evidence lasts (hysteresis), and
   pieces a couple of texels apart count as one (a thin frame's rims);
+- the model never learns what is kept, nor a few pixels round it (a model learnt at the
+  object's edge would forgive the texels next to it, and a held microphone would be eaten
+  away texel by texel), and the registration matches only the face, not what is kept;
 - the regions are grown in crop space over the pixels nearer the occluder's colours than
   the face's around it (its low-contrast rim, its parts over the eye and mouth openings
   and the outline, which the UV verdict does not judge);
@@ -100,6 +103,7 @@ MIN_REGISTER_TEXELS = 400  # texels of a confident model the registration needs
 REGISTER_TRUNCATION = 0.08  # luma difference a pixel counts for at most in the registration (an occluder's)
 REGISTER_GAIN = 0.7  # a shift is taken only when it leaves at most this share of the unmoved mesh's cost
 MAX_SHIFT = 12.0  # RASTER pixels: a larger one is a lost track, not lag
+UNLEARNT = 3  # RASTER pixels past the keep mask the model does not learn either
 GROW_REACH = 6  # RASTER pixels the crop-space growth reaches past the UV verdict's regions
 GROW_RATIO = 0.6  # ... into pixels this much nearer the occluder's colours than the face's around it
 GROW_DEVIATION = (1.0, 1.6)  # ... and, on a tracked face, whose texel is off its model this much (in spreads)
@@ -225,21 +229,27 @@ class OcclusionEstimator:
                 evidence = np.zeros_like(evidence)  # the mesh is off the face (a lost or misplaced track), not an occluder
             rate = np.where(evidence > track.verdict, RISE, FALL).astype(np.float32)
             verdict = track.verdict = track.verdict + rate * (evidence - track.verdict)
-            # learning asks the texel's own model, not its neighbours' (or a thin occluder
-            # would creep in along itself, one learnt texel forgiving the next)
-            own = _distance(observation.colours, track.mean) / np.maximum(track.spread, SPREAD_FLOOR)
-            _learn(track, observation, layout, own, deviation)
         if float(verdict.max(initial=0.0)) >= KEEP_RANGE[0]:
             # every texel that looks changed stays out of the model, but only sizeable regions are kept
             before = track.kept if track is not None else None
             verdict = _regions(verdict, observation.visible & layout.judged, layout, before)
         else:
             verdict = np.zeros_like(verdict)
+        keep = _keep_at_mesh(verdict, observation, changed) if float(verdict.max(initial=0.0)) >= KEEP_RANGE[0] else None
         if track is not None:
             track.kept = verdict > 0.5
-        if float(verdict.max(initial=0.0)) < KEEP_RANGE[0]:
+            # learning asks the texel's own model, not its neighbours' (or a thin occluder
+            # would creep in along itself, one learnt texel forgiving the next), and never
+            # learns what is kept: an object held for minutes stays in front
+            own = _distance(observation.colours, track.mean) / np.maximum(track.spread, SPREAD_FLOOR)
+            kept = np.zeros(len(own), np.float32) if keep is None else \
+                np.where(observation.pixels >= 0, _unlearnt(keep).reshape(-1)[np.maximum(observation.pixels, 0)], 0.0)
+            _learn(track, observation, layout, own, deviation, kept)
+        if keep is None:
             return None
-        return _to_crop(verdict, observation, crop.shape[0], shift, changed)
+        if np.abs(shift).max() >= 0.5:  # drawn at the mesh's texels: moved to where the face is
+            keep = cv2.warpAffine(keep, np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]), (RASTER, RASTER), flags=cv2.INTER_LINEAR)
+        return cv2.resize(keep, (crop.shape[0],) * 2, interpolation=cv2.INTER_LINEAR)
 
     def forget(self, live_track_ids: set[int]) -> None:
         """Drop the models of tracks that ended."""
@@ -330,7 +340,9 @@ def _misregistration(observation: _Observation, track: _Track) -> np.ndarray:
     squared difference (an occluder's pixels cost the same at every shift, so they do not
     pull the match); zero while the model is young, and when the best shift explains the
     crop hardly better than none (a zoom's or a turn's misfit, which no shift fits)."""
-    known = (observation.pixels >= 0) & (track.seen >= CONFIDENT_FRAMES)
+    # the face, not what is in front of it: an occluder's pixels would cost alike at every
+    # shift and drown the gain the right one brings
+    known = (observation.pixels >= 0) & (track.seen >= CONFIDENT_FRAMES) & ~track.kept & (track.verdict < KEEP_RANGE[0])
     if known.sum() < MIN_REGISTER_TEXELS:
         return np.zeros(2)
     luma = np.zeros(RASTER * RASTER, np.float32)
@@ -492,8 +504,10 @@ def _regions(evidence: np.ndarray, judged: np.ndarray, layout: _UvLayout, kept_b
     return evidence * region[atlas.texels]
 
 
-def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.ndarray, deviation: np.ndarray) -> None:
-    """Fold this frame into the texel models where the texel is seen and not occluded. The
+def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.ndarray, deviation: np.ndarray,
+           kept: np.ndarray) -> None:
+    """Fold this frame into the texel models where the texel is seen and not occluded
+    (its verdict low, and not under this frame's ``kept`` mask: the growth's pixels too). The
     mean learns only where the colour agrees with the texel's ``own`` model (in spreads: a
     sudden change -- something coming in front -- is not learnt, the slow ones of a turning,
     moving face are); the spread also where it disagrees moderately (a grainy, wrinkled
@@ -505,7 +519,7 @@ def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.
     new = track.seen == 0
     # an obliquely seen texel teaches nothing (the model keeps its well-seen look)
     squarely = np.where(new, 1.0, _ramp(observation.facing / np.maximum(track.facing, 1e-3), FORESHORTENING))
-    free = seen_now * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0)) * squarely
+    free = seen_now * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0)) * (1.0 - kept) * squarely
     weight = (free * np.where(new, 1.0, 1.0 - _ramp(own, LEARN_DEVIATION))).astype(np.float32)
     spread_weight = free * np.where(new, 1.0, 1.0 - _ramp(own, SPREAD_LEARN_DEVIATION))
     count = np.minimum(track.seen + weight, MODEL_FRAMES)
@@ -520,11 +534,19 @@ def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.
     track.seen = count.astype(np.float32)
 
 
-def _to_crop(verdict: np.ndarray, observation: _Observation, size: int, shift: np.ndarray,
-             changed: np.ndarray | None) -> np.ndarray:
+def _unlearnt(keep: np.ndarray) -> np.ndarray:
+    """(RASTER, RASTER) where the model does not learn: the keep mask reaching ``UNLEARNT``
+    pixels further. A model learnt at the object's edge would forgive the texels
+    ``REGISTRATION`` texels inside it (``_deviation``), and the kept region would creep
+    inwards, texel by texel, while the object is held."""
+    return cv2.dilate((keep > 0.1).astype(np.float32), np.ones((2 * UNLEARNT + 1,) * 2, np.uint8))
+
+
+def _keep_at_mesh(verdict: np.ndarray, observation: _Observation, changed: np.ndarray | None) -> np.ndarray:
     """The verdict splatted back through the seen texels into the crop, grown over the rest
-    of the object in crop space (``_grow``): (size, size) keep mask, reaching a little past
-    the occluder's edge (and past the face's outline, where the occluder goes on), softened."""
+    of the object in crop space (``_grow``): (RASTER, RASTER) keep mask where the mesh
+    draws the face, reaching a little past the occluder's edge (and past the face's
+    outline, where the occluder goes on), softened."""
     shown = observation.pixels >= 0
     splat = np.zeros(RASTER * RASTER, np.float32)
     np.maximum.at(splat, observation.pixels[shown], _ramp(verdict[shown], KEEP_RANGE))
@@ -542,10 +564,7 @@ def _to_crop(verdict: np.ndarray, observation: _Observation, size: int, shift: n
     keep = cv2.dilate(core, np.ones((2 * MARGIN + 1,) * 2, np.uint8))  # a margin
     beyond = cv2.dilate(keep, np.ones((5, 5), np.uint8))
     keep = np.where(drawn, keep, beyond)
-    keep = cv2.GaussianBlur(keep, (0, 0), 0.8)
-    if np.abs(shift).max() >= 0.5:  # drawn at the mesh's texels: moved to where the face is
-        keep = cv2.warpAffine(keep, np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]), (RASTER, RASTER), flags=cv2.INTER_LINEAR)
-    return cv2.resize(keep, (size, size), interpolation=cv2.INTER_LINEAR)
+    return cv2.GaussianBlur(keep, (0, 0), 0.8)
 
 
 def _grow(core: np.ndarray, image: np.ndarray, face: np.ndarray, changed: np.ndarray | None) -> np.ndarray:
