@@ -179,6 +179,7 @@ class _Observation:
     gain: np.ndarray  # (3,) 1 / the skin median: absolute colour -> relative
     positions: np.ndarray  # (P, 2) each texel's position at RASTER pixels
     mirror_positions: np.ndarray | None  # (P, 2) its mirror image's (stills only)
+    skin: np.ndarray  # (P,) bool: the texels the skin median is taken over
     facing: np.ndarray  # (P,) cosine between the texel's triangle and the view
 
 
@@ -196,11 +197,14 @@ class OcclusionEstimator:
             return None
         crop = to_host(crop)
         tracked = face.track_id is not None and face.track_id >= 0
-        observation = _observe(crop, face, matrix, mirror=not tracked)
-        if observation is None:
-            return None
         layout = _layout()
         track = self._track(face.track_id, len(layout.skin)) if tracked else None
+        # the skin's colour is not taken where something was in front last frame: a cup
+        # over a quarter of the skin dragged its median, and every texel looked changed
+        hidden = track.kept | (track.verdict >= KEEP_RANGE[0]) if track is not None else None
+        observation = _observe(crop, face, matrix, mirror=not tracked, hidden=hidden)
+        if observation is None:
+            return None
         shift = np.zeros(2)
         if track is not None:
             shift = _misregistration(observation, track)
@@ -264,10 +268,12 @@ class OcclusionEstimator:
         return track
 
 
-def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray, mirror: bool) -> _Observation | None:
+def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray, mirror: bool, hidden: np.ndarray | None = None
+             ) -> _Observation | None:
     """Sample the crop at every texel of the posed mesh (and, for a still's symmetry, at
     its ``mirror`` image), at ``RASTER`` pixels; None when too little skin shows to take
-    the skin's colour from.
+    the skin's colour from (``hidden`` texels, something in front, not counted while
+    enough of the rest shows).
 
     Which texels are seen comes from a z-buffer of the texels themselves (splatted at
     their pixels, the nearest kept, then the minimum over each pixel's neighbours so the
@@ -300,11 +306,14 @@ def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray, mirror: bool) -> 
         mirror_visible = seen(mirrored_texels, _pixel_index(mirrored_texels))
         mirrored_texels = mirrored_texels[:, :2]
     small = cv2.resize(crop, (RASTER, RASTER), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
-    sampled = _sample_texels(small, texels[:, :2], mirrored_texels, layout.skin & visible)
+    skin = layout.skin & visible
+    if hidden is not None and (skin & ~hidden).sum() >= MIN_SKIN_TEXELS:
+        skin &= ~hidden
+    sampled = _sample_texels(small, texels[:, :2], mirrored_texels, skin)
     if sampled is None:
         return None
     return _Observation(*sampled[:2], visible, mirror_visible, np.where(visible, pixels, -1), small, *sampled[2:],
-                        texels[:, :2], mirrored_texels, facing)
+                        texels[:, :2], mirrored_texels, skin, facing)
 
 
 def _sample_texels(small: np.ndarray, positions: np.ndarray, mirror_positions: np.ndarray | None, skin: np.ndarray
@@ -325,7 +334,7 @@ def _shifted(observation: _Observation, shift: np.ndarray) -> _Observation:
     mesh), drawn at the mesh's texels: the crop moved under the mesh."""
     small = cv2.warpAffine(observation.image, np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]), (RASTER, RASTER),
                            flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
-    sampled = _sample_texels(small, observation.positions, observation.mirror_positions, _layout().skin & observation.visible)
+    sampled = _sample_texels(small, observation.positions, observation.mirror_positions, observation.skin)
     if sampled is None:
         return observation
     colours, mirrored, texture, gain = sampled
