@@ -26,7 +26,8 @@ What makes it hold up on moving faces and thin or low-contrast objects:
   pieces a couple of texels apart count as one (a thin frame's rims);
 - the model never learns what is kept, nor a few pixels round it (a model learnt at the
   object's edge would forgive the texels next to it, and a held microphone would be eaten
-  away texel by texel), and the registration matches only the face, not what is kept;
+  away texel by texel; the price: a wrongly kept patch, a shadow, lasts while it differs),
+  and the skin's colour and the registration are taken from the face, not what is kept;
 - the regions are grown in crop space over the pixels nearer the occluder's colours than
   the face's around it (its low-contrast rim, its parts over the eye and mouth openings
   and the outline, which the UV verdict does not judge);
@@ -246,9 +247,9 @@ class OcclusionEstimator:
             # would creep in along itself, one learnt texel forgiving the next), and never
             # learns what is kept: an object held for minutes stays in front
             own = _distance(observation.colours, track.mean) / np.maximum(track.spread, SPREAD_FLOOR)
-            kept = np.zeros(len(own), np.float32) if keep is None else \
+            unlearnt = np.zeros(len(own), np.float32) if keep is None else \
                 np.where(observation.pixels >= 0, _unlearnt(keep).reshape(-1)[np.maximum(observation.pixels, 0)], 0.0)
-            _learn(track, observation, layout, own, deviation, kept)
+            _learn(track, observation, layout, own, deviation, unlearnt)
         if keep is None:
             return None
         if np.abs(shift).max() >= 0.5:  # drawn at the mesh's texels: moved to where the face is
@@ -514,9 +515,10 @@ def _regions(evidence: np.ndarray, judged: np.ndarray, layout: _UvLayout, kept_b
 
 
 def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.ndarray, deviation: np.ndarray,
-           kept: np.ndarray) -> None:
+           unlearnt: np.ndarray) -> None:
     """Fold this frame into the texel models where the texel is seen and not occluded
-    (its verdict low, and not under this frame's ``kept`` mask: the growth's pixels too). The
+    (its verdict low, and not ``unlearnt``: under this frame's keep mask, the growth's
+    pixels too, or just round it). The
     mean learns only where the colour agrees with the texel's ``own`` model (in spreads: a
     sudden change -- something coming in front -- is not learnt, the slow ones of a turning,
     moving face are); the spread also where it disagrees moderately (a grainy, wrinkled
@@ -528,7 +530,7 @@ def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.
     new = track.seen == 0
     # an obliquely seen texel teaches nothing (the model keeps its well-seen look)
     squarely = np.where(new, 1.0, _ramp(observation.facing / np.maximum(track.facing, 1e-3), FORESHORTENING))
-    free = seen_now * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0)) * (1.0 - kept) * squarely
+    free = seen_now * (1.0 - np.clip(track.verdict / KEEP_RANGE[0], 0.0, 1.0)) * (1.0 - unlearnt) * squarely
     weight = (free * np.where(new, 1.0, 1.0 - _ramp(own, LEARN_DEVIATION))).astype(np.float32)
     spread_weight = free * np.where(new, 1.0, 1.0 - _ramp(own, SPREAD_LEARN_DEVIATION))
     count = np.minimum(track.seen + weight, MODEL_FRAMES)
