@@ -83,6 +83,7 @@ CHROMA_SIGMA = 6 / 384  # of the texture: the low pass's sigma
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
 SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
 COLOUR_GAIN_RANGE = (0.5, 2.0)
+MIDDLE = (0.25, 0.75)  # the colour match's gain averages the skin texels' ratios between these weighted quantiles
 SEAM_INSET = 0.008  # the seam runs this far (in UV) inside the mesh outline
 SHAPE_STRENGTH = 1.0  # how much of the source's shape moves the target's mesh
 OUTLINE_STRENGTH = 0.35  # ... at the face outline (the cheeks/jaw the mesh ends on)
@@ -398,9 +399,10 @@ class Mesh3dSwapper:
     def _shading(self, points: np.ndarray, lighting: _SkinLighting, source: Mesh3dSource, colour_match: bool) -> np.ndarray:
         """(L, L, 3) target irradiance over the UV map of the rendered mesh. With colour
         match, scaled so the re-lit source skin has the target skin's colour where it was
-        seen (SH shading x relative albedo alone drifts by the albedo's mean): the median
-        ratio per channel, not the ratio of means, so a source's dark red folds or hair over
-        a target's cheek do not tint the plain skin (a mean turned it green-grey); without,
+        seen (SH shading x relative albedo alone drifts by the albedo's mean): the mean of
+        the middle half of the ratios per channel, not the ratio of means, so a source's
+        dark red folds or hair over a target's cheek do not tint the plain skin (a mean
+        turned it green-grey); without,
         so the skin keeps the source's colour and only the light is the target's."""
         mesh = canonical_mesh()
         atlas = uv_atlas(LIGHTING_SIZE)
@@ -411,7 +413,7 @@ class Mesh3dSwapper:
             albedo = source.albedo_small()[lighting.texels]
             predicted = albedo * lighting.shading(lighting.normals)
             ratios = np.log(np.maximum(lighting.colours, 1e-3) / np.maximum(predicted, 1e-3))
-            gain = np.exp([_weighted_median(ratios[:, channel], lighting.weights) for channel in range(3)])
+            gain = np.exp([_weighted_middle_mean(ratios[:, channel], lighting.weights) for channel in range(3)])
         else:
             gain = source.lighting[0] / np.maximum(lighting.coefficients[0], 1e-3)
         shading = shading * np.clip(gain, *COLOUR_GAIN_RANGE)[None, :]
@@ -457,11 +459,15 @@ class Mesh3dSwapper:
         return np.maximum(paste, mask).astype(np.float32)
 
 
-def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
-    """The median of ``values`` counted by ``weights``."""
+def _weighted_middle_mean(values: np.ndarray, weights: np.ndarray) -> float:
+    """The weighted mean of the middle half of ``values`` (counted by ``weights``): as
+    robust as their median to a minority of outliers, and smooth from frame to frame (a
+    median jumps from one sample to the next)."""
     order = np.argsort(values)
-    cumulative = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])])
+    counted = weights[order] / max(float(weights.sum()), 1e-12)
+    above = np.cumsum(counted)  # the share of the weight up to and including each value
+    middle = counted * ((above > MIDDLE[0]) & (above - counted < MIDDLE[1]))
+    return float(values[order] @ middle / max(float(middle.sum()), 1e-12))
 
 
 @lru_cache(maxsize=1)
