@@ -270,3 +270,21 @@ def test_a_confident_turned_head_is_kept_on_its_mesh_roi(tracking_graphs):
                         (GraphStillFaces(tracking_graphs), True)):
         hits, false = matched(scene.boxes, [face.box for face in analyse_still(still, scene.image)], frame)
         assert hits[turned] is kept and false == 0
+
+
+def test_a_face_cut_by_the_edge_is_meshed_on_a_black_border(tracking_graphs):
+    """A dark head turned 45 degrees, a fifth of it cut off by the frame's right edge: the
+    landmark crop repeats the edge's pixels across its missing part (presence 0.11); padded
+    with black it holds (0.90), and it is found with no false face."""
+    from gpu.analysis.still_faces import analyse_still
+    from gpu.analysis.still_graphs import GraphStillFaces, _reaches_past
+    from swapcast.benchmarks.detection import CROWD_YAWS, crowd_photo, sample_heads
+
+    assert _reaches_past(np.array([1250, 500, 100, 0]), (886, 1280, 3))
+    assert not _reaches_past(np.array([640, 443, 200, 0.5]), (886, 1280, 3))
+    scene = crowd_photo(2001, sample_heads(turned=True, yaws=CROWD_YAWS))
+    cut = next(i for i, label in enumerate(scene.labels) if label.startswith("astronaut yaw+45 119px"))
+    assert " cut" in scene.labels[cut]
+    faces = analyse_still(GraphStillFaces(tracking_graphs), scene.image)
+    hits, false = matched(scene.boxes, [face.box for face in faces], scene.image.shape[1::-1])
+    assert hits[cut] and false == 0
