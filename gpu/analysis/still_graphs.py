@@ -18,9 +18,10 @@ mesh (the tracker's rule), where
   detection ROI sits off its face).
 A face short range saw whose ROI reaches past the frame and whose presence is still low
 is tried once more on the photo padded with black (a face cut by the edge).
-A face must hold its presence on every ROI it was tried on, a confident one on either:
-the mesh's ROI alone scores a rocket's logo 0.57-0.76 (BlazeFace: 0.66-0.69) and, for a
-candidate short range does not see, the astronaut's mission patch 0.6.
+A face is judged on the last ROI it was tried on, except that one short range does not
+see must hold its presence on both and a confident one on either. Judged on the mesh's ROI
+alone, a rocket's logo scores 0.57-0.76 (BlazeFace: 0.66-0.69) and the astronaut's mission
+patch (a HOG candidate short range does not see) 0.6.
 All candidates of a photo share each of these runner calls. Only one pass otherwise: a
 second on the mesh's ROI moved the meshes away from mediapipe's (pose set: 1.21 px mean
 against 0.70 px) and from the set's truth (1.49 % of the face width against 1.43 %).
@@ -66,11 +67,13 @@ class GraphStillFaces:
 
     def __init__(self, graphs: TrackingGraphs, whole_frame: BlazeFaceRange = "full", hog: bool = True,
                  equalise: bool = True, equalise_below: float = DIM_LIGHTNESS,
-                 rescue_score: float = RESCUE_SCORE) -> None:
-        """``equalise_below`` and ``rescue_score``: see ``FaceFinder`` and ``RESCUE_SCORE``
-        (``bench detect`` compares the still path with neither)."""
+                 rescue_score: float = RESCUE_SCORE, black_border: bool = True) -> None:
+        """``equalise_below``, ``rescue_score``: see ``FaceFinder``, ``RESCUE_SCORE``;
+        ``black_border``: faces cut by the edge tried on a black border (``bench detect``
+        compares the still path with none of these)."""
         self._graphs = graphs
         self.rescue_score = rescue_score
+        self.black_border = black_border
         self._session = f"still-{next(_still_ids)}"
         detectors = {name: GraphBlazeFace(graphs, name, self._session) for name in ("short", "full")}
         self.finder = FaceFinder(whole_frame, hog=hog, equalise=equalise, detectors=detectors,
@@ -102,13 +105,13 @@ class GraphStillFaces:
                 again, alive = self._graphs.landmarks(self._session, [image] * len(retry),
                                                       face_roi.roi_from_landmarks(points[retry]))
                 for i, mesh, held in zip(retry, again, alive, strict=True):
-                    if not confident[i]:  # it must hold its presence on both ROIs
+                    if not seen[i]:  # it must hold its presence on both ROIs
                         points[i], presence[i] = mesh, min(presence[i], held)
-                    elif held >= MIN_PRESENCE or held > presence[i]:  # on either, the mesh's ROI first
+                    elif not confident[i] or held >= MIN_PRESENCE or held > presence[i]:  # a confident one on either
                         points[i], presence[i] = mesh, held
             cut = [i for i, (roi, alive) in enumerate(zip(rois, presence, strict=True))
                    if seen[i] and alive < MIN_PRESENCE and _reaches_past(roi, image.shape)]
-            if cut:
+            if cut and self.black_border:
                 points[cut], presence[cut] = self._on_black_border(image, rois[cut])
         finally:
             self._graphs.detach(self._session)
