@@ -62,8 +62,8 @@ class _ServerProcess:
 
 @dataclass
 class _Keys:
-    stream_key: str = "GOOD"
-    spare_key: str = "ATTACKER"
+    well_behaved_key: str = "GOOD"
+    attacker_key: str = "ATTACKER"
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def _case(tmp_path: Path, recording: Recording, attack: Attack, mode: str):
     server = _serve(tmp_path, mode)
     try:
         async def scenario():
-            return await RtmpOversizeLayer(server, _Keys(), [recording], asyncio.Lock()).run(attack, recording)
+            return await RtmpOversizeLayer(server, _Keys(), recording).run(attack)
 
         return asyncio.run(scenario()), server.log_path.read_text()
     finally:

@@ -1,6 +1,7 @@
 """What a fuzz run sets up on the node first, through the API like a user: tokens of two
-users and an admin, a face and stream keys of alice's, a placed session; and the pools of ids
-the node hands out during the run (path parameters worth aiming at)."""
+users and an admin, a face and stream keys of alice's, carol's keys for the oversize layer, a
+placed session; and the pools of ids the node hands out during the run (path parameters
+worth aiming at)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class Fixtures:
     spare_key_id: str
     face_jpeg: bytes
     play_token: str  # plays alice's live stream over RTMP ("" where keys have none)
+    attacker_key: str  # carol's two keys, for the oversize layer's attacker and the publisher beside it:
+    well_behaved_key: str  # no other layer has her token or their ids, so none revokes or takes them over
     pools: dict[str, list[str]] = field(default_factory=dict)  # ids by kind: session, face, key, job, viewer
 
     def bearer_tokens(self) -> list[bytes]:
@@ -84,9 +87,12 @@ async def set_up(node: FuzzNode) -> Fixtures:
     ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(grace_hopper(), cv2.COLOR_RGB2BGR))
     face, key = await _alices_face_and_key(node, alice, jpeg.tobytes())
     spare = await _api(node, "POST", "/api/v1/keys", bob, {"name": "spare", "face_id": "astronaut"})
+    carol = token("carol")
+    attacker, well_behaved = [await _api(node, "POST", "/api/v1/keys", carol, {"name": name, "face_id": "astronaut"})
+                              for name in ("oversize", "beside-oversize")]
     placed = await _api(node, "POST", "/api/v1/sessions", alice, {"face_id": face["id"]})
     fixtures = Fixtures(alice, bob, admin, face["id"], key["key"], spare["key"], spare["key_id"], jpeg.tobytes(),
-                        str(key.get("play_token") or ""))
+                        str(key.get("play_token") or ""), attacker["key"], well_behaved["key"])
     for kind, value in (("face", face["id"]), ("face", "astronaut"), ("key", spare["key_id"]),
                         ("session", placed["session_id"]), ("node", "self"), ("node", "fuzz-node")):
         fixtures.remember(kind, value)

@@ -48,10 +48,10 @@ class OversizeNode(Protocol):
 
 
 class Keys(Protocol):
-    """The stream keys a case publishes with (the fuzz fixtures: alice's and bob's)."""
+    """The stream keys a case publishes with (the fuzz fixtures: carol's two)."""
 
-    stream_key: str  # the well-behaved publisher's
-    spare_key: str  # the attacker's
+    well_behaved_key: str
+    attacker_key: str
 
 
 @dataclass
@@ -241,18 +241,19 @@ class RtmpOversizeLayer:
     """One case: the well-behaved publisher starts, the attacker publishes and then oversizes,
     the well-behaved one sends on (the cap-sized access unit among its tags) and pings."""
 
-    def __init__(self, node: OversizeNode, keys: Keys, recordings: list[Recording], publishing: asyncio.Lock) -> None:
-        self.node, self.keys, self.recordings = node, keys, recordings
-        self._publishing = publishing  # alice's key publishes one stream at a time (the FLV layer's too)
+    def __init__(self, node: OversizeNode, keys: Keys, recording: Recording) -> None:
+        """``recording``: what the well-behaved publisher sends (one the node takes: the camera)."""
+        self.node, self.keys, self.recording = node, keys, recording
+        self._publishing = asyncio.Lock()  # one case at a time: the keys publish one stream each
 
     async def once(self, rng: random.Random) -> Outcome:
-        return await self.run(Attack.pick(rng), rng.choice(self.recordings))
+        return await self.run(Attack.pick(rng))
 
-    async def run(self, attack: Attack, recording: Recording) -> Outcome:
+    async def run(self, attack: Attack) -> Outcome:
         async with self._publishing:
             try:
                 async with asyncio.timeout(60):
-                    return await self._case(attack, recording)
+                    return await self._case(attack, self.recording)
             except TimeoutError:
                 return Outcome("rtmp-oversize", attack.label, "hung", "an oversize case did not finish within 60 s")
             except (OSError, asyncio.IncompleteReadError, RtmpHandshakeError) as exc:
@@ -262,14 +263,14 @@ class RtmpOversizeLayer:
         good = await Connection.open(self.node.rtmp_port)
         attacker: Connection | None = None
         try:
-            preamble = [with_key(m, self.keys.stream_key) for m in recording.preamble]
-            if not await good.publish(self.keys.stream_key, preamble):
+            preamble = [with_key(m, self.keys.well_behaved_key) for m in recording.preamble]
+            if not await good.publish(self.keys.well_behaved_key, preamble):
                 return Outcome("rtmp-oversize", attack.label, "not-published", None,
                                detail=f"the well-behaved publish did not start: {good.watch.errors or 'no answer'}")
             half = len(recording.media) // 2
             await _paced(good, recording.media[:half])
             attacker = await Connection.open(self.node.rtmp_port)
-            if not await attacker.publish(self.keys.spare_key):
+            if not await attacker.publish(self.keys.attacker_key):
                 return Outcome("rtmp-oversize", attack.label, "not-published", None,
                                detail=f"the attacker's publish did not start: {attacker.watch.errors or 'no answer'}")
             log_offset = self.node.log_path.stat().st_size

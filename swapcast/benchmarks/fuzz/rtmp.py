@@ -187,14 +187,14 @@ class RtmpLayers:
 
     def __init__(self, node: FuzzNode, fixtures: Fixtures, recordings: list[Recording]) -> None:
         self.node, self.fixtures, self.recordings = node, fixtures, recordings
-        self.publishing = asyncio.Lock()  # the oversize layer's well-behaved publisher holds it too
+        self._publishing = asyncio.Lock()
 
     async def once(self, rng: random.Random, kind: str) -> Outcome:
         if kind == "hold":
             return await self._hold(rng)
         if kind != "flv":
             return await self._once(rng, kind)
-        async with self.publishing:  # before connecting: a connection left waiting would stall out
+        async with self._publishing:  # before connecting: a connection left waiting would stall out
             return await self._once(rng, kind)
 
     async def _once(self, rng: random.Random, kind: str) -> Outcome:

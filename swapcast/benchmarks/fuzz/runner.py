@@ -251,10 +251,12 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
     if not recordings:
         raise RuntimeError("the RTMP layers need ffmpeg to record a publish (apt-get install ffmpeg)")
     offers = await make_offers()
-    rtmp = RtmpLayers(node, fixtures, recordings)
+    camera = next((r for r in recordings if r.name == "camera"), None)
+    if camera is None:
+        raise RuntimeError("the RTMP oversize layer needs ffmpeg's camera recording (testsrc at 320x240)")
     layers = {"http": ApiLayer(node, fixtures, offers["browser"]), "sdp": SdpLayer(node, fixtures, offers),
-              "upload": UploadLayer(node, fixtures, _test_video(workdir)), "rtmp": rtmp,
-              "oversize": RtmpOversizeLayer(node, fixtures, recordings, rtmp.publishing), "hold": HttpHoldLayer(node)}
+              "upload": UploadLayer(node, fixtures, _test_video(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
+              "oversize": RtmpOversizeLayer(node, fixtures, camera), "hold": HttpHoldLayer(node)}
     run = _Run(node, fixtures, layers, inputs, time.monotonic() + seconds, report_dir, progress)
     node.new_log_problems()  # set-up is not under test
     run.sample("start")
