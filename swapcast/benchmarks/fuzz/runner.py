@@ -63,6 +63,8 @@ class FuzzFigures:
             out.append(f"{self.five_xx} 5xx answers")
         if self.hangs:
             out.append(f"{self.hangs} hangs")
+        if others := self.problems - self.five_xx - self.hangs:
+            out.append(f"{others} other problem(s): a connection held, an oversized message taken, ... (the findings)")
         if self.log_problems:
             out.append(f"{sum(self.log_problems.values())} tracebacks/errors in the node log")
         if self.health_failures:
