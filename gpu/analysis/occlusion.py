@@ -24,10 +24,12 @@ What makes it hold up on moving faces and thin or low-contrast objects:
   edge on smooth skin;
 - a region kept the frame before stays kept while its evidence lasts (hysteresis), and
   pieces a couple of texels apart count as one (a thin frame's rims);
-- the model never learns what is kept, nor a few pixels round it (a model learnt at the
-  object's edge would forgive the texels next to it, and a held microphone would be eaten
-  away texel by texel; the price: a wrongly kept patch, a shadow, lasts while it differs),
-  and the skin's colour and the registration are taken from the face, not what is kept;
+- the model never learns what is kept, nor a few pixels round it, where the colour's
+  chromaticity changed (a model learnt at the object's edge would forgive the texels next
+  to it, and a held microphone would be eaten away texel by texel), and the skin's colour
+  is not taken there; a shadow or a light, which only scales the skin's colour, is learnt
+  as before (kept at first, swapped again within seconds); the registration matches only
+  the face, not what is kept;
 - the regions are grown in crop space over the pixels nearer the occluder's colours than
   the face's around it (its low-contrast rim, its parts over the eye and mouth openings
   and the outline, which the UV verdict does not judge);
@@ -105,6 +107,7 @@ REGISTER_TRUNCATION = 0.08  # luma difference a pixel counts for at most in the 
 REGISTER_GAIN = 0.7  # a shift is taken only when it leaves at most this share of the unmoved mesh's cost
 MAX_SHIFT = 12.0  # RASTER pixels: a larger one is a lost track, not lag
 UNLEARNT = 3  # RASTER pixels past the keep mask the model does not learn either
+UNLEARNT_CHROMA = (0.02, 0.05)  # ... where its chromaticity is off its model's across this (a shadow's is not)
 GROW_REACH = 6  # RASTER pixels the crop-space growth reaches past the UV verdict's regions
 GROW_RATIO = 0.6  # ... into pixels this much nearer the occluder's colours than the face's around it
 GROW_DEVIATION = (1.0, 1.6)  # ... and, on a tracked face, whose texel is off its model this much (in spreads)
@@ -158,12 +161,13 @@ class _Track:
     verdict: np.ndarray  # (P,) smoothed occluder probability
     kept: np.ndarray  # (P,) bool: texels of the regions kept last frame
     facing: np.ndarray  # (P,) how squarely the texel faced the camera in the frames it was learnt from
+    recoloured: np.ndarray  # (P,) bool: its chromaticity was off its model's last frame (an object's, not a shadow's)
 
     @classmethod
     def empty(cls, texels: int) -> _Track:
         return cls(np.ones((texels, 3), np.float32), np.zeros(texels, np.float32), np.full(texels, SPREAD_FLOOR, np.float32),
                    np.zeros(texels, np.float32), np.zeros(texels, np.float32), np.zeros(texels, bool),
-                   np.zeros(texels, np.float32))
+                   np.zeros(texels, np.float32), np.zeros(texels, bool))
 
 
 @dataclass(frozen=True)
@@ -202,7 +206,8 @@ class OcclusionEstimator:
         track = self._track(face.track_id, len(layout.skin)) if tracked else None
         # the skin's colour is not taken where something was in front last frame: a cup
         # over a quarter of the skin dragged its median, and every texel looked changed
-        hidden = track.kept | (track.verdict >= KEEP_RANGE[0]) if track is not None else None
+        # (a shadow is: it scales the skin's colour, and the median follows the light)
+        hidden = (track.kept | (track.verdict >= KEEP_RANGE[0])) & track.recoloured if track is not None else None
         observation = _observe(crop, face, matrix, mirror=not tracked, hidden=hidden)
         if observation is None:
             return None
@@ -249,6 +254,11 @@ class OcclusionEstimator:
             own = _distance(observation.colours, track.mean) / np.maximum(track.spread, SPREAD_FLOOR)
             unlearnt = np.zeros(len(own), np.float32) if keep is None else \
                 np.where(observation.pixels >= 0, _unlearnt(keep).reshape(-1)[np.maximum(observation.pixels, 0)], 0.0)
+            # ... unless only its brightness changed: a shadow or a light over a cheek is
+            # learnt (from its edge in, as before), an object brings colour of its own
+            recoloured = _ramp(_chroma_change(observation.colours, track.mean), UNLEARNT_CHROMA)
+            unlearnt = unlearnt * recoloured
+            track.recoloured = recoloured > 0.5
             _learn(track, observation, layout, own, deviation, unlearnt)
         if keep is None:
             return None
@@ -551,6 +561,14 @@ def _unlearnt(keep: np.ndarray) -> np.ndarray:
     ``REGISTRATION`` texels inside it (``_deviation``), and the kept region would creep
     inwards, texel by texel, while the object is held."""
     return cv2.dilate((keep > 0.1).astype(np.float32), np.ones((2 * UNLEARNT + 1,) * 2, np.uint8))
+
+
+def _chroma_change(colours: np.ndarray, model: np.ndarray) -> np.ndarray:
+    """(P,) how far each texel's chromaticity (its colour over its sum) is from its
+    model's: none for a shadow or a light, which scale all channels alike."""
+    difference = colours / np.maximum(colours.sum(axis=1, keepdims=True), 1e-3) \
+        - model / np.maximum(model.sum(axis=1, keepdims=True), 1e-3)
+    return np.sqrt(np.einsum("pk,pk->p", difference, difference))
 
 
 def _keep_at_mesh(verdict: np.ndarray, observation: _Observation, changed: np.ndarray | None) -> np.ndarray:
