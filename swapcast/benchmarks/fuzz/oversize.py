@@ -35,6 +35,7 @@ PARTIAL_SENT = 1 << 20
 RSS_BOUND_MB = 64.0  # the cap-sized access unit's copies through the node, and the 8 MiB of partials
 CLOSE_WAIT_S = 5.0  # the node cuts at a header: seconds are plenty
 SEND_SLICE = 256 * 1024
+WAITED_OUT = ("stalled: no data", "no publish or play within")  # closing reasons of a node that waited, not refused
 FILLER_NAL = 12  # H.264 filler data: decoders drop it, so the padded access unit decodes as recorded
 
 
@@ -227,6 +228,9 @@ class Verdict:
             out.append(f"the node kept a connection that sent {self.announced} for {CLOSE_WAIT_S:g} s")
         elif not (self.told_peer or self.logged):
             out.append(f"the node cut a connection that sent {self.announced} without saying why, to it or in its log")
+        elif any(waited in (self.told_peer or self.logged or "") for waited in WAITED_OUT):
+            out.append(f"the node kept a connection that sent {self.announced} until it stalled "
+                       f"({self.told_peer or self.logged})")
         elif self.size and self.size not in (self.told_peer or self.logged or ""):
             out.append(f"the node cut a connection that sent {self.announced} for another reason "
                        f"({self.told_peer or self.logged}): it took the message before judging it")
