@@ -516,7 +516,7 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
 
 def _previous_still_path(engine: FaceEngine) -> StillFaces:
     """The engine's still path as it was before the equalised sweep was limited to views that
-    are not bright, confident candidates were judged on their mesh's ROI too and cut faces
+    are dim, confident candidates were judged on their mesh's ROI too and cut faces
     were tried on a black border."""
     settings = engine.settings
     if settings.tracker == "graphs":
@@ -537,8 +537,8 @@ def _print(report: dict[str, dict[str, dict]]) -> None:
     report = dict(report)
     per_kind = report.pop("recall per kind (all still sets)")
     print("stills: old = one BlazeFace pass; before = the still path before this change (sweep + equalised sweep in")
-    print("  every view + HOG + mesh check on the detection's ROI); new = analyse_image (the equalised sweep only in views")
-    print("  that are not bright; graphs: confident candidates judged on their mesh's ROI too, cut faces meshed on a black")
+    print("  every view + HOG + mesh check on the detection's ROI); new = analyse_image (the equalised sweep only in dim views")
+    print("  (lightness under 64); graphs: confident candidates judged on their mesh's ROI too, cut faces meshed on a black")
     print("  border), both on the engine's tracker backend; hog = dlib's HOG detector alone, upsampled once")
     print("live: the engine's tracker, old = whole-frame pass only, new = the sweep spread over frames")
     print("times per image (live: per frame, tracks settled); cpu = this process's CPU time, steadier on a busy machine")
