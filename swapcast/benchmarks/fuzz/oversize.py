@@ -216,6 +216,11 @@ class Verdict:
         return "refused" if self.told_peer else "cut"
 
     @property
+    def reason(self) -> str:
+        """Why the node said it closed the attacker: to it, else in its log ("" nowhere)."""
+        return self.told_peer or self.logged or ""
+
+    @property
     def detail(self) -> str:
         reason = self.told_peer or (f"only in the node log: {self.logged}" if self.logged else "no reason anywhere")
         good = self.good_problem or "the well-behaved publisher went on"
@@ -226,14 +231,13 @@ class Verdict:
         out = []
         if not self.closed:
             out.append(f"the node kept a connection that sent {self.announced} for {CLOSE_WAIT_S:g} s")
-        elif not (self.told_peer or self.logged):
+        elif not self.reason:
             out.append(f"the node cut a connection that sent {self.announced} without saying why, to it or in its log")
-        elif any(waited in (self.told_peer or self.logged or "") for waited in WAITED_OUT):
-            out.append(f"the node kept a connection that sent {self.announced} until it stalled "
-                       f"({self.told_peer or self.logged})")
-        elif self.size and self.size not in (self.told_peer or self.logged or ""):
-            out.append(f"the node cut a connection that sent {self.announced} for another reason "
-                       f"({self.told_peer or self.logged}): it took the message before judging it")
+        elif any(waited in self.reason for waited in WAITED_OUT):
+            out.append(f"the node kept a connection that sent {self.announced} until it stalled ({self.reason})")
+        elif self.size and self.size not in self.reason:
+            out.append(f"the node cut a connection that sent {self.announced} for another reason ({self.reason}): "
+                       "it took the message before judging it")
         if self.rss_growth_mb > RSS_BOUND_MB:
             out.append(f"the node's RSS grew {self.rss_growth_mb:.0f} MB (bound {RSS_BOUND_MB:g}) on {self.announced}")
         if self.good_problem:
