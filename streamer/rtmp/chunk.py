@@ -145,7 +145,7 @@ class ChunkReader:
         if pos + take > len(buf):
             return 0, None
         if self._partial_bytes + take > self.max_partial_bytes:
-            raise RtmpProtocolError(f"partial messages over all chunk streams exceed {self.max_partial_bytes} bytes")
+            raise msg.PartialMessagesTooLarge(self._partial_bytes + take, self.max_partial_bytes)
 
         # The whole chunk is here: commit the header to the chunk stream state.
         if new_message:

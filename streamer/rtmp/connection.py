@@ -8,6 +8,7 @@ handler are logged with a traceback since they are bugs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -36,6 +37,9 @@ TYPE_OF_KIND = {"video": msg.MessageType.VIDEO, "audio": msg.MessageType.AUDIO, 
 _END_PUBLISH = {"FCUnpublish", "deleteStream", "closeStream"}
 UNPUBLISH_GRACE_S = 2.0  # after a client unpublishes, the time it has to close the connection itself
 NOTICE_GRACE_S = 2.0  # the time a client has to read why it is cut and close by itself
+# What a refused peer may still send while it reads why (read and dropped): the rest of the
+# largest message a 24-bit length announces, in 128-byte chunks ~17 MB, and what is in flight
+REFUSAL_DISCARD_BYTES = 32 * 1024 * 1024
 
 
 class TimestampUnwrapper:
@@ -256,6 +260,7 @@ class RtmpConnection:
         self._serve_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing_soon = False
+        self._refusing = False  # told the peer why it is cut: nothing more is parsed nor written
 
     async def run(self) -> None:
         self._serve_task = asyncio.create_task(self._serve())
@@ -337,8 +342,8 @@ class RtmpConnection:
                         return
                 self._count_received(len(data))  # after dispatch: a window set in `data` counts
                 await self._work.spend(self._chunks_in.chunks_parsed - chunks_before + 8 * len(messages))
-        except msg.MessageTooLarge as exc:
-            self._refuse_oversized(exc)
+        except msg.Oversized as exc:
+            await self._refuse_oversized(exc)
         except RtmpProtocolError as exc:
             self.close_now(f"protocol error: {exc}")
         except (ConnectionError, TimeoutError) as exc:
@@ -347,15 +352,36 @@ class RtmpConnection:
             log.exception("rtmp %s: internal error", self.remote)
             self.close_now("internal error")
 
-    def _refuse_oversized(self, exc: msg.MessageTooLarge) -> None:
-        """Cut a peer that announced an oversized message, telling it why (an error-level
-        onStatus, flushed before the close): the rest of the message is never read. Logged
-        at INFO like every peer's mistake, in the connection's closing line."""
-        publishing = self._publisher is not None
-        code = "NetStream.Publish.Failed" if publishing else "NetConnection.Call.Failed"
-        stream_id = self._publisher.stream_id if self._publisher is not None else 0
+    async def _refuse_oversized(self, exc: msg.Oversized) -> None:
+        """Cut a peer that sent more than the node holds, telling it why (an error-level
+        onStatus). An encoder is still sending the rest of its message: closing with those
+        bytes unread would make the kernel reset the connection and the peer lose the notice.
+        So nothing more is parsed, the notice is followed by our FIN, and what the peer sends
+        is read and dropped until it closes, for NOTICE_GRACE_S and REFUSAL_DISCARD_BYTES at
+        most. Logged at INFO like every peer's mistake, in the connection's closing line."""
+        reason = f"protocol error: {exc}"
+        publisher = self._publisher
+        code = "NetStream.Publish.Failed" if publisher is not None else "NetConnection.Call.Failed"
+        stream_id = publisher.stream_id if publisher is not None else 0
         self._send(msg.command("onStatus", 0, None, _status("error", code, str(exc)), stream_id=stream_id))
-        self.close_now(f"protocol error: {exc}")
+        self._refusing = self._closing_soon = True  # the handler ending meanwhile closes nothing
+        self._chunks_in = ChunkReader()  # the partial messages it held are freed now, not after the grace
+        if publisher is not None:
+            publisher.end(reason)
+        if not self.closed.is_set():
+            if self._writer.can_write_eof():  # not over TLS: there the close ends the grace
+                self._writer.write_eof()  # sent once the notice is
+            await self._discard_input(NOTICE_GRACE_S, REFUSAL_DISCARD_BYTES)
+        self.close_now(reason)
+
+    async def _discard_input(self, seconds: float, max_bytes: int) -> None:
+        """Read and drop what the peer sends until it closes, ``seconds`` and ``max_bytes``
+        at most: a peer cannot hold the connection with it."""
+        discarded = 0
+        with contextlib.suppress(TimeoutError, OSError):
+            async with asyncio.timeout(seconds):
+                while discarded < max_bytes and (data := await self._reader.read(_READ_SIZE)):
+                    discarded += len(data)
 
     def _count_received(self, count: int) -> None:
         self._received += count
@@ -537,7 +563,7 @@ class RtmpConnection:
             self.close_now(f"player connection lost: {exc!r}")
 
     def _send(self, *messages: msg.RtmpMessage) -> None:
-        if self.closed.is_set():
+        if self.closed.is_set() or self._refusing:
             return
         if self._writer.transport.is_closing():  # the peer reset the socket: writing would raise
             self.close_now("connection lost")

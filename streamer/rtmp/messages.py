@@ -65,14 +65,51 @@ MAX_AUDIO_BYTES = 64 * 1024  # an AAC frame is a few hundred bytes, 8 KiB at mos
 MAX_CONTROL_BYTES = 64  # types 1-6 carry 4 to 6 bytes
 
 
-class MessageTooLarge(RtmpProtocolError):
+_MESSAGE_NAMES = {
+    MessageType.SET_CHUNK_SIZE: "a control message (Set Chunk Size)",
+    MessageType.ABORT: "a control message (Abort)",
+    MessageType.ACKNOWLEDGEMENT: "a control message (Acknowledgement)",
+    MessageType.USER_CONTROL: "a user control message",
+    MessageType.WINDOW_ACK_SIZE: "a control message (Window Acknowledgement Size)",
+    MessageType.SET_PEER_BANDWIDTH: "a control message (Set Peer Bandwidth)",
+    MessageType.AUDIO: "an audio message",
+    MessageType.VIDEO: "a video message",
+    MessageType.AMF3_DATA: "a data message (AMF3)",
+    16: "a shared object message (AMF3)",
+    MessageType.AMF3_COMMAND: "a command message (AMF3)",
+    MessageType.AMF0_DATA: "a data message (AMF0)",
+    19: "a shared object message (AMF0)",
+    MessageType.AMF0_COMMAND: "a command message (AMF0)",
+    22: "an aggregate message",
+}
+
+
+def message_name(type_id: int) -> str:
+    """How a refusal names a message of ``type_id`` ("an audio message"), for people to read."""
+    return _MESSAGE_NAMES.get(type_id, f"a message of type {type_id}")
+
+
+class Oversized(RtmpProtocolError):
+    """The peer sent more than the node holds: refused, and the peer is told why (an
+    error-level onStatus) before the connection closes."""
+
+
+class MessageTooLarge(Oversized):
     """A message header announced more bytes than its type may have: refused before any
     of its payload is held."""
 
     def __init__(self, type_id: int, length: int, limit: int) -> None:
-        kind = {MessageType.VIDEO: "video", MessageType.AUDIO: "audio"}.get(type_id, f"type {type_id}")
-        super().__init__(f"a {kind} message of {length} bytes (at most {limit})")
+        super().__init__(f"{message_name(type_id)} of {length} bytes (at most {limit})")
         self.type_id, self.length, self.limit = type_id, length, limit
+
+
+class PartialMessagesTooLarge(Oversized):
+    """The messages begun and not finished on all chunk streams together would hold more
+    than the node's bound (each within its own cap)."""
+
+    def __init__(self, held: int, limit: int) -> None:
+        super().__init__(f"partial messages of {held} bytes on all chunk streams together (at most {limit})")
+        self.held, self.limit = held, limit
 
 
 def max_payload_bytes(type_id: int) -> int:

@@ -190,7 +190,7 @@ def test_partial_messages_held_across_chunk_streams_are_bounded_in_total():
     writer = ChunkWriter(65536)
     reader.feed(ChunkWriter().write(msg.set_chunk_size(65536)))
     whole = RtmpMessage(9, 1, 0, bytes(limit))
-    with pytest.raises(RtmpProtocolError, match="partial messages"):
+    with pytest.raises(msg.PartialMessagesTooLarge, match="partial messages"):
         for csid in range(3, 64):  # one-byte basic headers: the cut below is one whole chunk
             chunks = writer.write(whole, csid=csid)
             reader.feed(chunks[: -(1 + 65536)])  # all but the last chunk: the message stays partial
