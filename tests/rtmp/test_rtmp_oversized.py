@@ -9,18 +9,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
+import sys
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import pytest
 
 from rtmp_testkit import RecordingHandler, run, wait_for
 
+from signaling.tls import server_context
 from streamer.rtmp import RtmpPublishClient, RtmpServer
 from streamer.rtmp import connection as rtmp_connection
 from streamer.rtmp import messages as msg
 from streamer.rtmp.chunk import ChunkReader, ChunkWriter, basic_header
 from streamer.rtmp.handler import MediaMessage
 from streamer.rtmp.handshake import client_handshake
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tls_testkit import ThrowawayCA  # noqa: E402
 
 
 def _first_chunk(type_id: int, length: int, csid: int = 6) -> bytes:
@@ -55,8 +62,8 @@ def test_the_largest_allowed_video_message_passes():
     assert [len(m.payload) for m in out] == [msg.MAX_VIDEO_BYTES]
 
 
-async def _publish_raw(port: int, key: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def _publish_raw(port: int, key: str, tls: ssl.SSLContext | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
     await client_handshake(reader, writer, timeout=2)
     chunks = ChunkWriter()
     for message in (msg.command("connect", 1, {"app": "live"}), msg.command("createStream", 2, None),
@@ -122,13 +129,13 @@ async def _published(port: int, handler: RecordingHandler) -> tuple[asyncio.Stre
     return reader, writer
 
 
-def _refusal(port: int, data: bytes) -> tuple[_PeerSaw, int]:
+def _refusal(port: int, data: bytes, tls: ssl.SSLContext | None = None) -> tuple[_PeerSaw, int]:
     """A publisher sends ``data`` whole while it reads what the node says: what it read, and
     how many bytes it could send. It runs in its own thread and event loop, as an encoder
     is its own process: in the node's loop, its reads would be ordered before the reset."""
 
     async def attack() -> tuple[_PeerSaw, int]:
-        reader, writer = await _publish_raw(port, "BAD")
+        reader, writer = await _publish_raw(port, "BAD", tls)
         saw, closed = _PeerSaw(), asyncio.Event()
         watch = asyncio.create_task(_statuses_until_closed(reader, closed, saw))
         try:
@@ -149,11 +156,12 @@ def _refused_publisher(handler: RecordingHandler, caplog, reason: str) -> None:
     assert any(r.getMessage().endswith(f"closed (protocol error: {reason})") for r in caplog.records)
 
 
-async def _with_server(handler: RecordingHandler, scenario):
-    server = RtmpServer(handler, port=0)
+async def _with_server(handler: RecordingHandler, scenario, tls: ssl.SSLContext | None = None):
+    """``scenario(port)`` against a server (its RTMPS port with ``tls``), until its connections closed."""
+    server = RtmpServer(handler, port=0, tls=tls)
     await server.start()
     try:
-        result = await scenario(server.port)
+        result = await scenario(server.tls_port if tls else server.port)
         await wait_for(lambda: server.connection_count == 0, 10)  # its closing line is logged
         return result
     finally:
@@ -171,6 +179,21 @@ def test_a_publisher_sending_a_16_mib_access_unit_in_full_reads_why_it_is_refuse
     assert saw.ended == "eof", saw  # the node half-closed after the notice: no reset
     _refused_publisher(handler, caplog, reason)
     assert handler.received["BAD"] == []
+
+
+def test_over_rtmps_a_publisher_sending_a_16_mib_access_unit_in_full_reads_why_it_is_refused(tmp_path, caplog):
+    """TLS cannot half-close: the node reads and drops the rest of the message for the grace,
+    so nothing is left unread when it closes and the notice is not lost to a reset."""
+    caplog.set_level(logging.INFO, logger="streamer.rtmp.connection")
+    ca = ThrowawayCA(tmp_path)
+    leaf = ca.issue("127.0.0.1")
+    server_tls, client_tls = server_context(leaf.cert, leaf.key), ssl.create_default_context(cafile=str(ca.path))
+    handler = RecordingHandler({"BAD"})
+    data = _whole_message(msg.MessageType.VIDEO, 0xFFFFFF)
+    saw, sent = run(_with_server(handler, lambda port: asyncio.to_thread(_refusal, port, data, client_tls), server_tls), 45)
+    reason = f"a video message of {0xFFFFFF} bytes (at most {msg.MAX_VIDEO_BYTES})"
+    assert ("NetStream.Publish.Failed", reason) in saw.statuses, (saw, sent)
+    _refused_publisher(handler, caplog, reason)
 
 
 def test_a_publisher_holding_partial_messages_past_the_bound_reads_why_it_is_refused(caplog):
