@@ -18,9 +18,10 @@ import numpy as np
 from gpu.analysis.blazeface import BlazeFaceRange
 from gpu.analysis.detection import FaceFinder, SweepSchedule, box_contains, box_iou, weighted_nms
 from gpu.analysis.face_mesh import REGION_SCALE, face_from_mesh, new_track_id, plausible_mesh
-from gpu.analysis.smoothing import OneEuroFilter
+from gpu.analysis.smoothing import MeshSmoother
 from gpu.batcher import BatcherBusy
 from gpu.tracking import face_roi
+from gpu.tracking.anchor import FaceAnchor
 from gpu.tracking.graphs import GraphBlazeFace, TrackingGraphs
 from gpu.types import Face
 
@@ -33,7 +34,8 @@ _tracker_ids = itertools.count(1)
 class _Track:
     track_id: int
     mesh: np.ndarray  # (468, 3): x, y, z in pixels
-    smoother: OneEuroFilter
+    smoother: MeshSmoother
+    anchor: FaceAnchor  # the pose the next frame's ROI comes from
 
     @property
     def box(self) -> np.ndarray:
@@ -83,7 +85,7 @@ class GraphFaceTracker:
     def _tracked(self, frame: np.ndarray) -> list[_Track]:
         """The tracks followed into ``frame`` and the new faces found there."""
         candidates = self._candidates(frame)
-        rois = [face_roi.roi_from_landmarks(track.mesh[None]) for track in self._tracks]
+        rois = [track.anchor.next_roi() for track in self._tracks]
         if candidates:
             seen = self._seen_closer(frame, candidates)
             rois.append(face_roi.roi_from_detection(np.stack([f.box for f in seen]), np.stack([f.kps for f in seen])))
@@ -94,10 +96,11 @@ class GraphFaceTracker:
             for track, mesh, alive in zip(self._tracks, points, presence, strict=False):
                 if alive >= MIN_PRESENCE:
                     track.mesh = mesh
+                    track.anchor.update(mesh)
                     tracks.append(track)
             for face, mesh, alive in zip(candidates, points[len(self._tracks):], presence[len(self._tracks):], strict=True):
                 if alive >= MIN_PRESENCE and plausible_mesh(mesh, face.box):
-                    tracks.append(_Track(new_track_id(), mesh, OneEuroFilter()))
+                    tracks.append(_Track(new_track_id(), mesh, MeshSmoother(), FaceAnchor(mesh)))
         return _without_duplicates(tracks)
 
     def _candidates(self, frame: np.ndarray) -> list[Face]:
