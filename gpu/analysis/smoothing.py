@@ -56,7 +56,7 @@ class MeshSmoother:
     Input and output: (468, 2 or 3) pixels (z scales with the face, it does not turn)."""
 
     def __init__(self, pose: OneEuroFilter | None = None, shape: OneEuroFilter | None = None) -> None:
-        self._pose = pose or OneEuroFilter(min_cutoff=1.5, beta=0.15, derivative_cutoff=4.0)
+        self._pose = pose or OneEuroFilter(min_cutoff=1.0, beta=0.15, derivative_cutoff=4.0)
         self._shape = shape or OneEuroFilter()
         self._unit: float | None = None  # the first frame's size: pose and shape in pixels of it
         self._shape_value: np.ndarray | None = None

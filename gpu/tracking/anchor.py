@@ -18,7 +18,7 @@ import numpy as np
 
 from gpu.tracking import face_roi
 
-FIT_ITERATIONS = 2  # from the last frame's weights: an occluder that stays is already down-weighted
+FIT_ITERATIONS = 1  # from the last frame's weights: an occluder that stays is already down-weighted
 # Tukey's biweight cut-off, in robust standard deviations of the residuals, floored at a
 # fraction of the face's size: below that floor every point counts (a still face's residuals
 # are the model's noise, not outliers).
