@@ -19,12 +19,13 @@ import numpy as np
 from gpu.tracking import face_roi
 
 FIT_ITERATIONS = 1  # from the last frame's weights: an occluder that stays is already down-weighted
-# Tukey's biweight cut-off, in robust standard deviations of the residuals, floored at a
-# fraction of the face's size: below that floor every point counts (a still face's residuals
-# are the model's noise, not outliers).
-TUKEY_C = 4.685
+# Tukey's biweight cut-off, in median residuals (tight: a quarter of the face dragged away
+# drags a plain fit too, and its points must still stand out), floored at a fraction of the
+# face's size: below that floor every point counts (a still face's residuals are the model's
+# noise, not outliers).
+TUKEY_C = 2.5
 MIN_CUTOFF_OF_SIZE = 0.03
-REFERENCE_RATE = 0.2  # how fast the reference takes in a frame's inlier points
+REFERENCE_RATE = 0.05  # how fast the reference takes in a frame's inlier points: slower than an occluder drags
 PREDICTION = 0.8  # of the last frame's ROI motion carried into the next frame
 # Below these steps (of the ROI's side; radians) a move is mostly the model's jitter, and
 # carrying it forward would only feed the jitter back: the carried share falls off as
@@ -49,20 +50,22 @@ def similarity(source: np.ndarray, target: np.ndarray, weights: np.ndarray) -> t
     return scale, rotation, target_mean - scale * source_mean @ rotation.T
 
 
-def robust_fit(source: np.ndarray, target: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+def robust_fit(source: np.ndarray, target: np.ndarray, weights: np.ndarray | None = None,
+               iterations: int = FIT_ITERATIONS) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """``source`` fitted onto ``target`` by a similarity with Tukey-reweighted points, from
     ``weights`` (default: all 1): scale, rotation, translation, each point's weight (0 = an outlier)."""
     weights = np.ones(len(source)) if weights is None else weights
     middle = len(source) // 2
     size = float(np.ptp(target[:, 0]) + np.ptp(target[:, 1])) / 2
     floor = (MIN_CUTOFF_OF_SIZE * size) ** 2
-    for _ in range(FIT_ITERATIONS):
-        scale, rotation, translation = similarity(source, target, weights)
+    scale, rotation, translation = similarity(source, target, weights)
+    for _ in range(iterations):
         squared = ((target - (scale * source @ rotation.T + translation)) ** 2).sum(1)
-        cutoff = max((TUKEY_C * 1.4826) ** 2 * float(np.partition(squared, middle)[middle]), floor)  # the squared median residual
+        cutoff = max(TUKEY_C ** 2 * float(np.partition(squared, middle)[middle]), floor)  # squared: the median residual's square
         weights = np.square(np.maximum(1.0 - squared / cutoff, 0.0))
         if weights.sum() < 0.1 * len(weights):  # nothing agrees: no pose to hold on to
             weights = np.ones(len(source))
+        scale, rotation, translation = similarity(source, target, weights)
     return scale, rotation, translation, weights
 
 
