@@ -36,6 +36,9 @@ def test_trackers_are_compared_in_one_run(small_pose_set, capsys) -> None:
     assert report["cost"]["graphs/4"]["landmark_batch"] >= 1.0
     clips = report["accuracy"]["pose set clips"]
     assert {"graphs vs mediapipe", "graphs vs facemesh", "graphs vs truth", "mediapipe vs truth"} <= set(clips)
+    occluded = report["accuracy"]["occluded clips"]  # the clip with each object in front
+    assert occluded["graphs vs truth"]["faces"] + occluded["graphs vs truth"]["missed"] == 4 * 3
+    assert clips["graphs vs truth"]["face_pct_max"] >= clips["graphs vs truth"]["face_pct_mean"] > 0
     assert clips["graphs vs mediapipe"]["mean_px"] < 2.0  # both track the same face
     assert clips["graphs vs truth"]["mean_px"] > 10.0  # the point-sized truth is far from every mesh point
     assert "graphs    4 session(s)" in captured.out

@@ -10,7 +10,10 @@ side, in one run.
   set's stills and clips, against the ``mediapipe`` tracker, against mediapipe's FaceMesh
   run on the whole frame in its own tracking mode (``facemesh``: the ROI rules the graphs
   backend follows; the ``mediapipe`` tracker feeds its graph a moving region instead), and
-  against the pose set's ground truth: mean and p95 of the per-point distance, in pixels.
+  against the pose set's ground truth: mean and p95 of the per-point distance, in pixels,
+  and against the truth also per frame as % of the face's width (mean, worst frame). The
+  ``occluded clips`` are the pose clips' pans and zooms with ``bench occlusion``'s objects
+  held in front of the face from a quarter in: where a tracker drifts off a covered face.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ def run_tracking_benchmark(engine: FaceEngine, trackers: Sequence[TrackerName], 
     for group, rows in accuracy.items():
         for label, row in rows.items():
             print(f"  {group:<28} {label:<26} mean {row['mean_px']:.3f} p95 {row['p95_px']:.3f} px"
-                  f" ({row['faces']} faces, {row['missed']} missed)")
+                  + (f", {row['face_pct_mean']:.2f} % of the face's width (worst frame {row['face_pct_max']:.2f} %)" if "face_pct_mean" in row else "")
+                  + f" ({row['faces']} faces, {row['missed']} missed)")
     return {"cost": cost, "accuracy": accuracy}
 
 
@@ -112,16 +116,23 @@ def _accuracy(engine: FaceEngine, trackers: Sequence[TrackerName], faces: dict[s
               quick: bool) -> dict[str, dict[str, dict[str, float]]]:
     """Per group of targets: each backend against mediapipe's tracker, and against the
     pose set's ground truth where there is one."""
+    from gpu.analysis.landmarks import FACE_OVAL
+    from swapcast.benchmarks.occlusion import MOTIONS as OCCLUDED_MOTIONS
+    from swapcast.benchmarks.occlusion import occluded_clip, occluders
     from swapcast.benchmarks.pose_set import pose_clips, pose_set
 
+    clips = list(pose_clips(quick=quick))
     groups: dict[str, list[tuple[list[np.ndarray], list[np.ndarray | None]]]] = {
         "sample faces": [([image] * STILL_FRAMES, [None] * STILL_FRAMES) for image in faces.values()],
         "pose set stills": [([s.image] * STILL_FRAMES, [s.mesh] * STILL_FRAMES) for s in pose_set(quick=quick)],
-        "pose set clips": [(clip.frames, list(clip.meshes)) for clip in pose_clips(quick=quick)],
+        "pose set clips": [(clip.frames, list(clip.meshes)) for clip in clips],
+        "occluded clips": [(occluded.frames, list(occluded.meshes)) for occluded in (
+            occluded_clip(clip, occluder) for clip in clips if clip.motion in OCCLUDED_MOTIONS for occluder in occluders().values())],
     }
     report: dict[str, dict[str, dict[str, float]]] = {}
     for group, targets in groups.items():
         distances: dict[str, list[np.ndarray]] = {}
+        face_pct: dict[str, list[float]] = {}  # per frame against the truth: mean distance / the face's width
         missed: dict[str, int] = {}
         for frames, truths in targets:
             meshes = {name: _tracked(engine, name, frames) for name in {"mediapipe", *trackers}}
@@ -140,10 +151,16 @@ def _accuracy(engine: FaceEngine, trackers: Sequence[TrackerName], faces: dict[s
                         if mesh is None:
                             missed[label] = missed.get(label, 0) + 1
                             continue
-                        distances.setdefault(label, []).append(np.linalg.norm(mesh - reference[:, :2], axis=1))
+                        distance = np.linalg.norm(mesh - reference[:, :2], axis=1)
+                        distances.setdefault(label, []).append(distance)
+                        if against == "truth":
+                            width = max(float(np.ptp(reference[list(FACE_OVAL), 0])), 1e-6)
+                            face_pct.setdefault(label, []).append(100 * float(distance.mean()) / width)
         report[group] = {
             label: {"mean_px": float(np.mean(d)), "p95_px": float(np.percentile(np.concatenate(d), 95)),
-                    "faces": len(d), "missed": missed.get(label, 0)}
+                    "faces": len(d), "missed": missed.get(label, 0),
+                    **({"face_pct_mean": float(np.mean(face_pct[label])), "face_pct_max": float(np.max(face_pct[label]))}
+                       if label in face_pct else {})}
             for label, d in sorted(distances.items())
         }
     return report
