@@ -2,15 +2,16 @@
 
 mediapipe's tracking rule crops the next frame around the previous mesh's box. That box
 follows whatever the mesh does: a cup over the mouth drags the lower face's points down and
-sideways, the next crop follows them, the model drags further, and within a few frames the
-mesh sits a sixth of the face's width off the face (measured on the occlusion set). The crop
-is also one frame late, which on a fast zoom or pan is a fifth of the face.
+sideways, the next crop follows them, the model drags further, and within five frames the
+mesh sits a fifth of the face's width off the face (measured on the occlusion set). The crop
+is also one frame late, which on the pose set's fast zoom or pan is a fifth of the face.
 
 ``FaceAnchor`` instead fits the track's reference shape (3D, so a turning head fits too)
 onto each new mesh by a robust similarity fit: the points an occluder drags are outliers
 and do not move the pose. The ROI is the box of the fitted reference (its eye line for the
-rotation), carried one frame ahead at the pose's own speed. The reference learns the face
-slowly from its inlier points, so a held expression or a turned head becomes part of it."""
+rotation), carried one frame ahead at the pose's own speed. The reference learns slowly from
+the inlier points, so a shape that changes gradually (a turning head's) becomes part of it;
+points far off it (a sudden expression, an occluder's drag) only stay out of the pose."""
 
 from __future__ import annotations
 
@@ -74,20 +75,19 @@ class FaceAnchor:
 
     def __init__(self, mesh: np.ndarray) -> None:
         self.reference = np.asarray(mesh, np.float64)[:, :3].copy()
-        self.fitted = self.reference
+        self._fitted = self.reference
         self._weights = np.ones(len(self.reference))
         self._rois: list[np.ndarray] = [self._roi()]
 
-    def update(self, mesh: np.ndarray) -> np.ndarray:
-        """The reference fitted onto ``mesh`` (468, 3): the face where its inliers put it."""
+    def update(self, mesh: np.ndarray) -> None:
+        """Fit the reference onto ``mesh`` (468, 3): the face where its inliers put it."""
         mesh = np.asarray(mesh, np.float64)[:, :3]
         scale, rotation, translation, weights = robust_fit(self.reference, mesh, self._weights)
         self._weights = weights
-        self.fitted = scale * self.reference @ rotation.T + translation
+        self._fitted = scale * self.reference @ rotation.T + translation
         in_reference_frame = (mesh - translation) @ rotation / scale  # the fit undone
         self.reference = self.reference + REFERENCE_RATE * weights[:, None] * (in_reference_frame - self.reference)
         self._rois = [self._rois[-1], self._roi()]
-        return self.fitted
 
     def next_roi(self) -> np.ndarray:
         """(1, 4) the ROI for the next frame: the fitted face's, moved on as it last moved."""
@@ -106,7 +106,7 @@ class FaceAnchor:
 
     def _roi(self) -> np.ndarray:
         """(4,) the fitted face's ROI, as ``face_roi.roi_from_landmarks`` draws it."""
-        xy = self.fitted[:, :2]
+        xy = self._fitted[:, :2]
         low, high = xy.min(0), xy.max(0)
         eyes = xy[face_roi.MESH_EYES[1]] - xy[face_roi.MESH_EYES[0]]
         centre = (low + high) / 2

@@ -2,8 +2,10 @@
 
 Behaves as ``gpu.analysis.face_mesh.FaceTracker`` does (the detector's sweep spread over
 frames, faces down to 40 px, One Euro smoothing per track, process-unique track ids, mesh
-and depth filled) but runs no mediapipe graph: each track's ROI follows its previous mesh
-(mediapipe's own tracking rule), a new face's ROI comes from its detection (seen again by
+and depth filled) but runs no mediapipe graph: each track's ROI follows its face's pose, a
+robust fit of its reference shape onto the previous mesh, carried a frame ahead
+(``gpu.tracking.anchor``: mediapipe's rule, the previous mesh's box, follows an occluder's
+drag off the face), a new face's ROI comes from its detection (seen again by
 short range in a region around it, as ``FaceTracker``'s mesh graph sees it), and all of a
 frame's landmark crops go to the node's landmark batcher in one request, where they share
 runner calls with every other session's."""
