@@ -204,6 +204,24 @@ def test_register_unwraps_the_source_into_a_filled_albedo(sources):
         assert source.lighting.shape == (9, 3) and source.shape.shape == (468, 3)
 
 
+def test_the_albedo_carries_no_detail_finer_than_a_crop_pixel():
+    """GridSample has no mip levels: detail finer than the crop's pixels would alias into a
+    shimmer as the face moves by fractions of a pixel, so the albedo is low-passed once; what
+    the crop can show stays, and a larger crop keeps finer detail."""
+
+    def response(crop_size: int, period: float) -> float:
+        size = mesh3d.TEXTURE_SIZE
+        stripes = 1.0 + 0.2 * np.cos(2 * np.pi * np.arange(size) / period)
+        albedo = np.repeat(np.broadcast_to(stripes, (size, size))[..., None], 3, axis=2).astype(np.float32)
+        kept = Mesh3dSwapper(runner=OnnxRuntimeRunner(build_mesh3d_swap_graph()), crop_size=crop_size)._anti_aliased(albedo)
+        inner = slice(size // 4, 3 * size // 4)
+        return float(kept[inner, inner, 0].std() / albedo[inner, inner, 0].std())
+
+    assert response(256, 2.0) < 0.05  # texel-sized detail (2 texels a crop pixel): gone
+    assert response(256, 8.0) > 0.5  # detail of a few crop pixels: mostly kept
+    assert response(512, 2.0) > 2 * response(256, 2.0)  # a larger crop shows finer detail
+
+
 def test_grazing_but_seen_texels_keep_their_detail(engine, sources, grace_image):
     """The cheeks a frontal photo sees at a grazing angle (what a turned target shows
     large) keep their own texture, not a smooth fill: at least half the detail of the

@@ -79,11 +79,17 @@ LIPS_TEETH = (1.02, 0.95)  # lip texels no redder than this (red over green/blue
 OPEN_MOUTH = 0.06  # a source's mouth this open (gap over width) may show teeth on its lips; a closed one's lips are left as they are
 LIPS_GAP = 0.6  # ... and darker than this times the lips' median the mouth's gap: both take the lips' colour
 CHROMA_SMOOTHING = 0.8  # how much of the skin's colour detail gives way to its low-passed colour
-CHROMA_SIGMA = 6 / 384  # of the texture: the low pass's sigma
+CHROMA_SIGMA = 14 / 384  # of the texture: the low pass's sigma (6 kept the red of Grace Hopper's nasolabial folds,
+# ~10 texels wide, which the colour match then drew as red folds on the target)
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
 SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
 COLOUR_GAIN_RANGE = (0.5, 2.0)
 MIDDLE = (0.25, 0.75)  # the colour match's gain averages the skin texels' ratios between these weighted quantiles
+TEXELS_PER_CROP_PIXEL = 1.27  # x TEXTURE_SIZE / crop size: how many albedo texels one crop pixel spans (measured
+# median over the face, frontal to 45 deg yaw: 1.8-2.1 at 384 / 256)
+ANTI_ALIAS_SIGMA = 0.6  # crop pixels: the albedo is low-passed to what the crop can show, once per source. Sampled
+# bilinearly at ~2 texels a pixel without it, fine detail (wrinkles, the skin's pores) aliases and shimmers as the
+# face moves by fractions of a pixel (Grace Hopper onto the astronaut's clips: flicker 1.08 -> 1.03)
 SEAM_INSET = 0.008  # the seam runs this far (in UV) inside the mesh outline
 SHAPE_STRENGTH = 1.0  # how much of the source's shape moves the target's mesh
 OUTLINE_STRENGTH = 0.35  # ... at the face outline (the cheeks/jaw the mesh ends on)
@@ -284,12 +290,21 @@ class Mesh3dSwapper:
         if _mouth_opening(points) > OPEN_MOUTH:
             filled = _lips_without_mouth(filled)
         filled = _smooth_skin_chroma(filled)
+        filled = self._anti_aliased(filled)
         shape = fit_pose(points).normalise(points)
         return Mesh3dSource(
             albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
             lighting=lighting.coefficients,
             shape=shape.astype(np.float32),
         )
+
+    def _anti_aliased(self, albedo: np.ndarray) -> np.ndarray:
+        """The albedo without detail finer than the crop's pixels: GridSample has no mip
+        levels, so that detail would alias into a shimmer that moves with sub-pixel motion."""
+        sigma = ANTI_ALIAS_SIGMA * TEXELS_PER_CROP_PIXEL * albedo.shape[0] / self.crop_size
+        if sigma <= 0:
+            return albedo
+        return cv2.GaussianBlur(albedo, (0, 0), sigma).astype(np.float32)
 
     # -- target ---------------------------------------------------------------------------
 
@@ -544,8 +559,10 @@ def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
     dlib's HOG detector further off the turned faces of the yaw sweep: not done.)"""
     luminance = albedo.mean(2, keepdims=True) + 1e-3
     chroma = albedo / luminance
-    smooth = cv2.GaussianBlur(chroma, (0, 0), CHROMA_SIGMA * albedo.shape[0])
-    mixed = chroma + (1.0 - _features_mask(albedo.shape[0])) * CHROMA_SMOOTHING * (smooth - chroma)
+    skin = 1.0 - _features_mask(albedo.shape[0])
+    sigma = CHROMA_SIGMA * albedo.shape[0]  # the lips' red counts for nothing in the skin's low-passed colour
+    smooth = cv2.GaussianBlur(chroma * skin, (0, 0), sigma) / np.maximum(cv2.GaussianBlur(skin, (0, 0), sigma), 1e-3)[..., None]
+    mixed = chroma + skin * CHROMA_SMOOTHING * (smooth - chroma)
     return np.clip(luminance * mixed, 0.0, ALBEDO_MAX).astype(np.float32)
 
 

@@ -38,9 +38,12 @@ YELLOW_LINE = 0.12  # the blue channel's extra depth on a gold rim
 RING_RAYS = 24  # rays around each eye
 RING_COVERAGE = 0.5  # of the rays, on both eyes, that must cross a line for glasses to count as found (the
 # sample faces: Grace Hopper 0.83-0.92, blurred or JPEG-blurred 0.5-0.58; the astronaut, no glasses, 0.04-0.25)
-LENS_SIZE = (1.2, 0.8)  # the lens region's half-axes in eye widths (a frame's rim lies inside)
+LENS_SIZE = (1.2, 0.8)  # the lens region's half-axes in eye widths where the rings are looked for (a frame's rim lies inside)
 LID_MARGIN = 0.15  # eye widths around the eye opening that are lids and lashes, not frames
 LENS_DROP = 0.12  # the lens centre sits this many eye widths below the eye's centre
+REMOVAL_LENS = (1.2, 0.865, 0.185)  # half-axes and drop of the region frames are removed from: lower, since lower
+# rims run down to ~0.9 eye widths below the eyes' centres (Grace Hopper's: with the search ring's ellipse their
+# arcs were left as pale ghost lines under the eyes)
 THIN_RADIUS = 4 / 384  # of the texture: the amber-rim top-hat's radius (a rim is ~3 texels wide)
 THIN_YELLOW = 0.07  # albedo units: how much yellower than its surroundings such a rim is ...
 THIN_BRIGHT = 0.2  # ... or brighter, or darker (a clear rim's refracting edges)
@@ -195,8 +198,8 @@ def _regions(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     lens, inner = np.zeros((size, size), np.float32), np.zeros((size, size), np.float32)
     (right, width), (left, _) = _eyes(size)
     for centre, eye_width in _eyes(size):
-        at = (int(round(centre[0])), int(round(centre[1] + LENS_DROP * eye_width)))
-        axes = (int(LENS_SIZE[0] * eye_width), int(LENS_SIZE[1] * eye_width))
+        at = (int(round(centre[0])), int(round(centre[1] + REMOVAL_LENS[2] * eye_width)))
+        axes = (int(REMOVAL_LENS[0] * eye_width), int(REMOVAL_LENS[1] * eye_width))
         cv2.ellipse(lens, at, axes, 0, 0, 360, 1.0, -1)
         cv2.ellipse(inner, at, (int(RIM_INNER * axes[0]), int(RIM_INNER * axes[1])), 0, 0, 360, 1.0, -1)
     band = np.zeros((size, size), np.float32)  # the temples: the frame's top bar runs on to the ears
