@@ -69,16 +69,19 @@ def _mesh_graph(tracking: bool) -> QuietGraph:
     )
 
 
-def mesh_in_region(graph: QuietGraph, image: np.ndarray, box: np.ndarray, roll: float = 0.0) -> np.ndarray | None:
+def mesh_in_region(graph: QuietGraph, image: np.ndarray, box: np.ndarray, roll: float = 0.0,
+                   scale: float = REGION_SCALE, black_border: bool = False) -> np.ndarray | None:
     """The (468, 3) mesh of the face in ``box`` (frame pixels, z on the x scale), run on a
-    square region around it turned by ``roll`` degrees (the head's tilt, see
-    ``detection.roll_of``) so the face is upright in it: the mesh's own detector and
-    landmark model expect that, and past ~45° of tilt lose the face or bend the mesh."""
+    square region ``scale`` x the box around it turned by ``roll`` degrees (the head's tilt,
+    see ``detection.roll_of``) so the face is upright in it: the mesh's own detector and
+    landmark model expect that, and past ~45° of tilt lose the face or bend the mesh.
+    ``black_border``: a region reaching past the frame is black there rather than cut to the
+    frame (a face cut by the edge, see ``still_graphs``)."""
     cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
-    side = max(box[2] - box[0], box[3] - box[1]) * REGION_SCALE
+    side = max(box[2] - box[0], box[3] - box[1]) * scale
     if side < 16:
         return None
-    if abs(roll) < UPRIGHT_DEGREES:
+    if abs(roll) < UPRIGHT_DEGREES and not (black_border and reaches_past(cx, cy, side, image.shape)):
         return _mesh_in_crop(graph, image, cx, cy, side / 2)
     size = int(round(min(side, MAX_REGION)))
     scale = size / side
@@ -92,6 +95,11 @@ def mesh_in_region(graph: QuietGraph, image: np.ndarray, box: np.ndarray, roll: 
     back = cv2.invertAffineTransform(to_region)
     xy = points[:, :2] @ back[:, :2].T.astype(np.float32) + back[:, 2].astype(np.float32)
     return np.concatenate([xy, points[:, 2:] / scale], axis=1).astype(np.float32)
+
+
+def reaches_past(cx: float, cy: float, side: float, shape: tuple[int, ...]) -> bool:
+    """Whether a square of ``side`` about (cx, cy) reaches past a frame of ``shape``."""
+    return min(cx, cy) < side / 2 or cx + side / 2 > shape[1] or cy + side / 2 > shape[0]
 
 
 def _mesh_in_crop(graph: QuietGraph, image: np.ndarray, cx: float, cy: float, half: float) -> np.ndarray | None:
@@ -137,15 +145,17 @@ class FaceMesh:
     def __init__(self) -> None:
         self._graph = _mesh_graph(tracking=False)
 
-    def landmarks(self, image: np.ndarray, face: Face) -> Face | None:
+    def landmarks(self, image: np.ndarray, face: Face, scale: float = REGION_SCALE,
+                  black_border: bool = False) -> Face | None:
         """The face in ``face.box`` with its mesh, mesh-derived keypoints and the mesh's
-        bounding box; None when no plausible mesh is found there (not a face). The region is
-        turned upright by the keypoints' roll, and once more by the mesh's own if the two
-        disagree (a HOG box has no real keypoints)."""
+        bounding box; None when no plausible mesh is found there (not a face). The region
+        (``scale`` x the box, ``black_border``: see ``mesh_in_region``) is turned upright by
+        the keypoints' roll, and once more by the mesh's own if the two disagree (a HOG box
+        has no real keypoints)."""
         roll = roll_of(face.kps)
-        points = mesh_in_region(self._graph, image, face.box, roll)
+        points = mesh_in_region(self._graph, image, face.box, roll, scale, black_border)
         if points is not None and abs(mesh_roll(points) - roll) > RETRY_DEGREES:
-            points = mesh_in_region(self._graph, image, face.box, mesh_roll(points))
+            points = mesh_in_region(self._graph, image, face.box, mesh_roll(points), scale, black_border)
         if points is None or not plausible_mesh(points, face.box):
             return None
         return face_from_mesh(points, score=face.score)

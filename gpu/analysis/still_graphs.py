@@ -22,6 +22,8 @@ A face is judged on the last ROI it was tried on, except that one short range do
 see must hold its presence on both and a confident one on either. Judged on the mesh's ROI
 alone, a rocket's logo scores 0.57-0.76 (BlazeFace: 0.66-0.69) and the astronaut's mission
 patch (a HOG candidate short range does not see) 0.6.
+A kept face whose presence does not hold on its mesh's ROI scaled 0.85x and 1.2x is in
+doubt and kept only if dlib's CNN detector finds it (``still_faces.DOUBT_SCALES``).
 All candidates of a photo share each of these runner calls. Only one pass otherwise: a
 second on the mesh's ROI moved the meshes away from mediapipe's (pose set: 1.21 px mean
 against 0.70 px) and from the set's truth (1.49 % of the face width against 1.43 %).
@@ -37,7 +39,8 @@ import numpy as np
 
 from gpu.analysis.blazeface import BlazeFaceRange
 from gpu.analysis.detection import DIM_LIGHTNESS, FaceFinder, roll_of
-from gpu.analysis.face_mesh import REGION_SCALE, RETRY_DEGREES, face_from_mesh, mesh_roll, plausible_mesh
+from gpu.analysis.face_mesh import REGION_SCALE, RETRY_DEGREES, face_from_mesh, mesh_roll, plausible_mesh, reaches_past
+from gpu.analysis.still_faces import DOUBT_SCALES, RESCUE_SCORE, CnnFaceCheck
 from gpu.device import array_module
 from gpu.kernels import ops
 from gpu.tracking import face_roi
@@ -49,13 +52,6 @@ REGION_PX = 192
 # mediapipe's face mesh keeps a face whose presence is over this (min_detection_confidence).
 MIN_PRESENCE = 0.5
 
-# A candidate BlazeFace is this sure of, and sees again in its upright region, whose
-# presence is low on its detection's ROI is judged on its mesh's ROI too: a turned head's
-# detection ROI sits off its face (a 72 px head turned 45 degrees: presence 0.24 there,
-# 0.59 on its mesh's). Measured on bench detect's stills and clutter: faces that needed it
-# scored 0.75-0.81; of what short range sees again and is no face, a smiley logo on a
-# rocket's nose scored highest, 0.69 (presence 0.57-0.76 on its mesh's ROI).
-RESCUE_SCORE = 0.72
 
 _still_ids = itertools.count(1)
 
@@ -67,13 +63,15 @@ class GraphStillFaces:
 
     def __init__(self, graphs: TrackingGraphs, whole_frame: BlazeFaceRange = "full", hog: bool = True,
                  equalise: bool = True, equalise_below: float = DIM_LIGHTNESS,
-                 rescue_score: float = RESCUE_SCORE, black_border: bool = True) -> None:
+                 rescue_score: float = RESCUE_SCORE, black_border: bool = True, second_opinion: bool = True) -> None:
         """``equalise_below``, ``rescue_score``: see ``FaceFinder``, ``RESCUE_SCORE``;
-        ``black_border``: faces cut by the edge tried on a black border (``bench detect``
+        ``black_border``: faces cut by the edge tried on a black border; ``second_opinion``:
+        doubtful faces kept only when dlib's CNN detector finds them (``bench detect``
         compares the still path with none of these)."""
         self._graphs = graphs
         self.rescue_score = rescue_score
         self.black_border = black_border
+        self._cnn = CnnFaceCheck() if second_opinion else None
         self._session = f"still-{next(_still_ids)}"
         detectors = {name: GraphBlazeFace(graphs, name, self._session) for name in ("short", "full")}
         self.finder = FaceFinder(whole_frame, hog=hog, equalise=equalise, detectors=detectors,
@@ -113,12 +111,27 @@ class GraphStillFaces:
                    if seen[i] and alive < MIN_PRESENCE and _reaches_past(roi, image.shape)]
             if cut and self.black_border:
                 points[cut], presence[cut] = self._on_black_border(image, rois[cut])
+            kept = [i for i, (face, mesh, alive) in enumerate(zip(faces, points, presence, strict=True))
+                    if alive >= MIN_PRESENCE and plausible_mesh(mesh, face.box)]
+            if kept and self._cnn is not None:
+                doubtful = ~self._holds_when_rescaled(image, points[kept])
+                kept = [i for i, doubt in zip(kept, doubtful, strict=True) if not doubt or self._cnn.confirms(image, points[i])]
         finally:
             self._graphs.detach(self._session)
-        return [
-            face_from_mesh(mesh, score=face.score) if alive >= MIN_PRESENCE and plausible_mesh(mesh, face.box) else None
-            for face, mesh, alive in zip(faces, points, presence, strict=True)
-        ]
+        return [face_from_mesh(points[i], score=face.score) if i in kept else None for i, face in enumerate(faces)]
+
+    def _holds_when_rescaled(self, image: np.ndarray, meshes: np.ndarray) -> np.ndarray:
+        """(N,) whether each mesh's presence holds (``MIN_PRESENCE``) on its own ROI scaled by
+        each of ``DOUBT_SCALES`` (one batched call), on the photo padded with black: a real
+        face's does, a painted one's comes and goes with the crop (see ``DOUBT_SCALES``)."""
+        rois = face_roi.roi_from_landmarks(meshes)
+        scaled = np.concatenate([rois * np.array([1, 1, scale, 1], np.float32) for scale in DOUBT_SCALES])
+        margin = int(np.ceil(scaled[:, 2].max())) if any(_reaches_past(roi, image.shape) for roi in scaled) else 0
+        if margin:
+            image = array_module(image).pad(image, ((margin, margin), (margin, margin), (0, 0)))
+            scaled[:, :2] += margin
+        _, presence = self._graphs.landmarks(self._session, [image] * len(scaled), scaled)
+        return (presence.reshape(len(DOUBT_SCALES), len(meshes)) >= MIN_PRESENCE).all(axis=0)
 
     def _on_black_border(self, image: np.ndarray, rois: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Meshes and presence for landmark ROIs that reach past the frame (a face cut by the
@@ -163,8 +176,7 @@ class GraphStillFaces:
 
 def _reaches_past(roi: np.ndarray, shape: tuple[int, ...]) -> bool:
     """Whether a landmark ROI (cx, cy, side, rotation) reaches past the frame."""
-    cx, cy, side = (float(v) for v in roi[:3])
-    return min(cx, cy) < side / 2 or cx + side / 2 > shape[1] or cy + side / 2 > shape[0]
+    return reaches_past(*(float(v) for v in roi[:3]), shape)
 
 
 def _angle(degrees: float) -> float:

@@ -303,6 +303,21 @@ def _yaw_renders(yaws: Sequence[int] = YAWS) -> list[tuple[str, np.ndarray, np.n
     return renders
 
 
+def cluttered_photos(count: int, size: tuple[int, int] = GROUP_SIZE) -> list[Scene]:
+    """Photos without a face: the crowd photos' cluttered backgrounds (one in four is the
+    rocket with a smiley painted on its nose), for false detections."""
+    return [Scene(f"clutter-{seed}", _clutter(_background(seed, size), np.random.default_rng(seed))) for seed in range(count)]
+
+
+def noisy_copies(scenes: Sequence[Scene], copies: int, seed: int = 5) -> list[Scene]:
+    """``copies`` of each scene with sensor noise (sigma 2) of its own: which copies a
+    borderline false face is kept in moves with the noise."""
+    rng = np.random.default_rng(seed)
+    return [Scene(f"{scene.name}/noise-{k}", np.clip(scene.image + rng.normal(0, 2, scene.image.shape), 0, 255).astype(np.uint8),
+                  scene.boxes, scene.labels, scene.kinds)
+            for scene in scenes for k in range(copies)]
+
+
 def yawed_faces() -> list[Scene]:
     """Turned heads as rendered, with true boxes."""
     return [Scene(label.replace(" ", "/"), image, [np.concatenate([mesh.min(0), mesh.max(0)]).astype(np.float32)],
@@ -472,6 +487,10 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
         "rolled faces": [rolled_face(p, sign * roll, heads=frontal) for p in FACE_BOXES for roll in ROLLS for sign in (1, -1) if roll or sign > 0],
         "scaled faces": [rolled_face(p, 0.0, width, size, frontal) for p in FACE_BOXES for width, size in SCALES],
         "turned heads (yaw)": yawed_faces(),
+        # the rocket's smiley is behind these small faces (rolled_face's background)
+        "small faces, noisy copies": noisy_copies([rolled_face(p, 0.0, width, size, frontal) for p in FACE_BOXES
+                                                   for width, size in SCALES[:3]], max(1, groups // 2)),
+        "cluttered photos, no face": cluttered_photos(2 * groups),
     }
     detectors: dict[str, Callable[[np.ndarray], list[np.ndarray]]] = {
         "old": lambda image: [f.box for f in one_pass.detect(image)],
@@ -515,14 +534,12 @@ def run_detection_benchmark(config: Config, groups: int = 8, live_frames: int = 
 
 
 def _previous_still_path(engine: FaceEngine) -> StillFaces:
-    """The engine's still path as it was before the equalised sweep was limited to views that
-    are dim, confident candidates were judged on their mesh's ROI too and cut faces
-    were tried on a black border."""
+    """The engine's still path as it was before doubtful faces needed dlib's CNN detector's
+    second opinion."""
     settings = engine.settings
     if settings.tracker == "graphs":
-        return GraphStillFaces(engine.tracking_graphs, settings.detector_range, equalise_below=np.inf,
-                               rescue_score=float("inf"), black_border=False)
-    return MediapipeStillFaces(settings.detector_range, equalise_below=np.inf)
+        return GraphStillFaces(engine.tracking_graphs, settings.detector_range, second_opinion=False)
+    return MediapipeStillFaces(settings.detector_range, second_opinion=False)
 
 
 def _tracker(engine: FaceEngine, sweep: bool) -> FaceTracker | GraphFaceTracker:
@@ -536,10 +553,11 @@ def _tracker(engine: FaceEngine, sweep: bool) -> FaceTracker | GraphFaceTracker:
 def _print(report: dict[str, dict[str, dict]]) -> None:
     report = dict(report)
     per_kind = report.pop("recall per kind (all still sets)")
-    print("stills: old = one BlazeFace pass; before = the still path before this change (sweep + equalised sweep in")
-    print("  every view + HOG + mesh check on the detection's ROI); new = analyse_image (the equalised sweep only in dim views")
-    print("  (lightness under 64); graphs: confident candidates judged on their mesh's ROI too, cut faces meshed on a black")
-    print("  border), both on the engine's tracker backend; hog = dlib's HOG detector alone, upsampled once")
+    print("stills: old = one BlazeFace pass; before = the still path before this change (sweep, equalised sweep in dim")
+    print("  views, HOG, mesh check; turned heads judged on their mesh's ROI, cut faces meshed on a black border);")
+    print("  new = analyse_image: the same, and a face whose mesh presence does not hold on its ROI scaled 0.85x and 1.2x")
+    print("  is kept only if dlib's CNN detector (MMOD) finds it; both on the engine's tracker backend;")
+    print("  hog = dlib's HOG detector alone, upsampled once")
     print("live: the engine's tracker, old = whole-frame pass only, new = the sweep spread over frames")
     print("times per image (live: per frame, tracks settled); cpu = this process's CPU time, steadier on a busy machine")
     print(f"{'set':34} {'':6} {'found':>11} {'recall':>7} {'false':>6} {'ms median':>10} {'ms max':>8} "
