@@ -68,31 +68,32 @@ class MeshSmoother:
         self._unit = self._shape_value = None
 
     def __call__(self, mesh: np.ndarray, timestamp: float) -> np.ndarray:
-        mesh = np.asarray(mesh, dtype=np.float64)
+        mesh = np.asarray(mesh, dtype=np.float32)
         centre = mesh[:, :2].mean(0)
         offsets = mesh[:, :2] - centre
-        size = float(np.sqrt((offsets ** 2).sum(1).mean())) or 1.0
+        size = math.sqrt(float(np.einsum("ij,ij->", offsets, offsets)) / len(mesh)) or 1.0
         if self._unit is None or self._shape_value is None:
             self._unit = size
             eyes = offsets[263] - offsets[33] if len(mesh) > 263 else offsets[-1] - offsets[0]
-            angle = float(np.arctan2(eyes[1], eyes[0]))
+            angle = math.atan2(float(eyes[1]), float(eyes[0]))
         else:  # the turn that best lays the last shape onto this frame's points
             last = self._shape_value[:, :2]
-            turn = float(np.arctan2((last[:, 0] * offsets[:, 1] - last[:, 1] * offsets[:, 0]).sum(), (last * offsets).sum()))
-            angle = self._angle + (turn - self._angle + np.pi) % (2 * np.pi) - np.pi  # no jump at +-pi
+            turn = math.atan2(float(last[:, 0] @ offsets[:, 1] - last[:, 1] @ offsets[:, 0]), float(np.einsum("ij,ij->", last, offsets)))
+            angle = self._angle + (turn - self._angle + math.pi) % (2 * math.pi) - math.pi  # no jump at +-pi
         self._angle = angle
-        pose = np.array([[centre[0], centre[1]], [self._unit * np.log(size), self._unit * angle]])
-        cos, sin = np.cos(angle), np.sin(angle)
+        pose = self._pose(np.array([[centre[0], centre[1]], [self._unit * math.log(size), self._unit * angle]]), timestamp)
         shape = np.empty_like(mesh)
-        shape[:, 0] = (cos * offsets[:, 0] + sin * offsets[:, 1]) / size * self._unit
-        shape[:, 1] = (-sin * offsets[:, 0] + cos * offsets[:, 1]) / size * self._unit
-        shape[:, 2:] = mesh[:, 2:] / size * self._unit
-        pose = self._pose(pose, timestamp).astype(np.float64)
-        self._shape_value = self._shape(shape, timestamp).astype(np.float64)
-        scale = np.exp(pose[1, 0] / self._unit) / self._unit
-        cos, sin = np.cos(pose[1, 1] / self._unit), np.sin(pose[1, 1] / self._unit)
+        shape[:, :2] = offsets @ _turn(-angle) * (self._unit / size)
+        shape[:, 2:] = mesh[:, 2:] * (self._unit / size)
+        self._shape_value = self._shape(shape, timestamp)
+        scale = math.exp(float(pose[1, 0]) / self._unit) / self._unit
         out = np.empty_like(mesh)
-        out[:, 0] = pose[0, 0] + scale * (cos * self._shape_value[:, 0] - sin * self._shape_value[:, 1])
-        out[:, 1] = pose[0, 1] + scale * (sin * self._shape_value[:, 0] + cos * self._shape_value[:, 1])
-        out[:, 2:] = scale * self._shape_value[:, 2:]
-        return out.astype(np.float32)
+        out[:, :2] = self._shape_value[:, :2] @ _turn(float(pose[1, 1]) / self._unit) * scale + pose[0]
+        out[:, 2:] = self._shape_value[:, 2:] * scale
+        return out
+
+
+def _turn(angle: float) -> np.ndarray:
+    """(2, 2) float32: row vectors times it turn by ``angle`` (y down: clockwise on screen)."""
+    cos, sin = math.cos(angle), math.sin(angle)
+    return np.array([[cos, sin], [-sin, cos]], np.float32)

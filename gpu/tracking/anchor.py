@@ -19,7 +19,7 @@ import numpy as np
 
 from gpu.tracking import face_roi
 
-FIT_ITERATIONS = 1  # from the last frame's weights: an occluder that stays is already down-weighted
+FIT_ITERATIONS = 1  # a frame's fit starts from the last frame's weights: an occluder that stays is already down-weighted
 # Tukey's biweight cut-off, in median residuals (tight: a quarter of the face dragged away
 # drags a plain fit too, and its points must still stand out), floored at a fraction of the
 # face's size: below that floor every point counts (a still face's residuals are the model's
@@ -54,19 +54,19 @@ def similarity(source: np.ndarray, target: np.ndarray, weights: np.ndarray) -> t
 def robust_fit(source: np.ndarray, target: np.ndarray, weights: np.ndarray | None = None,
                iterations: int = FIT_ITERATIONS) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """``source`` fitted onto ``target`` by a similarity with Tukey-reweighted points, from
-    ``weights`` (default: all 1): scale, rotation, translation, each point's weight (0 = an outlier)."""
+    ``weights`` (default: all 1): scale, rotation, translation (the last fit) and each point's
+    weight by that fit's residual (0 = an outlier), the next fit's start."""
     weights = np.ones(len(source)) if weights is None else weights
     middle = len(source) // 2
     size = float(np.ptp(target[:, 0]) + np.ptp(target[:, 1])) / 2
     floor = (MIN_CUTOFF_OF_SIZE * size) ** 2
-    scale, rotation, translation = similarity(source, target, weights)
     for _ in range(iterations):
+        scale, rotation, translation = similarity(source, target, weights)
         squared = ((target - (scale * source @ rotation.T + translation)) ** 2).sum(1)
         cutoff = max(TUKEY_C ** 2 * float(np.partition(squared, middle)[middle]), floor)  # squared: the median residual's square
         weights = np.square(np.maximum(1.0 - squared / cutoff, 0.0))
         if weights.sum() < 0.1 * len(weights):  # nothing agrees: no pose to hold on to
             weights = np.ones(len(source))
-        scale, rotation, translation = similarity(source, target, weights)
     return scale, rotation, translation, weights
 
 
