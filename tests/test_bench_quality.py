@@ -66,3 +66,11 @@ def test_no_available_swapper_is_bad_input(capsys):
 def test_an_unknown_part_of_the_pose_set_is_bad_input(capsys):
     assert main(["bench", "quality", "--quick", "--swappers", "mesh", "--only", "yaw,somersault"]) == 2
     assert "unknown pose set part(s) somersault" in capsys.readouterr().err
+
+
+def test_a_part_with_no_faces_prints_dashes():
+    """`--only` with clips alone leaves the stills' summary empty: its row prints, not crashes."""
+    from swapcast.benchmarks.quality import _aggregate, _cells
+
+    cells = _cells(_aggregate([]))
+    assert cells.split()[-1] == "-/-" and "nan" not in cells

@@ -484,9 +484,12 @@ def _cells(row: dict[str, Any] | None) -> str:
     def num(value: float | None, digits: int = 2) -> str:
         return f"{value:6.{digits}f}" if value is not None else "     -"
 
+    def ms(value: float | None) -> str:
+        return f"{value:.0f}" if value is not None else "-"
+
     dlib = f"{pct(row['dlib_finds_output']).strip()}/{pct(row['dlib_finds_target']).strip()}"
     return (f"{pct(row['pass_rate'])} {num(row['mean_output_to_source'])} {pct(row['recall'])} {dlib:>9} "
-            f"{num(row.get('flicker'))} {row['ms_per_frame']:7.0f}/{row['swap_ms_per_frame']:<4.0f}")
+            f"{num(row.get('flicker'))} {ms(row['ms_per_frame']):>7}/{ms(row['swap_ms_per_frame']):<4}")
 
 
 def _verdicts(summary: dict[str, Any], names: list[str]) -> list[str]:
