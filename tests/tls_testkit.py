@@ -1,9 +1,10 @@
 """What the TLS and TURN tests share: a throw-away certificate authority, the machine's own
-non-loopback address, and a real coturn ``turnserver`` on loopback (process_harness
-starts and stops it)."""
+non-loopback address, a real coturn ``turnserver`` on loopback (process_harness
+starts and stops it), and what a client stalling a TLS handshake sends and reads."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime
@@ -175,3 +176,15 @@ def _answers_stun(port: int) -> bool:
             sock.sendto(request, ("127.0.0.1", port))
             return sock.recv(2048)[:2] == b"\x01\x01"  # Binding success response
     return False
+
+
+STALLED_CLIENT_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"  # a ClientHello's first bytes, never the rest
+
+
+async def received_until_closed(reader: asyncio.StreamReader) -> bytes:
+    """What the server sent before closing (a reset counts as closed)."""
+    received = b""
+    with contextlib.suppress(ConnectionError):
+        while chunk := await reader.read(4096):
+            received += chunk
+    return received

@@ -7,7 +7,6 @@ and an IPv6 /64 are one client each."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import ssl
@@ -22,9 +21,7 @@ from signaling.tls import server_context
 from streamer.rtmp import RtmpServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tls_testkit import ThrowawayCA  # noqa: E402
-
-HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"  # a ClientHello's first bytes, never the rest
+from tls_testkit import STALLED_CLIENT_HELLO, ThrowawayCA, received_until_closed  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +29,6 @@ def tls_pair(tmp_path_factory):
     ca = ThrowawayCA(tmp_path_factory.mktemp("pki"))
     leaf = ca.issue("127.0.0.1")
     return server_context(leaf.cert, leaf.key), ssl.create_default_context(cafile=str(ca.path))
-
-
-async def _closed(reader: asyncio.StreamReader) -> bytes:
-    received = b""
-    with contextlib.suppress(ConnectionError):
-        while chunk := await reader.read(4096):
-            received += chunk
-    return received
 
 
 def test_stalled_rtmps_handshakes_are_capped_and_time_out(tls_pair, caplog):
@@ -51,20 +40,20 @@ def test_stalled_rtmps_handshakes_are_capped_and_time_out(tls_pair, caplog):
         async with RtmpServer(handler, port=0, tls=server_tls, stall_timeout=1.5, max_pending_per_ip=3) as server:
             stalled = [await asyncio.open_connection("127.0.0.1", server.tls_port) for _ in range(3)]
             for _, writer in stalled:
-                writer.write(HELLO)
+                writer.write(STALLED_CLIENT_HELLO)
             await asyncio.sleep(0.2)
             held = dict(server._pending_by_ip)
             reader, writer = await asyncio.open_connection("127.0.0.1", server.tls_port)
-            writer.write(HELLO)
+            writer.write(STALLED_CLIENT_HELLO)
             async with asyncio.timeout(1.0):  # well before the handshake timeout: reset at accept
-                refused = await _closed(reader)
+                refused = await received_until_closed(reader)
             other_reader, other_writer = await asyncio.open_connection(
                 "127.0.0.1", server.tls_port, ssl=client_tls, local_addr=("127.0.0.2", 0))
             other_writer.write(bytes([3]) + bytes(1536))  # RTMP C0 + C1 inside TLS: S0 comes back
             other = await asyncio.wait_for(other_reader.read(1), 5)
             other_writer.close()
             async with asyncio.timeout(10):
-                cut = [await _closed(r) for r, _ in stalled]
+                cut = [await received_until_closed(r) for r, _ in stalled]
             await wait_for(lambda: "127.0.0.1" not in server._pending_by_ip, 5)
             late_reader, late_writer = await asyncio.open_connection("127.0.0.1", server.tls_port, ssl=client_tls)
             late_writer.write(bytes([3]) + bytes(1536))

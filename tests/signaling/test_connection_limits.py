@@ -17,7 +17,7 @@ from aiohttp import web
 
 from signaling.connection_limits import ConnectionGuard, ConnectionLimits, GuardedSite, guard_app
 from signaling.tls import server_context
-from tls_testkit import ThrowawayCA
+from tls_testkit import STALLED_CLIENT_HELLO, ThrowawayCA, received_until_closed
 
 GET = b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -44,7 +44,7 @@ def _app() -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def _serve(limits: ConnectionLimits, tls: ssl.SSLContext | None = None) -> AsyncIterator[int]:
+async def _serve_guarded(limits: ConnectionLimits, tls: ssl.SSLContext | None = None) -> AsyncIterator[tuple[int, ConnectionGuard]]:
     app = _app()
     guard = guard_app(app, limits)
     runner = web.AppRunner(app, access_log=None)
@@ -52,22 +52,19 @@ async def _serve(limits: ConnectionLimits, tls: ssl.SSLContext | None = None) ->
     site = GuardedSite(runner, "127.0.0.1", 0, guard=guard, ssl_context=tls)
     await site.start()
     try:
-        yield site.port
+        yield site.port, guard
     finally:
         await runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def _serve(limits: ConnectionLimits, tls: ssl.SSLContext | None = None) -> AsyncIterator[int]:
+    async with _serve_guarded(limits, tls) as (port, _):
+        yield port
+
+
 async def _connect(port: int, source: str = "127.0.0.1", tls: ssl.SSLContext | None = None):
     return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0), ssl=tls)
-
-
-async def _until_closed(reader: asyncio.StreamReader) -> bytes:
-    """What the server sent before closing (a reset counts as closed)."""
-    received = b""
-    with contextlib.suppress(ConnectionError):
-        while chunk := await reader.read(4096):
-            received += chunk
-    return received
 
 
 async def _get(port: int, source: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> bytes:
@@ -84,7 +81,7 @@ def test_one_address_past_its_cap_is_closed_while_another_is_served():
             held = [await _connect(port) for _ in range(3)]
             reader, _ = await _connect(port)
             async with asyncio.timeout(10):
-                refused = await _until_closed(reader)
+                refused = await received_until_closed(reader)
             other = await _get(port, source="127.0.0.2")
             held[0][1].write(GET)  # the held ones still work
             first = (await held[0][0].readuntil(b"\r\n\r\n")).split(b"\r\n")[0]
@@ -134,7 +131,7 @@ def test_trickled_headers_get_408_and_close_while_others_are_served():
             trickling = asyncio.create_task(trickle())
             normal = await _get(port)
             async with asyncio.timeout(10):
-                received = await _until_closed(reader)
+                received = await received_until_closed(reader)
             trickling.cancel()
             return normal, received
 
@@ -148,7 +145,7 @@ def test_a_silent_connection_is_closed_after_the_header_timeout():
         async with _serve(ConnectionLimits(max_per_ip=8, header_timeout_s=0.5)) as port:
             reader, _ = await _connect(port)
             async with asyncio.timeout(10):
-                return await _until_closed(reader)
+                return await received_until_closed(reader)
 
     assert asyncio.run(scenario()).startswith(b"HTTP/1.1 408")
 
@@ -190,7 +187,7 @@ def test_https_listener_caps_and_times_a_stalled_handshake(tls_pair):
             served = await _get(port, tls=client_tls)
             reader, _ = await _connect(port)  # plain TCP: the handshake never starts
             async with asyncio.timeout(10):
-                stalled = await _until_closed(reader)
+                stalled = await received_until_closed(reader)
             held = [await _connect(port, tls=client_tls) for _ in range(2)]
             with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
                 extra_reader, extra_writer = await _connect(port, tls=client_tls)
@@ -215,32 +212,23 @@ def test_tls_handshakes_in_progress_count_against_the_cap_and_time_out(tls_pair)
 
     async def scenario():
         limits = ConnectionLimits(max_per_ip=3, header_timeout_s=1.5)
-        app = _app()
-        guard = guard_app(app, limits)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = GuardedSite(runner, "127.0.0.1", 0, guard=guard, ssl_context=server_tls)
-        await site.start()
-        try:
-            hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"  # a ClientHello's first bytes, never the rest
-            stalled = [await _connect(site.port) for _ in range(3)]
+        async with _serve_guarded(limits, server_tls) as (port, guard):
+            stalled = [await _connect(port) for _ in range(3)]
             for _, writer in stalled:
-                writer.write(hello)
+                writer.write(STALLED_CLIENT_HELLO)
             await asyncio.sleep(0.2)
             held_during_handshakes = guard.open_connections("127.0.0.1")
-            reader, writer = await _connect(site.port)
-            writer.write(hello)
+            reader, writer = await _connect(port)
+            writer.write(STALLED_CLIENT_HELLO)
             async with asyncio.timeout(1.0):  # well before the handshake timeout: refused at accept
-                refused = await _until_closed(reader)
-            other = await _get(site.port, source="127.0.0.2", tls=client_tls)
+                refused = await received_until_closed(reader)
+            other = await _get(port, source="127.0.0.2", tls=client_tls)
             async with asyncio.timeout(10):
-                cut = [await _until_closed(r) for r, _ in stalled]
+                cut = [await received_until_closed(r) for r, _ in stalled]
             await asyncio.sleep(0.2)
             freed = guard.open_connections("127.0.0.1")
-            again = await _get(site.port, tls=client_tls)
+            again = await _get(port, tls=client_tls)
             return held_during_handshakes, refused, other, cut, freed, again
-        finally:
-            await runner.cleanup()
 
     held, refused, other, cut, freed, again = asyncio.run(scenario())
     assert held == 3
