@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from gpu.tracking.face_roi import MESH_EYES
+
 
 def _alpha(cutoff: np.ndarray | float, dt: float) -> np.ndarray | float:
     tau = 1.0 / (2.0 * math.pi * np.asarray(cutoff))
@@ -74,7 +76,8 @@ class MeshSmoother:
         size = math.sqrt(float(np.einsum("ij,ij->", offsets, offsets)) / len(mesh)) or 1.0
         if self._unit is None or self._shape_value is None:
             self._unit = size
-            eyes = offsets[263] - offsets[33] if len(mesh) > 263 else offsets[-1] - offsets[0]
+            left, right = MESH_EYES
+            eyes = offsets[right] - offsets[left] if len(mesh) > right else offsets[-1] - offsets[0]
             angle = math.atan2(float(eyes[1]), float(eyes[0]))
         else:  # the turn that best lays the last shape onto this frame's points
             last = self._shape_value[:, :2]
