@@ -94,7 +94,9 @@ class BrowserLikeClient:
 @contextlib.asynccontextmanager
 async def live_client(cluster: Cluster, frames: int):
     """A browser-like client with swapped frames flowing (``frames`` received), as an admin;
-    its session is closed and deleted afterwards (the DELETE's status is kept on it)."""
+    its session is deleted afterwards (the DELETE's status is kept on it), then its peer closed.
+    DELETE comes first: a closed peer ends its session on the node by itself, and a DELETE sent
+    after the close races that end (404 instead of 204)."""
     async with aiohttp.ClientSession(headers=AS_ADMIN) as http:
         client = BrowserLikeClient(cluster.gateway.url)
         await client.start(http)
@@ -102,9 +104,11 @@ async def live_client(cluster: Cluster, frames: int):
             await client.collector.wait_for(frames, timeout=30)
             yield http, client
         finally:
-            await client.close()
-            async with http.delete(f"{cluster.gateway.url}/api/v1/sessions/{client.session_id}") as response:
-                client.deleted_status = response.status
+            try:
+                async with http.delete(f"{cluster.gateway.url}/api/v1/sessions/{client.session_id}") as response:
+                    client.deleted_status = response.status
+            finally:
+                await client.close()
 
 
 def run_scenario(cluster: Cluster, scenario, timeout: float):
