@@ -114,6 +114,8 @@ GROW_DEVIATION = (1.0, 1.6)  # ... and, on a tracked face, whose texel is off it
 GROW_CENTRES = 6  # k-means centres summarising each side's colours
 GROW_SAMPLES = 400  # pixels each side's centres are fitted to
 GROW_MIN_SAMPLES = 12  # pixels each side needs before the growth trusts its colours
+SOLIDITY = 0.5  # a kept region filling this share of its convex hull is filled out to it
+MIN_HULL_PIXELS = 30  # RASTER pixels: smaller regions are left as they are
 
 
 @dataclass(frozen=True)
@@ -590,6 +592,7 @@ def _keep_at_mesh(verdict: np.ndarray, observation: _Observation, changed: np.nd
         np.maximum.at(weak, observation.pixels[shown], changed[shown])
         changed = cv2.morphologyEx(weak.reshape(RASTER, RASTER), cv2.MORPH_CLOSE, square) > 0.5
     core = np.maximum(core, _grow(core, observation.image, drawn, changed))
+    core = np.maximum(core, _filled_out(core))
     keep = cv2.dilate(core, np.ones((2 * MARGIN + 1,) * 2, np.uint8))  # a margin
     beyond = cv2.dilate(keep, np.ones((5, 5), np.uint8))
     keep = np.where(drawn, keep, beyond)
@@ -637,6 +640,25 @@ def _grow(core: np.ndarray, image: np.ndarray, face: np.ndarray, changed: np.nda
             break
         grown = step
     return grown.astype(np.float32)
+
+
+def _filled_out(core: np.ndarray) -> np.ndarray:
+    """Each solid region of the keep mask filled out to its convex hull: a cup, a fist or a
+    phone is convex, and where part of it has the colour of the face behind it (a cup's
+    cream inner wall over pale lips) the rest of its outline says it is there. Only regions
+    that already fill ``SOLIDITY`` of their hull (not a glasses frame's rims, whose hull
+    is the eyes and the skin round them)."""
+    solid = (core > 0.5).astype(np.uint8)
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(solid, connectivity=8)
+    filled = np.zeros_like(solid)
+    for label in range(1, count):
+        if stats[label, cv2.CC_STAT_AREA] < MIN_HULL_PIXELS:
+            continue
+        points = cv2.findNonZero((labels == label).astype(np.uint8))
+        hull = cv2.convexHull(points)
+        if stats[label, cv2.CC_STAT_AREA] >= SOLIDITY * max(cv2.contourArea(hull), 1.0):
+            cv2.fillConvexPoly(filled, hull, 1)
+    return filled.astype(np.float32)
 
 
 def _centres(values: np.ndarray) -> np.ndarray:
