@@ -56,6 +56,25 @@ def test_a_row_without_face_region_passes_the_target(graph):
     np.testing.assert_allclose(got, graph.run(feeds)[0], atol=2e-5)
 
 
+def test_small_face_regions_anywhere_in_the_crop_swap_as_through_the_onnx_graph(graph):
+    """The twin's pyramid runs over a window around the face region only: regions in a
+    corner, on an edge and in the middle, a few pixels or a third of the crop wide, give
+    the graph's output everywhere, the target's outside the pyramid's reach."""
+    size = 128
+    boxes = [(0, 5, 0, 7), (3, 40, 100, 128), (60, 69, 50, 52), (40, 90, 30, 80), (120, 128, 0, 128)]
+    feeds = _rows(len(boxes), size=size, seed=2)
+    feeds["mask"][...] = 0.0
+    for row, (y0, y1, x0, x1) in enumerate(boxes):
+        feeds["mask"][row, :, y0:y1, x0:x1] = np.random.default_rng(row).random((y1 - y0, x1 - x0), dtype=np.float32)
+    got = Mesh3dGraphOnCpu().run(feeds)[0]
+    np.testing.assert_allclose(got, graph.run(feeds)[0], atol=2e-5)
+    y0, y1, x0, x1 = boxes[2]
+    changed = np.abs(got[2] - np.clip(feeds["target"][2], 0, 1)).max(axis=0) > 0
+    rows, cols = np.flatnonzero(changed.any(axis=1)), np.flatnonzero(changed.any(axis=0))
+    # the change reaches past the region's box out to 16-pixel blocks, and 15 pixels further
+    assert (rows[0], rows[-1] + 1, cols[0], cols[-1] + 1) == (48 - 15, 80 + 15, 48 - 15, 64 + 15)
+
+
 def test_a_crop_the_pyramid_cannot_halve_is_refused():
     feeds = _rows(1, size=40)
     with pytest.raises(ValueError, match="divisible by 16"):
