@@ -95,7 +95,7 @@ def cluster_env(data_dir: Path, **extra: str) -> dict[str, str]:
         "SWAPCAST_AUTH__TRUSTED_PROXIES": "[127.0.0.1]",  # the gateway, as seen by the nodes
         "SWAPCAST_SERVER__DATA_DIR": str(data_dir),  # nodes share stream keys like a shared volume
         "SWAPCAST_WEBRTC__HOST_ADDRESSES": "[127.0.0.1]",
-        "SWAPCAST_CLUSTER__NODE_TTL_S": "1.5",
+        "SWAPCAST_CLUSTER__NODE_TTL_S": "2.5",  # 8 heartbeats: a node busy placing many sessions on a loaded host stays alive
         "SWAPCAST_CLUSTER__HEARTBEAT_S": "0.3",
         "SWAPCAST_ENGINE__RUNNER_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
