@@ -14,7 +14,6 @@ import av
 import numpy as np
 from av.video.frame import PictureType
 
-from gpu.errors import SwapcastError
 from streamer.media.hwcodecs import (
     SOFTWARE_DECODE,
     SOFTWARE_ENCODE,
@@ -22,25 +21,12 @@ from streamer.media.hwcodecs import (
     SoftwareFallback,
     nvenc_live_options,
 )
+from streamer.media.picture_limits import H264SizeGuard, check_frame_size
 from streamer.media.yuv import i420_frame, rgb_to_i420
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
 
 MS = Fraction(1, 1000)
 NAL_SPS, NAL_PPS, NAL_AUD = 7, 8, 9
-# what the live encoders take: libx264 needs even sides of at least 2 (a 1-pixel side
-# rounds to 0), NVENC at least 33x17 and at most 4096 a side on most GPUs
-MIN_SIDE, MAX_SIDE = 16, 4096
-
-
-class FrameSizeError(SwapcastError):
-    """A stream's pictures have a size the live encoder cannot take."""
-
-
-def check_frame_size(width: int, height: int) -> None:
-    """Refuse sizes the encoders cannot open with, before they fail without a reason."""
-    if not (MIN_SIDE <= width <= MAX_SIDE and MIN_SIDE <= height <= MAX_SIDE):
-        raise FrameSizeError(f"video {width}x{height} cannot be re-encoded: each side must be "
-                             f"{MIN_SIDE} to {MAX_SIDE} pixels; change the output resolution")
 
 
 def to_avcc(units: list[bytes]) -> bytes:
@@ -62,18 +48,23 @@ class H264Decoder(SoftwareFallback):
     """Decodes AVCC samples after an avcC sequence header without adding a frame of delay:
     FFmpeg's h264 with slice threading only, or NVDEC (h264_cuvid) with no display delay
     when ``codec`` chose it. If cuvid cannot open or fails, the stream goes on with FFmpeg's
-    decoder from the sample that failed (``fallback_reason`` says why)."""
+    decoder from the sample that failed (``fallback_reason`` says why). An SPS, in the
+    sequence header or in-band, that declares a picture size the node does not take raises
+    ``FrameSizeError`` before either decoder reads it (and allocates that size), one that
+    cannot be read ``UnreadableHeader``."""
 
     def __init__(self, codec: CodecChoice = SOFTWARE_DECODE) -> None:
         self.codec_choice = codec
         self._context: av.CodecContext | None = None
         self._record = b""
+        self._sizes = H264SizeGuard()
 
     @property
     def configured(self) -> bool:
         return self._context is not None
 
     def configure(self, avcc_record: bytes) -> None:
+        self._sizes = H264SizeGuard(avcc_record)
         self._record = avcc_record
         self._context = self._open()
 
@@ -81,6 +72,7 @@ class H264Decoder(SoftwareFallback):
         """Frames (pts in ms) the sample completes; [] before the first sequence header."""
         if self._context is None:
             return []
+        self._sizes.check(sample)
         packet = av.Packet(sample)
         packet.dts, packet.pts, packet.time_base = dts, dts + composition_offset, MS
         try:

@@ -24,8 +24,9 @@ import av
 import numpy as np
 
 from gpu.processors.content_gate import ContentRefused
-from streamer.live.h264 import EncodedVideo, FrameSizeError, H264Decoder, H264Encoder, check_frame_size
+from streamer.live.h264 import EncodedVideo, H264Decoder, H264Encoder
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, scale_threads
+from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, check_frame_size
 from streamer.pipeline.failure_log import FailureLog
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes, SwapInFlight
 
@@ -271,11 +272,14 @@ class LiveSwapWorker:
         assert decoder is not None
         for item in items:
             if isinstance(item, SequenceHeader):
-                decoder.configure(item.record)
+                try:
+                    decoder.configure(item.record)  # FrameSizeError ends the stream, as a frame's size does
+                except UnreadableHeader:  # a damaged header: the decoder keeps the one it had
+                    self.stats.decode_errors += 1
                 continue
             try:
                 frames = decoder.decode(item.data, item.dts, item.composition_offset)
-            except (av.error.FFmpegError, ValueError):
+            except (av.error.FFmpegError, ValueError, UnreadableHeader):
                 self.stats.decode_errors += 1
                 continue
             for frame in frames:

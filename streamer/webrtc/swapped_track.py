@@ -31,11 +31,11 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gpu.processors.content_gate import ContentRefused
-from streamer.live.h264 import FrameSizeError, check_frame_size
 from streamer.live.heap import release_freed_memory
 from streamer.live.swap_worker import LiveStats
 from streamer.media.hwcodecs import scale_threads
 from streamer.media.images import jpeg_preview
+from streamer.media.picture_limits import FrameSizeError, check_frame_size
 from streamer.media.yuv import i420_frame, rgb_to_i420
 from streamer.pipeline.failure_log import FailureLog
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes, SwapInFlight
