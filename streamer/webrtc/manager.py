@@ -275,7 +275,8 @@ class SessionManager:
                 if audio_back:
                     audio.sender.replaceTrack(session.audio.output())
 
-            answer = await self._answer(pc, offer, f"{protocol} session {session.id}")
+            answer = await self._answer(pc, offer, f"{protocol} session {session.id}",
+                                        on_refused=lambda reason: self._close_later(session, reason))
             session.video.attach(video.receiver.track, on_end=lambda: self._close_later(session, "video ended"))
             if audio is not None and offer.peer_sends_audio and audio.receiver.track is not None:
                 session.audio.attach(audio.receiver.track)
@@ -301,13 +302,14 @@ class SessionManager:
             raise ServerFullError(f"server full: {limit} of {limit} live sessions in use; try again later")
         self._reserved += 1
 
-    async def _answer(self, pc: RTCPeerConnection, offer: Offer, name: str) -> str:
+    async def _answer(self, pc: RTCPeerConnection, offer: Offer, name: str,
+                      on_refused: Callable[[str], None] | None = None) -> str:
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer.sdp, type="offer"))
         except Exception as exc:  # aiortc raises ValueError, OperationError, ... for bad offers
             raise BadRequestError(f"the offer cannot be used: {exc or type(exc).__name__}") from None
         for transceiver in pc.getTransceivers():  # every media section's, before connecting starts their decoders
-            bound_receiver(transceiver.receiver, f"{name} {transceiver.kind} (mid {transceiver.mid})")
+            bound_receiver(transceiver.receiver, f"{name} {transceiver.kind} (mid {transceiver.mid})", on_refused)
         try:
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # an offer aiortc took but cannot answer (it trips on what it accepted)

@@ -6,16 +6,26 @@ frame to the receiver's decoder thread through an unbounded ``queue.Queue``: a p
 frames faster than they decode (an SPS claiming 8K, slow slices) grows the node without end.
 Here a frame that would take the bytes waiting for the decoder past ``MAX_QUEUED_BYTES`` is
 dropped; the receiver is told, as for a decode error, so it asks the peer for a keyframe
-(PLI) to start again from."""
+(PLI) to start again from.
+
+The decoder allocates pictures of whatever size an H.264 SPS or a VP8 keyframe declares
+(a 16000x16000 SPS in a 64x64 stream: +1.1 GB) before any frame comes out to be checked,
+so here each frame's headers are read first (``picture_limits``): a frame declaring a size
+the node does not take never reaches the decoder, nor does anything after it, and
+``on_refused`` is told why (the session ends); one whose header cannot be read is dropped
+as damaged, and a keyframe asked for."""
 
 from __future__ import annotations
 
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from aiortc import RTCRtpReceiver
+
+from streamer.media.picture_limits import FrameSizeError, H264SizeGuard, UnreadableHeader, check_vp8_frame
 
 log = logging.getLogger(__name__)
 
@@ -27,15 +37,21 @@ class BoundedDecoderQueue(queue.Queue):
     calls it) and drops what is over the bounds. Items are ``(codec, JitterFrame)``, or
     ``None`` (the end, always taken)."""
 
-    def __init__(self, on_drop: threading.Event, name: str) -> None:
+    def __init__(self, on_drop: threading.Event, name: str, on_refused: Callable[[str], None] | None = None) -> None:
         super().__init__()
         self.dropped = 0
         self.passed = 0  # frames handed to the decoder
         self.queued_bytes = 0
+        self.refused: str | None = None  # why the peer's frames stopped reaching the decoder
         self._on_drop = on_drop
         self._name = name
+        self._on_refused = on_refused
+        self._h264_sizes = H264SizeGuard()  # aiortc's depacketizer hands over Annex B
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        if item is not None and not self._declares_a_size_taken(item):
+            self.dropped += 1
+            return
         size = _size(item)
         if self.queued_bytes + size > MAX_QUEUED_BYTES:
             if not self.dropped:
@@ -46,6 +62,28 @@ class BoundedDecoderQueue(queue.Queue):
             self._on_drop.set()
             return
         super().put(item, block, timeout)
+
+    def _declares_a_size_taken(self, item: Any) -> bool:
+        """False for a frame whose headers declare a picture size the node does not take (and
+        every frame after one), or cannot be read."""
+        if self.refused is not None:
+            return False
+        codec, frame = item
+        mime = getattr(codec, "mimeType", "").lower()  # an RTCRtpCodecParameters
+        check = {"video/h264": self._h264_sizes.check, "video/vp8": check_vp8_frame}.get(mime)
+        try:
+            if check is not None:
+                check(frame.data)
+        except FrameSizeError as exc:
+            self.refused = str(exc)
+            log.warning("%s: %s; nothing more of it is decoded", self._name, self.refused)
+            if self._on_refused is not None:
+                self._on_refused(self.refused)
+            return False
+        except UnreadableHeader:
+            self._on_drop.set()
+            return False
+        return True
 
     def _put(self, item: Any) -> None:  # under the queue's lock, as is _get
         self.queued_bytes += _size(item)
@@ -62,11 +100,14 @@ def _size(item: Any) -> int:
     return 0 if item is None else len(item[1].data)
 
 
-def bound_receiver(receiver: RTCRtpReceiver, name: str) -> BoundedDecoderQueue:
+def bound_receiver(receiver: RTCRtpReceiver, name: str,
+                   on_refused: Callable[[str], None] | None = None) -> BoundedDecoderQueue:
     """Swap a receiver's decoder queue for a bounded one, before its decoder thread starts
-    (it is handed the queue then: at ``setRemoteDescription``'s connect, not before)."""
+    (it is handed the queue then: at ``setRemoteDescription``'s connect, not before);
+    ``on_refused(reason)`` when the peer's frames declare a picture size the node does not take."""
     if getattr(receiver, "_RTCRtpReceiver__decoder_thread", None) is not None:
         raise RuntimeError(f"{name}: the receiver's decoder thread already runs; bound it before negotiating")
-    bounded = BoundedDecoderQueue(receiver._RTCRtpReceiver__decoder_error, name)  # type: ignore[attr-defined]
+    on_drop = receiver._RTCRtpReceiver__decoder_error  # type: ignore[attr-defined]
+    bounded = BoundedDecoderQueue(on_drop, name, on_refused)
     receiver._RTCRtpReceiver__decoder_queue = bounded  # type: ignore[attr-defined]
     return bounded
