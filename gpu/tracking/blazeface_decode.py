@@ -28,12 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from gpu.device import array_module, to_host
 from gpu.kernels import ops
+from gpu.tracking import face_roi
 
 KEYPOINTS = 6  # right eye, left eye (the subject's), nose tip, mouth centre, right and left ear tragion
 NMS_IOU = 0.3  # mediapipe's face detection graphs: min_suppression_threshold
@@ -97,6 +99,14 @@ def ssd_anchors(spec: DetectorSpec) -> np.ndarray:
     return np.concatenate(centres).astype(np.float32)
 
 
+@lru_cache(maxsize=None)
+def _anchors(spec: DetectorSpec) -> np.ndarray:
+    """``ssd_anchors(spec)``, computed once per model (read-only), not on every decode."""
+    anchors = ssd_anchors(spec)
+    anchors.setflags(write=False)
+    return anchors
+
+
 def letterbox_matrices(windows: np.ndarray, size: int) -> np.ndarray:
     """(N, 2, 3) frame pixels -> tensor pixels: each window (x0, y0, x1, y1) padded to a
     square about its centre (mediapipe's keep_aspect_ratio) and scaled to ``size``."""
@@ -133,8 +143,7 @@ def detector_input(frames: Sequence[Any], windows: np.ndarray, spec: DetectorSpe
     coverage = np.clip(1 - beyond, 0, 1).astype(np.float32)
     weight = xp.asarray(coverage[:, 1, :, None] * coverage[:, 0, None, :])  # (N, S, S)
     lo, hi = spec.value_range
-    tensor = crops.astype(xp.float32) * (weight[..., None] * xp.float32((hi - lo) / 255.0)) + xp.float32(lo)
-    return xp.ascontiguousarray(tensor.transpose(0, 3, 1, 2))
+    return face_roi.planar(crops, weight * xp.float32((hi - lo) / 255.0), lo)
 
 
 def decode(boxes: Any, scores: Any, spec: DetectorSpec, min_score: float = 0.5, iou: float = NMS_IOU) -> list[Detections]:
@@ -143,7 +152,7 @@ def decode(boxes: Any, scores: Any, spec: DetectorSpec, min_score: float = 0.5, 
     ``min_score`` (and over the graph's own ``spec.min_score``), weighted suppression.
     Tensor-normalised coordinates."""
     xp = array_module(boxes)
-    anchors = xp.asarray(ssd_anchors(spec))
+    anchors = xp.asarray(_anchors(spec))
     raw = boxes.reshape(boxes.shape[0], -1, 4 + 2 * KEYPOINTS)
     if raw.shape[1] != len(anchors):
         raise ValueError(f"{spec.model_file}: {raw.shape[1]} rows of outputs for {len(anchors)} anchors")
