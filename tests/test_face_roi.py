@@ -61,3 +61,18 @@ def test_the_crop_matrix_and_the_unprojection_are_inverse() -> None:
     np.testing.assert_allclose(back, crop_points[..., :2], atol=2e-3)
     np.testing.assert_allclose(frame_points[..., 2], crop_points[..., 2] / 192 * rois[:, 2:3], rtol=1e-5)
     np.testing.assert_allclose(matrices[:, :, :2] @ rois[:, :2, None].astype(np.float64) + matrices[:, :, 2:], 96.0, atol=1e-4)
+
+
+def test_planar_equals_scaling_the_crops_and_transposing_them() -> None:
+    """The models' (N, 3, S, S) input, built plane by plane, holds exactly what scaling the
+    (N, S, S, 3) crops and transposing them gives: with a scalar scale (the landmark model),
+    a per-pixel one and an offset (the detectors' letterbox weight and value range)."""
+    rng = np.random.default_rng(0)
+    crops = rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+    scale = np.float32(1 / 255.0)
+    weight = rng.random((2, 32, 32), dtype=np.float32) * np.float32(2 / 255.0)
+    plain = face_roi.planar(crops, scale)
+    np.testing.assert_array_equal(plain, (crops.astype(np.float32) * scale).transpose(0, 3, 1, 2))
+    weighted = face_roi.planar(crops, weight, -1.0)
+    np.testing.assert_array_equal(weighted, (crops.astype(np.float32) * weight[..., None] + np.float32(-1.0)).transpose(0, 3, 1, 2))
+    assert plain.dtype == weighted.dtype == np.float32 and plain.flags.c_contiguous and weighted.flags.c_contiguous
