@@ -7,7 +7,9 @@ starts at a keyframe, so it decodes on its own; it is cut at the first keyframe 
 (which then stays with the last chunk). Chunks keep the input's timestamps and time base
 (mov stores the time base exactly, unlike Matroska's milliseconds), so rendered chunks can
 later be joined by copying their packets as they are. Only the video is cut: the audio
-is taken from the input when the result is assembled.
+is taken from the input when the result is assembled. A pass before them reads the picture
+size the container and the stream's headers declare (``picture_limits``): one the node does
+not take fails the job here, before anything is decoded.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import av
 
 from streamer.jobs.timing import VideoTiming
 from streamer.media.errors import VideoError
+from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, video_stream_guard
 
 CHUNK_SUFFIX = ".mov"
 
@@ -55,6 +58,7 @@ class _Index:
 def split_video(source: Path, folder: Path, chunk_seconds: float, *, label: str) -> SplitResult:
     """Write ``folder/chunk-0000.mov``, ... and describe them; ``label`` names the input in
     errors (``VideoError`` for an unreadable, damaged or uncuttable input)."""
+    _check_picture_sizes(source, label)
     index = _index(source, label)
     cuts = plan_cuts(index.pts, index.keyframes, index.timing, chunk_seconds)
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,6 +92,30 @@ def _reason(exc: Exception) -> str:
 def _counted(packet: av.Packet) -> bool:
     """The packets both passes count: real data with a timestamp (not the flush packet)."""
     return packet.size > 0 and (packet.pts is not None or packet.dts is not None)
+
+
+def _check_picture_sizes(source: Path, label: str) -> None:
+    """The picture size the container and the video's headers declare (``picture_limits``),
+    before anything is decoded: opened so that probing the streams decodes nothing either (a
+    probe decodes a frame or more, 0.7 GB for one declaring 16000x16000), then demuxed."""
+    try:
+        container = av.open(str(source), options={"skip_frame": "all"})
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"{label}: not a readable video file ({_reason(exc)})") from None
+    with container:
+        if not container.streams.video:
+            return  # _index says so
+        stream = container.streams.video[0]
+        context = stream.codec_context
+        try:
+            check = video_stream_guard(context.name, context.width, context.height, context.extradata)
+            for packet in container.demux(stream):
+                if packet.size:
+                    check(bytes(packet))
+        except FrameSizeError as exc:
+            raise VideoError(f"{label}: {exc}") from None
+        except (av.error.FFmpegError, UnreadableHeader) as exc:
+            raise VideoError(f"{label}: damaged data ({_reason(exc)})") from None
 
 
 def _index(source: Path, label: str) -> _Index:

@@ -22,7 +22,10 @@ Guarantees, and the choices behind them:
   only on success, so a failed run never leaves a half file. A decoding error anywhere
   (damaged data the decoder rejects) stops the run with ``VideoError`` saying how many
   frames were done: skipping frames would break the frame-count and sync guarantees.
-* **Memory**: frames are streamed; only the codecs' own delay buffers are held.
+* **Memory**: frames are streamed; only the codecs' own delay buffers are held. A picture
+  size over ``picture_limits.MAX_SIDE`` a side, declared by the container or by a header in
+  the stream (an H.264 SPS, a VP8 keyframe), stops the run with ``VideoError`` before the
+  decoder reads that header (and allocates pictures of that size).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
 from streamer.media.errors import VideoError
 from streamer.media.hwcodecs import scale_threads
+from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, video_stream_guard
 
 # (RGB frame, its presentation time in seconds) -> frame; the time drives temporal smoothing.
 Transform = Callable[[np.ndarray, float], np.ndarray]
@@ -166,7 +170,12 @@ class _Transcode:
         self.input, self.source, self.temp = container, source, temp
         self.settings, self.transform, self.progress = settings, transform, progress
         self.in_video = container.streams.video[0]
-        self.in_video.codec_context.thread_type = "AUTO"
+        context = self.in_video.codec_context
+        try:
+            self.check_packet = video_stream_guard(context.name, context.width, context.height, context.extradata)
+        except (FrameSizeError, UnreadableHeader) as exc:
+            raise VideoError(f"{source}: {exc}") from None
+        context.thread_type = "AUTO"
         self.in_audio = container.streams.audio[0] if container.streams.audio else None
         self.total = _expected_frames(container, self.in_video)
         self.output: av.container.OutputContainer | None = None
@@ -231,6 +240,13 @@ class _Transcode:
             yield packet
 
     def _decode(self, stream: av.stream.Stream, packet: av.Packet) -> list[av.frame.Frame]:
+        if stream is self.in_video and packet.size:
+            try:
+                self.check_packet(bytes(packet))
+            except FrameSizeError as exc:
+                raise VideoError(f"{self.source}: {exc} (after {self.frames_in} frames)") from None
+            except UnreadableHeader as exc:
+                raise self._decode_error(exc) from None
         try:
             return stream.decode(packet)
         except av.error.FFmpegError as exc:
