@@ -132,10 +132,8 @@ class GraphStillFaces:
         face's does, a painted one's comes and goes with the crop (see ``DOUBT_SCALES``)."""
         rois = face_roi.roi_from_landmarks(meshes)
         scaled = np.concatenate([rois * np.array([1, 1, scale, 1], np.float32) for scale in DOUBT_SCALES])
-        margin = int(np.ceil(scaled[:, 2].max())) if any(_reaches_past(roi, image.shape) for roi in scaled) else 0
-        if margin:
-            image = array_module(image).pad(image, ((margin, margin), (margin, margin), (0, 0)))
-            scaled[:, :2] += margin
+        if any(_reaches_past(roi, image.shape) for roi in scaled):
+            image, scaled, _ = _padded_with_black(image, scaled)
         _, presence = self._graphs.landmarks(self._session, [image] * len(scaled), scaled)
         return (presence.reshape(len(DOUBT_SCALES), len(meshes)) >= MIN_PRESENCE).all(axis=0)
 
@@ -145,11 +143,7 @@ class GraphStillFaces:
         out there, in streaks across the face's missing part (a dark head turned 45 degrees
         and cut by the edge: presence 0.11, and 0.90 padded). Presence is the lower of the
         detection's ROI and its mesh's, both padded."""
-        margin = int(np.ceil(rois[:, 2].max()))
-        xp = array_module(image)
-        padded = xp.pad(image, ((margin, margin), (margin, margin), (0, 0)))
-        shifted = rois.copy()
-        shifted[:, :2] += margin
+        padded, shifted, margin = _padded_with_black(image, rois)
         first, alive = self._graphs.landmarks(self._session, [padded] * len(rois), shifted)
         again, held = self._graphs.landmarks(self._session, [padded] * len(rois), face_roi.roi_from_landmarks(first))
         again[..., :2] -= margin
@@ -178,6 +172,17 @@ class GraphStillFaces:
 
     def close(self) -> None:
         self.finder.close()
+
+
+def _padded_with_black(image: np.ndarray, rois: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The photo padded with black by the largest ROI's size each side, the ROIs moved with
+    it, and the margin: a landmark crop reaching past the frame then sees black, not the
+    edge's pixels repeated in streaks."""
+    margin = int(np.ceil(rois[:, 2].max()))
+    padded = array_module(image).pad(image, ((margin, margin), (margin, margin), (0, 0)))
+    shifted = rois.copy()
+    shifted[:, :2] += margin
+    return padded, shifted, margin
 
 
 def _reaches_past(roi: np.ndarray, shape: tuple[int, ...]) -> bool:
