@@ -1,8 +1,10 @@
 """The RTMP oversize layer: a publisher that announces more than the node may hold, beside a
 well-behaved publisher of the same node. Ways: a message header announcing a video, audio or
 command message over its type's cap (its payload then sent in full, as an encoder would, or
-only its first 128 bytes), and partial messages on many chunk streams, each within its cap,
-together past the node's bound.
+only its first 128 bytes), partial messages on many chunk streams, each within its cap,
+together past the node's bound, and the camera recording with its SPS declaring 16000x16000
+pictures (a decoder given it allocates that size: +0.6 GB a publish before the node read the
+SPS first).
 
 Meanwhile the well-behaved publisher sends a recorded ffmpeg publish with one access unit
 exactly at the video cap (padded by a filler NAL unit). A case is well when the node closed
@@ -17,18 +19,20 @@ import contextlib
 import random
 import re
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from streamer.rtmp import messages as msg
 from streamer.rtmp.chunk import ChunkReader, ChunkWriter
 from streamer.rtmp.errors import RtmpHandshakeError, RtmpProtocolError
 from streamer.rtmp.handshake import client_handshake
 from swapcast.benchmarks.fuzz.outcome import Outcome
+from swapcast.benchmarks.fuzz.picture_bombs import resize_avcc
 from swapcast.benchmarks.fuzz.rtmp import Recording, with_key
 
-OVERSIZE_WAYS = ("video", "audio", "command", "partials")
+OVERSIZE_WAYS = ("video", "audio", "command", "partials", "sps")
 ANNOUNCED_TYPES = {"video": msg.MessageType.VIDEO, "audio": msg.MessageType.AUDIO, "command": msg.MessageType.AMF0_COMMAND}
 PARTIAL_STREAMS = 16  # partial messages of 1 MiB: twice the node's 8 MiB bound over all chunk streams
 PARTIAL_SENT = 1 << 20
@@ -37,6 +41,9 @@ CLOSE_WAIT_S = 5.0  # the node cuts at a header: seconds are plenty
 SEND_SLICE = 256 * 1024
 WAITED_OUT = ("stalled: no data", "no publish or play within")  # closing reasons of a node that waited, not refused
 FILLER_NAL = 12  # H.264 filler data: decoders drop it, so the padded access unit decodes as recorded
+SPS_MACROBLOCKS = 1000  # a side of the SPS way's declared picture: 16000 pixels
+SPS_TAGS = 30  # the recording's video tags the SPS way sends after its sequence header
+T = TypeVar("T")
 
 
 class OversizeNode(Protocol):
@@ -180,18 +187,27 @@ class Attack:
     @classmethod
     def pick(cls, rng: random.Random) -> Attack:
         way = rng.choice(OVERSIZE_WAYS)
-        if way == "partials":
+        if way in ("partials", "sps"):
             return cls(way)
         return cls(way, rng.choice((msg.max_payload_bytes(ANNOUNCED_TYPES[way]) + 1, 0xFFFFFF)), rng.random() < 0.5)
 
     @property
     def label(self) -> str:
-        return self.way if self.way == "partials" else f"{self.way}/{'full' if self.in_full else 'header'}"
+        return self.way if self.way in ("partials", "sps") else f"{self.way}/{'full' if self.in_full else 'header'}"
+
+    @property
+    def size(self) -> str | None:
+        """What a refusal for this input's size names; None: partials (refused for their sum)."""
+        if self.way == "partials":
+            return None
+        return f"{16 * SPS_MACROBLOCKS}x{16 * SPS_MACROBLOCKS}" if self.way == "sps" else f"{self.length} bytes"
 
     @property
     def announced(self) -> str:
         if self.way == "partials":
             return f"{PARTIAL_STREAMS} partial video messages of {PARTIAL_SENT} bytes on as many chunk streams"
+        if self.way == "sps":
+            return f"a sequence header whose SPS declares {self.size} pictures"
         article = "an" if self.way == "audio" else "a"
         return f"{article} {self.way} message of {self.length} bytes" + ("" if self.in_full else " (its header only)")
 
@@ -283,10 +299,11 @@ class RtmpOversizeLayer:
                                detail=f"the attacker's publish did not start: {attacker.watch.errors or 'no answer'}")
             log_offset = self.node.log_path.stat().st_size
             rss = RssPeak(self.node)
-            sent = asyncio.create_task(self._attack(attack, attacker))
+            sent = asyncio.create_task(self._attack(attack, attacker, recording))
             await _paced(good, _with_cap_sized_unit(recording.media[half:]))  # alongside the attack
-            verdict = await sent
-            verdict.logged = await self._closing_reason(attacker.local_port, log_offset) if verdict.closed else None
+            verdict = await _beside(good, sent)
+            if verdict.closed:
+                verdict.logged = await _beside(good, self._closing_reason(attacker.local_port, log_offset))
             verdict.good_problem = await _still_going(good)
             verdict.rss_growth_mb = await rss.growth_mb()
         finally:
@@ -298,12 +315,15 @@ class RtmpOversizeLayer:
                        attack.announced.encode() if problems else b"", detail=verdict.detail)
 
     @staticmethod
-    async def _attack(attack: Attack, attacker: Connection) -> Verdict:
+    async def _attack(attack: Attack, attacker: Connection, recording: Recording) -> Verdict:
         """Send the oversized input (the rest of it too unless the node cuts first), then wait
         for the close."""
         await attacker.send(msg.set_chunk_size(65536))
-        verdict = Verdict(attack.announced, None if attack.way == "partials" else f"{attack.length} bytes")
-        if attack.way == "partials":
+        verdict = Verdict(attack.announced, attack.size)
+        if attack.way == "sps":
+            with contextlib.suppress(OSError):
+                await _paced(attacker, _with_huge_sps(recording.media))
+        elif attack.way == "partials":
             legal = msg.RtmpMessage(msg.MessageType.VIDEO, 1, 0, bytes(msg.MAX_VIDEO_BYTES))  # within its cap
             chunks = PARTIAL_SENT // 65536
             with contextlib.suppress(OSError):
@@ -345,6 +365,28 @@ def _with_cap_sized_unit(media: list[msg.RtmpMessage]) -> list[msg.RtmpMessage]:
         filler = filler_size.to_bytes(4, "big") + bytes([FILLER_NAL]) + b"\xff" * (filler_size - 2) + b"\x80"
         out[index] = msg.RtmpMessage(frame.type_id, frame.stream_id, frame.timestamp, frame.payload + filler)
     return out
+
+
+def _with_huge_sps(media: list[msg.RtmpMessage]) -> list[msg.RtmpMessage]:
+    """The recording's AVC sequence header with its SPS declaring ``SPS_MACROBLOCKS`` a side
+    (its slices left as they were), then its first video tags, on the attacker's stream."""
+    video = [m for m in media if m.type_id == msg.MessageType.VIDEO]
+    header = next(m for m in video if m.payload[:2] == b"\x17\x00")  # AVC keyframe, AVCPacketType 0
+    crafted = header.payload[:5] + resize_avcc(header.payload[5:], SPS_MACROBLOCKS, SPS_MACROBLOCKS)
+    tags = [crafted, *(m.payload for m in video if m is not header)][:SPS_TAGS]
+    return [msg.RtmpMessage(msg.MessageType.VIDEO, 1, 40 * number, payload) for number, payload in enumerate(tags)]
+
+
+async def _beside(good: Connection, waited: Awaitable[T]) -> T:
+    """What ``waited`` gives; meanwhile the well-behaved publisher pings twice a second, as
+    an encoder keeps sending, so the node's stall timeout (2 s in the fuzz node) does not cut
+    it while the attacker's end is awaited (a refused peer is drained for up to 2 s)."""
+    task = asyncio.ensure_future(waited)
+    while not task.done():
+        with contextlib.suppress(OSError):
+            await good.send(msg.ping_request(0))
+        await asyncio.wait({task}, timeout=0.5)
+    return task.result()
 
 
 async def _paced(connection: Connection, media: list[msg.RtmpMessage]) -> None:
