@@ -11,15 +11,20 @@ UV space, where every face's eyes lie in the same place:
   top-hat of the blue channel beyond the luminance's: gold and tortoiseshell rims);
 - **found** when such lines ring both eyes: along most rays from each eye's centre through
   the band a frame runs in. Brows, lids and wrinkles cover some rays, never most of the ring;
-- **removed**: the frame texels (those lines in the ring a rim runs in and on the temples,
-  plus thin amber or bright lines there: a clear lower rim) are filled from their
-  neighbourhood (push-pull) with the fine detail of the skin beside them; glare is brought
-  down to the skin's brightness; the skin behind the lenses keeps its detail and its
-  brightness (wrinkles, bags and the eye sockets' shading are who the face is) and only
-  its low-passed colour is levelled with the skin around; the lid margins, reddened
-  through the lenses, take the skin's colour. (Median-smoothing the lens region instead
-  left a smooth pale patch with red rims round the eyes, which read less as the source and
-  took dlib's HOG detector further off turned faces.)
+- **traced**: each rim as the smooth closed curve round its eye that runs along the most
+  line evidence (a threshold on the line map alone also takes the wrinkles and pores
+  beside a frame: filling all those left a smooth grey band round a textured lens, ghost
+  glasses on every swap);
+- **removed**: a band along each traced rim, the dark or amber lines near it (a thick top
+  bar), its glare and edges, and the lines on the temples are filled from their
+  neighbourhood (push-pull) with the detail of the skin beside them; glare is brought
+  down to the skin's brightness; the skin behind the lenses keeps its detail (wrinkles,
+  bags and the eye sockets' shading are who the face is) and only its low-passed colour
+  and brightness are levelled with the skin just outside the rim, so no step is left
+  there; the lid margins, reddened through the lenses, take the skin's colour.
+  (Median-smoothing the lens region instead left a smooth pale patch with red rims round
+  the eyes, which read less as the source and took dlib's HOG detector further off
+  turned faces.)
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import cv2
 import numpy as np
 
 from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, canonical_mesh
-from gpu.swappers.mesh3d_geometry import push_pull_fill, uv_polygon_mask
+from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW, push_pull_fill, uv_polygon_mask
 
 LINE_RADIUS = 1 / 40  # of the texture: the top-hat's radius, thicker than a frame, thinner than a brow's length
 DARK_LINE = 0.35  # albedo units (skin = 1): a frame's depth below its surroundings
@@ -48,15 +53,23 @@ THIN_RADIUS = 4 / 384  # of the texture: the amber-rim top-hat's radius (a rim i
 THIN_YELLOW = 0.07  # albedo units: how much yellower than its surroundings such a rim is ...
 THIN_BRIGHT = 0.2  # ... or brighter, or darker (a clear rim's refracting edges)
 THIN_DARK = 0.15
-NOSE_BELOW = 0.1  # eye widths below the eyes' centres from where the nose is left alone (its sides' shadows look like
-# frame lines; filling them, even only the thin ones, cost dlib's identity and HOG detector more than the rims cost)
-DETAIL_SIGMA = 1.5 / 384  # of the texture: what counts as fine detail in the skin a frame's fill borrows ...
-DETAIL_SHIFT = 10 / 384  # ... from this far above or below (past a frame's width)
+DETAIL_SIGMA = 3 / 384  # of the texture: what counts as fine detail in the skin a frame's fill borrows ...
+DETAIL_SHIFT = 12 / 384  # ... from this far above, below or to either side (past a frame's band)
 RIM_INNER = 0.6  # of the lens region's half-axes: frame lines are looked for outside this (a wrinkle under an eye lies inside)
 GLARE_RATIO = 1.25  # a texel behind a lens this much brighter than the skin around it is glare
 GLARE_SIGMA = 4 / 384  # of the texture: what "around" means for glare
 LID_CALMING = 0.8  # how much of the lid margins' colour gives way to the skin's
-LEVEL_SIGMA = 8 / 384  # of the texture: the low pass of the skin's colour round the lenses (and half of it, the fade of the region taking it)
+LEVEL_SIGMA = 8 / 384  # of the texture: the low pass of the skin's colour either side of a rim
+LEVEL_RING = 14 / 384  # of the texture: how far inside and outside a rim that skin is taken
+LEVEL_LIMIT = 0.5  # log units: the most a lens region's colour is moved
+RIM_ANGLES = 96  # angles around each eye a rim is traced at ...
+RIM_SEARCH = (0.45, 1.3, 64)  # ... between these radii of the removal lens's ellipse, in this many steps
+RIM_MOVE = 2  # radius steps a traced rim may move from one angle to the next ...
+RIM_BEND = 0.05  # ... each step costing this much line evidence (a rim is smooth)
+RIM_SCORE_CAP = 2.0  # line evidence counted per texel at most (one black bar does not outweigh a faint rim all round)
+RIM_HALF_WIDTH = 3 / 384  # of the texture: the half-width of the band along a traced rim that is filled ...
+RIM_REACH = (12 / 384, 8 / 384)  # ... and how far from it dark or amber lines (a thick top bar), and thin bright or dark
+# ones (its glare, its edges), also count as frame
 
 
 def remove_eyewear(albedo: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -66,23 +79,93 @@ def remove_eyewear(albedo: np.ndarray) -> tuple[np.ndarray, bool]:
     lines = _line_map(albedo)
     if _ring_coverage(lines, size) < RING_COVERAGE:
         return albedo, False
-    lens, rims, nose, openings = _regions(size)
-    lids = cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * _lid_margin(size) + 1,) * 2))
-    found = (np.maximum(lines, _thin_rim_lines(albedo)) > 1.0) * rims * (1.0 - nose) * (1.0 - lids)
-    frames = np.clip(1.5 * cv2.GaussianBlur(cv2.dilate(found, np.ones((3, 3), np.uint8)), (0, 0), 1.0), 0.0, 1.0)
-    frames = frames * (1.0 - openings)
+    lens, rims, openings = _regions(size)
+    frames, distance = _frames(albedo, lines)
     filled = _fill_with_texture(albedo, frames)
     glasses = cv2.GaussianBlur(np.clip(np.maximum(lens, rims) - openings, 0.0, 1.0), (0, 0), 1.5)
-    behind = cv2.GaussianBlur(cv2.dilate(lens, np.ones((5, 5), np.uint8)), (0, 0), LEVEL_SIGMA * size / 2) * (1.0 - openings)
-    cleaned = _calm_lid_rims(_level_colour(_without_glare(filled, glasses), behind, openings), openings)
+    levelled = _level_lenses(_without_glare(filled, glasses), distance, np.maximum(openings, frames))
+    cleaned = _calm_lid_rims(levelled, openings)
     eyes = np.clip(2.0 * openings, 0.0, 1.0)[..., None]  # the eyes themselves are the face's own
     return (cleaned * (1.0 - eyes) + albedo * eyes).astype(np.float32), True
 
 
+def _frames(albedo: np.ndarray, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(T, T) how much each texel is frame, and the signed distance from the traced rims
+    (``_rim_distance``): a band along each rim, the lines near it (a thick top bar) and
+    those on the temples; never the eye openings or the lids."""
+    size = albedo.shape[0]
+    lens, rims, openings = _regions(size)
+    lids = cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * _lid_margin(size) + 1,) * 2))
+    strength = np.maximum(lines, _thin_rim_lines(albedo)) * (1.0 - lids)
+    distance = _rim_distance(strength, size)
+    traced = np.clip(RIM_HALF_WIDTH * size + 1.0 - np.abs(distance), 0.0, 1.0)
+    near = np.abs(distance) < RIM_REACH[0] * size
+    nearer = np.abs(distance) < RIM_REACH[1] * size
+    temples = (rims * (1.0 - lens)) > 0.5
+    lined = ((lines > 1.0) & near) | ((strength > 1.0) & (nearer | temples))
+    found = np.maximum(traced, lined * rims) * (1.0 - lids)
+    frames = np.clip(1.5 * cv2.GaussianBlur(cv2.dilate(found, np.ones((3, 3), np.uint8)), (0, 0), 1.0), 0.0, 1.0)
+    return frames * (1.0 - openings), distance
+
+
+def _rim_distance(strength: np.ndarray, size: int) -> np.ndarray:
+    """(T, T) signed distance in texels from each lens's rim (negative inside the lens, a
+    large value far from either eye). Each rim is traced as the closed curve around its
+    eye, within the removal lens, that runs along the most line evidence: a frame is one
+    smooth line, where a threshold on the line map also takes the wrinkles and pores beside
+    it (filled, those left a smooth grey ring round a textured lens)."""
+    distance = np.full((size, size), np.inf, np.float32)
+    angles = np.linspace(0.0, 2.0 * np.pi, RIM_ANGLES, endpoint=False)
+    radii = np.linspace(RIM_SEARCH[0], RIM_SEARCH[1], RIM_SEARCH[2])
+    for centre, width in _eyes(size):
+        cx, cy = float(centre[0]), float(centre[1] + REMOVAL_LENS[2] * width)
+        a, b = REMOVAL_LENS[0] * width, REMOVAL_LENS[1] * width
+        xs = (cx + a * radii[None] * np.cos(angles)[:, None]).astype(np.float32)
+        ys = (cy + b * radii[None] * np.sin(angles)[:, None]).astype(np.float32)
+        score = np.clip(cv2.remap(strength.astype(np.float32), xs, ys, cv2.INTER_LINEAR), 0.0, RIM_SCORE_CAP)
+        curve = radii[_best_closed_path(score)]
+        top, bottom = int(max(0, cy - 1.6 * b)), int(min(size, cy + 1.6 * b + 1))
+        left, right = int(max(0, cx - 1.6 * a)), int(min(size, cx + 1.6 * a + 1))
+        rows, cols = np.mgrid[top:bottom, left:right].astype(np.float32)
+        dx, dy = (cols - cx) / a, (rows - cy) / b
+        theta = np.mod(np.arctan2(dy, dx), 2.0 * np.pi)
+        rim = np.interp(theta, np.append(angles, 2.0 * np.pi), np.append(curve, curve[0]))
+        texels_per_unit = np.hypot(a * np.cos(theta), b * np.sin(theta))
+        signed = (np.hypot(dx, dy) - rim) * texels_per_unit
+        window = distance[top:bottom, left:right]
+        distance[top:bottom, left:right] = np.where(np.abs(signed) < np.abs(window), signed, window)
+    return distance
+
+
+def _best_closed_path(score: np.ndarray) -> np.ndarray:
+    """(A, R) score per angle and radius -> (A,) radius indices of the closed path with the
+    most score that moves at most ``RIM_MOVE`` radii per angle (Viterbi over three turns:
+    the middle one is as good as closed)."""
+    count, steps = score.shape
+    turns = np.concatenate([score] * 3)
+    total = turns[0].copy()
+    back = np.zeros(turns.shape, np.int64)
+    moves = range(-RIM_MOVE, RIM_MOVE + 1)
+    for index in range(1, len(turns)):
+        options = np.full((len(moves), steps), -np.inf)
+        for row, move in enumerate(moves):
+            source = slice(max(0, -move), steps - max(0, move))
+            options[row, max(0, move): steps - max(0, -move)] = total[source] - RIM_BEND * abs(move)
+        choice = options.argmax(0)
+        back[index] = choice - RIM_MOVE
+        total = options.max(0) + turns[index]
+    path = np.zeros(len(turns), np.int64)
+    path[-1] = int(total.argmax())
+    for index in range(len(turns) - 1, 0, -1):
+        path[index - 1] = path[index] - back[index, path[index]]
+    return path[count: 2 * count]
+
+
 def _fill_with_texture(albedo: np.ndarray, frames: np.ndarray) -> np.ndarray:
     """The frames' texels filled from the skin around them: its smooth average (push-pull)
-    plus the fine detail of the skin just above or below (a smooth strip where a rim was
-    would read as a pale ghost of the frame)."""
+    plus the fine detail of the skin just above, below and to either side (a smooth strip
+    where a rim was reads as a pale ghost of the frame; the sides of a ring run up and down,
+    where the skin above and below is the strip itself)."""
     size = albedo.shape[0]
     smooth = push_pull_fill(albedo, 1.0 - frames)
     filled = smooth * frames[..., None] + albedo * (1.0 - frames[..., None])
@@ -90,10 +173,10 @@ def _fill_with_texture(albedo: np.ndarray, frames: np.ndarray) -> np.ndarray:
     clear = 1.0 - frames
     shift = max(1, int(round(DETAIL_SHIFT * size)))
     borrowed, counted = np.zeros_like(detail), np.zeros_like(clear)
-    for step in (shift, -shift):
-        borrowed += np.roll(detail * clear[..., None], step, axis=0)
-        counted += np.roll(clear, step, axis=0)
-    borrowed = borrowed / np.maximum(counted, 1.0)[..., None]
+    for step, axis in ((shift, 0), (-shift, 0), (shift, 1), (-shift, 1)):
+        borrowed += np.roll(detail * clear[..., None], step, axis=axis)
+        counted += np.roll(clear, step, axis=axis)
+    borrowed = borrowed / np.sqrt(np.maximum(counted, 1.0))[..., None]  # a sum of n skins' detail over sqrt(n): as strong as one
     return (filled + frames[..., None] * borrowed).astype(np.float32)
 
 
@@ -106,17 +189,28 @@ def _without_glare(albedo: np.ndarray, glasses: np.ndarray) -> np.ndarray:
     return (albedo / (1.0 + glasses * (excess - 1.0))[..., None]).astype(np.float32)
 
 
-def _level_colour(albedo: np.ndarray, behind: np.ndarray, openings: np.ndarray) -> np.ndarray:
-    """The lenses tint the skin behind them: the low-passed colour of the region behind
-    them is levelled with the skin's around them (its detail and its brightness stay: the
-    wrinkles, lids and eye sockets' shading are the face's own)."""
-    sigma = LEVEL_SIGMA * albedo.shape[0]
-    weight = 1.0 - openings  # the eyes' own colour (iris, whites) says nothing of the skin's
-    inside = _normalised_blur(albedo, weight, sigma)
-    around = push_pull_fill(albedo, 1.0 - np.clip(2.0 * cv2.dilate(behind, np.ones((5, 5), np.uint8)), 0.0, 1.0))
-    around = cv2.GaussianBlur(around, (0, 0), sigma)
-    gain = np.clip(around / np.maximum(inside, 1e-3), 0.5, 2.0)
-    return (albedo * (1.0 + behind[..., None] * (gain - 1.0))).astype(np.float32)
+def _level_lenses(albedo: np.ndarray, distance: np.ndarray, excluded: np.ndarray) -> np.ndarray:
+    """A lens tints and darkens (or its glare brightens) the skin behind it: the region
+    inside each rim is brought to the low-passed colour and brightness of the skin just
+    outside it, by a smooth gain measured across the rim (the skin just inside against the
+    skin just outside, below the brows) and spread over the lens. Its detail stays (the
+    wrinkles, lids and bags are the face's own); with no step left at the rim, no ring."""
+    size = albedo.shape[0]
+    half, reach = RIM_HALF_WIDTH * size, LEVEL_RING * size
+    brows = np.maximum(uv_polygon_mask(size, RIGHT_BROW), uv_polygon_mask(size, LEFT_BROW))
+    brows = cv2.dilate(brows, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * int(reach) + 1,) * 2))
+    usable = (1.0 - np.clip(excluded * 2.0, 0.0, 1.0)) * (1.0 - brows)
+    inner = ((distance < -half - 1.0) & (distance > -half - 1.0 - reach)) * usable
+    outer = ((distance > half + 1.0) & (distance < half + 1.0 + reach)) * usable
+    logs = np.log(np.maximum(albedo, 1e-3))
+    sigma = LEVEL_SIGMA * size
+    step = _normalised_blur(logs, outer, sigma) - _normalised_blur(logs, inner, sigma)
+    seen = np.minimum(cv2.GaussianBlur(inner, (0, 0), sigma), cv2.GaussianBlur(outer, (0, 0), sigma))
+    measured = ((seen > 0.05) & (np.abs(distance) < half + reach)).astype(np.float32)
+    step = cv2.GaussianBlur(push_pull_fill(step, measured), (0, 0), sigma)
+    step = np.clip(step, -LEVEL_LIMIT, LEVEL_LIMIT)
+    inside = np.clip(0.5 - distance / (2.0 * half + 2.0), 0.0, 1.0)  # 1 inside the rim, fading out across it
+    return (albedo * np.exp(step * inside[..., None])).astype(np.float32)
 
 
 def _calm_lid_rims(albedo: np.ndarray, openings: np.ndarray) -> np.ndarray:
@@ -191,10 +285,10 @@ def _ring_coverage(lines: np.ndarray, size: int) -> float:
 
 
 @lru_cache(maxsize=2)
-def _regions(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(lens, rims, nose, eye openings) masks in a ``size`` UV texture: the lenses' region,
+def _regions(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lens, rims, eye openings) masks in a ``size`` UV texture: the lenses' region,
     where the frames run (the lenses' outer ring and the temples, where the top bar runs on
-    to the ears), the nose below the frame's bridge and the eyes themselves."""
+    to the ears) and the eyes themselves."""
     lens, inner = np.zeros((size, size), np.float32), np.zeros((size, size), np.float32)
     (right, width), (left, _) = _eyes(size)
     for centre, eye_width in _eyes(size):
@@ -205,12 +299,8 @@ def _regions(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     band = np.zeros((size, size), np.float32)  # the temples: the frame's top bar runs on to the ears
     row = int(round((right[1] + left[1]) / 2 - 0.35 * width))
     band[max(0, row - int(0.35 * width)): row + int(0.35 * width)] = 1.0
-    nose = np.zeros((size, size), np.float32)  # below the frame's bridge, between the eyes' inner corners
-    bottom = int(round(max(right[1], left[1]) + NOSE_BELOW * width))
-    inner_corners = sorted((right[0] + width / 2, left[0] - width / 2))
-    nose[bottom:, int(round(inner_corners[0])): int(round(inner_corners[1])) + 1] = 1.0
     openings = np.maximum(uv_polygon_mask(size, LEFT_EYE_CONTOUR), uv_polygon_mask(size, RIGHT_EYE_CONTOUR))
-    return lens, np.maximum(lens - inner, band * (1.0 - lens)), nose, openings
+    return lens, np.maximum(lens - inner, band * (1.0 - lens)), openings
 
 
 def _lid_margin(size: int) -> int:
