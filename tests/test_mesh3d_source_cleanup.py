@@ -11,7 +11,7 @@ from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers import mesh3d
 from gpu.swappers.mesh3d import Mesh3dSwapper
 from gpu.swappers.mesh3d_eyewear import _eyes, _line_map, _thin_rim_lines, remove_eyewear
-from gpu.swappers.mesh3d_geometry import OUTER_LIP_CONTOUR, uv_polygon_mask
+from gpu.swappers.mesh3d_geometry import LEFT_BROW, OUTER_LIP_CONTOUR, RIGHT_BROW, uv_polygon_mask
 
 
 def _raw_albedo(engine, image: np.ndarray) -> np.ndarray:
@@ -165,6 +165,47 @@ def test_grace_hoppers_lower_rims_leave_no_ghost_arcs_under_the_eyes(raw_albedos
 
     assert line_share(raw) > 0.4  # measured 0.59
     assert line_share(cleaned) < 0.2  # measured 0.08
+
+
+def _ring_steps(albedo: np.ndarray, frames: np.ndarray) -> float:
+    """How much the skin where the frames ran stands out from the skin beside it: in 16
+    sectors round each eye, |the low-passed log luminance on those texels minus that 4-10
+    texels beside them|, averaged. Texture averages out within a sector; a ring (a grey
+    fill, a pale band, a lens's tint ending at the rim) does not."""
+    size = albedo.shape[0]
+    features = sum(uv_polygon_mask(size, contour) for contour in (LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, LEFT_BROW, RIGHT_BROW))
+    skin = (cv2.dilate(features, np.ones((13, 13), np.uint8)) < 0.5).astype(np.float32)
+    luminance = np.log(np.maximum(albedo.mean(2), 1e-3)).astype(np.float32)
+    luminance = cv2.GaussianBlur(luminance * skin, (0, 0), 2.0) / np.maximum(cv2.GaussianBlur(skin, (0, 0), 2.0), 1e-3)
+
+    def grown(radius: int) -> np.ndarray:
+        return cv2.dilate(frames.astype(np.uint8), cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1,) * 2)) > 0
+
+    on, beside = frames & (skin > 0.5), grown(10) & ~grown(3) & (skin > 0.5)
+    rows, cols = np.mgrid[0:size, 0:size]
+    steps = []
+    for centre, width in _eyes(size):
+        near = np.hypot(rows - centre[1], cols - centre[0]) < 1.6 * width
+        sector = np.round(np.arctan2(rows - centre[1], cols - centre[0]) / (2 * np.pi) * 16).astype(int) % 16
+        for index in range(16):
+            here = near & (sector == index)
+            if (on & here).sum() >= 10 and (beside & here).sum() >= 10:
+                steps.append(abs(luminance[on & here].mean() - luminance[beside & here].mean()))
+    assert len(steps) > 16  # most sectors have both
+    return float(np.mean(steps))
+
+
+def test_grace_hoppers_frames_leave_no_ghost_rings(raw_albedos):
+    """Where her frames ran the cleaned skin stands out from the skin beside it no more than
+    a face without glasses does there: filling every line in the ring's band left a smooth
+    grey band round a textured lens, ghost glasses on every swap (0.165)."""
+    raw = raw_albedos["grace"]
+    frames = _frame_band(raw.shape[0]) & (np.maximum(_line_map(raw), _thin_rim_lines(raw)) > 1.0)
+    cleaned = _ring_steps(remove_eyewear(raw)[0], frames)
+    assert _ring_steps(raw, frames) > 0.2  # the frames, measured 0.28
+    bare = _ring_steps(raw_albedos["astronaut"], frames)  # no glasses, the same places: measured 0.084
+    assert cleaned < 0.11  # measured 0.085
+    assert cleaned < bare + 0.03
 
 
 def test_the_skins_colour_smoothing_takes_the_red_out_of_folds_not_the_lips_colour_into_the_skin():
