@@ -210,6 +210,7 @@ class LiveSwapWorker:
         self._on_failure = on_failure
         self._inbox = SampleInbox()
         self._decoder: H264Decoder | None = H264Decoder(encoder.video_decoder)
+        self._refused_header: FrameSizeError | None = None  # a sequence header's size, told with the next picture
         self._swap_failures = FailureLog(log, f"stream {name}: swap failed on a frame; sending it unswapped")
         self._encoder: H264Encoder | None = None
         self._name = name
@@ -273,10 +274,19 @@ class LiveSwapWorker:
         for item in items:
             if isinstance(item, SequenceHeader):
                 try:
-                    decoder.configure(item.record)  # FrameSizeError ends the stream, as a frame's size does
+                    decoder.configure(item.record)
+                    self._refused_header = None
                 except UnreadableHeader:  # a damaged header: the decoder keeps the one it had
                     self.stats.decode_errors += 1
+                except FrameSizeError as exc:
+                    # never given to the decoder, and the stream ends at its next picture, as for a
+                    # decoded picture's size: publishers read the server's notices between pictures
+                    # (ffmpeg, refused at the header, wrote nothing through x264's first 2 s and
+                    # was cut by the drain after the notice without having read it)
+                    self._refused_header = exc
                 continue
+            if self._refused_header is not None:
+                raise self._refused_header
             try:
                 frames = decoder.decode(item.data, item.dts, item.composition_offset)
             except (av.error.FFmpegError, ValueError, UnreadableHeader):
