@@ -33,8 +33,9 @@ def cluster():
 
 def place(cluster: Cluster, count: int) -> list[str]:
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        # one user per session: a user holds at most auth.max_sessions_per_user
-        results = list(pool.map(lambda i: cluster.api("POST", "/api/v1/sessions", {"face_id": SAMPLE_FACE},
+        # one user per session: a user holds at most auth.max_sessions_per_user; a cold node's
+        # first session registers the face (2.2-2.5 s quiet, over 10 s with three at once on a loaded host)
+        results = list(pool.map(lambda i: cluster.api("POST", "/api/v1/sessions", {"face_id": SAMPLE_FACE}, timeout=40,
                                                       subject=f"user-{i}", role="user"), range(count)))
     assert all(status == 201 for status, _ in results), results
     return [body["session_id"] for _, body in results]
