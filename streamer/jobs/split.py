@@ -23,7 +23,7 @@ import av
 
 from streamer.jobs.timing import VideoTiming
 from streamer.media.errors import VideoError
-from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, video_stream_guard
+from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, check_video_file
 
 CHUNK_SUFFIX = ".mov"
 
@@ -95,27 +95,16 @@ def _counted(packet: av.Packet) -> bool:
 
 
 def _check_picture_sizes(source: Path, label: str) -> None:
-    """The picture size the container and the video's headers declare (``picture_limits``),
-    before anything is decoded: opened so that probing the streams decodes nothing either (a
-    probe decodes a frame or more, 0.7 GB for one declaring 16000x16000), then demuxed."""
+    """The picture size the container and the video's headers declare, before anything is
+    decoded (``check_video_file``)."""
     try:
-        container = av.open(str(source), options={"skip_frame": "all"})
+        check_video_file(source)
+    except FrameSizeError as exc:
+        raise VideoError(f"{label}: {exc}") from None
+    except UnreadableHeader as exc:
+        raise VideoError(f"{label}: damaged data ({_reason(exc)})") from None
     except (av.error.FFmpegError, OSError) as exc:
         raise VideoError(f"{label}: not a readable video file ({_reason(exc)})") from None
-    with container:
-        if not container.streams.video:
-            return  # _index says so
-        stream = container.streams.video[0]
-        context = stream.codec_context
-        try:
-            check = video_stream_guard(context.name, context.width, context.height, context.extradata)
-            for packet in container.demux(stream):
-                if packet.size:
-                    check(bytes(packet))
-        except FrameSizeError as exc:
-            raise VideoError(f"{label}: {exc}") from None
-        except (av.error.FFmpegError, UnreadableHeader) as exc:
-            raise VideoError(f"{label}: damaged data ({_reason(exc)})") from None
 
 
 def _index(source: Path, label: str) -> _Index:

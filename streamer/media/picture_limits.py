@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+import av
 
 from gpu.errors import SwapcastError
 
@@ -290,3 +293,20 @@ def video_stream_guard(codec: str, width: int, height: int, extradata: bytes | N
     if codec == "vp8":
         return check_vp8_frame
     return lambda packet: None
+
+
+def check_video_file(source: str | Path) -> None:
+    """The picture size a video file's container and its video's headers declare, before
+    anything is decoded: opened so that probing the streams decodes nothing either (a probe
+    decodes a frame or more, 0.7 GB for one declaring 16000x16000), then demuxed through
+    ``video_stream_guard``. Raises ``FrameSizeError``, ``UnreadableHeader``, or PyAV's and
+    the OS's errors for a file it cannot read; a file without video passes (its reader says so)."""
+    with av.open(str(source), options={"skip_frame": "all"}) as container:
+        if not container.streams.video:
+            return
+        stream = container.streams.video[0]
+        context = stream.codec_context
+        check = video_stream_guard(context.name, context.width, context.height, context.extradata)
+        for packet in container.demux(stream):
+            if packet.size:
+                check(bytes(packet))

@@ -19,6 +19,7 @@ from PIL import Image
 from gpu.errors import SwapcastError
 from gpu.watermark.detect import MIN_SIDE, Detection, Detector
 from streamer.media.images import is_image_path
+from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, check_video_file
 from streamer.provenance.credentials import NO_MANIFEST, ManifestReport, mime_type, read_manifest
 from streamer.provenance.marker import ProvenanceSettings
 from streamer.provenance.payload import Payload
@@ -106,6 +107,7 @@ def verify(source: str | Path, settings: ProvenanceSettings, *, seconds: float =
         detector = Detector(settings.watermark_key)
         detector.add(luma)
         return Verdict(text, "image", detector.result(), manifest)
+    _check_declared_video_size(path)
     return Verdict(text, "video", _detect_video(text, settings, seconds, stream=False), manifest)
 
 
@@ -149,6 +151,22 @@ def _check_declared_size(path: Path) -> None:
     except (OSError, ValueError, SyntaxError):
         return
     _check_size(str(path), (height, width))
+
+
+def _check_declared_video_size(path: Path) -> None:
+    """The picture size a video file's container and headers declare, before it is decoded
+    (``check_video_file``): a 64x64 upload declaring 16000x16000 cost over 1 GB in the open's
+    probe alone. Swapcast's own videos are at most ``MAX_SIDE`` a side (its encoders' limit);
+    a header that cannot be read for its size is refused as damaged (the decoder might read
+    some size out of it); a file PyAV cannot open is left to ``_detect_video``, which says so."""
+    try:
+        check_video_file(path)
+    except FrameSizeError as exc:
+        raise TooManyPixelsError(f"{path}: {exc}") from None
+    except UnreadableHeader as exc:
+        raise VerifyError(f"{path}: damaged video ({exc})") from None
+    except (av.error.FFmpegError, OSError):
+        return
 
 
 def _check_size(source: str, shape: tuple[int, ...]) -> None:

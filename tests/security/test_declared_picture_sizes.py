@@ -259,3 +259,33 @@ def test_a_video_file_declaring_16000x16000_fails_its_job_and_swap_with_the_reas
     assert set(seen) <= {(64, 64, 3)} and len(seen) <= keyframes[1]  # nothing of the crafted size was decoded
     assert str(refused.value).startswith(f"{video}: ")
 
+
+
+@pytest.mark.parametrize("where", ["container", "in-band after the first keyframe"])
+def test_the_verifier_refuses_an_upload_declaring_16000x16000_before_decoding_it(tmp_path, where):
+    """``POST /api/v1/provenance/verify`` with the same crafted .mp4: 413 naming the size (the
+    open's probe alone took over 1 GB before), while a real 64x64 file is still read."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from streamer.provenance.marker import ProvenanceSettings
+    from streamer.provenance.routes import add_provenance_routes
+
+    packets = _x264(64, 64, 30, keyframe_every=10)
+    keyframes = [i for i, p in enumerate(packets) if any(u[0] & 0x1F == 7 for u in split_annexb(p))]
+    crafted, plain = tmp_path / "crafted.mp4", tmp_path / "plain.mp4"
+    _write_mp4(crafted, packets, keyframes[0] if where == "container" else keyframes[1])
+    _write_mp4(plain, packets, len(packets))
+
+    async def post(path: Path) -> tuple[int, dict]:
+        app = web.Application()
+        add_provenance_routes(app, ProvenanceSettings())
+        async with TestClient(TestServer(app)) as client:
+            response = await client.post("/api/v1/provenance/verify?name=clip.mp4", data=path.read_bytes(),
+                                         headers={"Content-Type": "video/mp4"})
+            return response.status, await response.json()
+
+    status, answer = asyncio.run(post(crafted))
+    assert status == 413 and "declares 16000x16000 pictures" in answer["error"], (status, answer)
+    status, answer = asyncio.run(post(plain))
+    assert status == 200 and answer["kind"] == "video", (status, answer)
