@@ -15,11 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-import aiohttp
 import av
 import numpy as np
 import pytest
-from aiortc import MediaStreamTrack, RTCSessionDescription
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from aiortc import MediaStreamTrack
 from media_fixtures import camera_messages
 
 from signaling.stream_keys import StreamKeyStore
@@ -29,6 +30,8 @@ from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
 from streamer.media.errors import VideoError
 from streamer.media.transcode import transcode_video
+from streamer.provenance.marker import ProvenanceSettings
+from streamer.provenance.routes import add_provenance_routes
 from streamer.rtmp.client import RtmpClientError, RtmpPublishClient
 from streamer.rtmp.flv import VideoPacketType, build_video_tag, parse_avc_decoder_config, parse_video_tag, split_annexb
 from streamer.rtmp.handler import MediaMessage
@@ -38,7 +41,7 @@ from swapcast.benchmarks.fuzz.picture_bombs import resize_avcc, resize_sps, resi
 from swapcast.config import SwapConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))
-from webrtc_harness import answer, bearer, camera_offer, client_peer, collect_video, node, run  # noqa: E402
+from webrtc_harness import answer, camera_offer, client_peer, collect_video, node, run, whip_publish  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -191,19 +194,8 @@ def test_a_webrtc_peer_declaring_a_huge_picture_ends_its_session_and_another_goe
             await answer(good_pc, (await response.json())["sdp"])
             await collector.wait_for(10)
 
-            created = await client.post("/api/v1/keys", json={"name": "cam", "face_id": "astronaut"}, headers=bearer())
-            key = (await created.json())["key"]
-            bad_pc = client_peer()
-            bad_pc.addTransceiver(CraftedVideo(codec), direction="sendonly")
-            await bad_pc.setLocalDescription(await bad_pc.createOffer())
-            async with aiohttp.ClientSession() as http:
-                async with http.post(client.make_url("/whip"), data=bad_pc.localDescription.sdp,
-                                     headers={"Content-Type": "application/sdp", "Authorization": f"Bearer {key}"}) as reply:
-                    assert reply.status == 201, await reply.text()
-                    location, sdp = reply.headers["Location"], await reply.text()
-            await bad_pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
+            bad_pc, session_id = await whip_publish(client, CraftedVideo(codec))
             manager = client.server.app[NODE_KEY].sessions
-            session_id = location.rsplit("/", 1)[1]
             frames = manager.get(session_id).pc.getTransceivers()[0].receiver._RTCRtpReceiver__decoder_queue
             deadline = time.monotonic() + 20
             while session_id in {s.id for s in manager._sessions.values()} and time.monotonic() < deadline:
@@ -265,12 +257,6 @@ def test_a_video_file_declaring_16000x16000_fails_its_job_and_swap_with_the_reas
 def test_the_verifier_refuses_an_upload_declaring_16000x16000_before_decoding_it(tmp_path, where):
     """``POST /api/v1/provenance/verify`` with the same crafted .mp4: 413 naming the size (the
     open's probe alone took over 1 GB before), while a real 64x64 file is still read."""
-    from aiohttp import web
-    from aiohttp.test_utils import TestClient, TestServer
-
-    from streamer.provenance.marker import ProvenanceSettings
-    from streamer.provenance.routes import add_provenance_routes
-
     packets = _x264(64, 64, 30, keyframe_every=10)
     keyframes = [i for i, p in enumerate(packets) if any(u[0] & 0x1F == 7 for u in split_annexb(p))]
     crafted, plain = tmp_path / "crafted.mp4", tmp_path / "plain.mp4"

@@ -10,16 +10,15 @@ import sys
 import threading
 from pathlib import Path
 
-import aiohttp
 import av
-from aiortc import MediaStreamTrack, RTCSessionDescription
+from aiortc import MediaStreamTrack
 from aiortc.jitterbuffer import JitterFrame
 
 from streamer.webrtc.receive_bounds import MAX_QUEUED_BYTES, BoundedDecoderQueue
 from swapcast.app import NODE_KEY
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))
-from webrtc_harness import bearer, client_peer, node, run  # noqa: E402
+from webrtc_harness import node, run, whip_publish  # noqa: E402
 
 
 def _item(size: int) -> tuple[str, JitterFrame]:
@@ -70,18 +69,8 @@ def test_a_whip_publishers_decoder_reads_the_bounded_queue(engine, tmp_path):
 
     async def scenario():
         async with node(engine, tmp_path) as client:
-            created = await client.post("/api/v1/keys", json={"name": "cam", "face_id": "astronaut"}, headers=bearer())
-            key = (await created.json())["key"]
-            pc = client_peer()
-            pc.addTransceiver(HugeFrames(100_000), direction="sendonly")
-            await pc.setLocalDescription(await pc.createOffer())
-            async with aiohttp.ClientSession() as http:
-                async with http.post(client.make_url("/whip"), data=pc.localDescription.sdp,
-                                     headers={"Content-Type": "application/sdp", "Authorization": f"Bearer {key}"}) as response:
-                    assert response.status == 201, await response.text()
-                    location, answer = response.headers["Location"], await response.text()
-            await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
-            session = client.server.app[NODE_KEY].sessions.get(location.rsplit("/", 1)[1])
+            pc, session_id = await whip_publish(client, HugeFrames(100_000))
+            session = client.server.app[NODE_KEY].sessions.get(session_id)
             receiver = session.pc.getTransceivers()[0].receiver
             frames = receiver._RTCRtpReceiver__decoder_queue
             most = 0

@@ -185,6 +185,25 @@ async def answer(pc: RTCPeerConnection, sdp: str) -> None:
     await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
 
 
+async def whip_publish(client: TestClient, track) -> tuple[RTCPeerConnection, str]:
+    """A WHIP publisher sending ``track`` to the node under a fresh stream key (OBS's way in):
+    (its connected peer, the session id from the answer's Location)."""
+    import aiohttp
+
+    created = await client.post("/api/v1/keys", json={"name": "cam", "face_id": "astronaut"}, headers=bearer())
+    key = (await created.json())["key"]
+    pc = client_peer()
+    pc.addTransceiver(track, direction="sendonly")
+    await pc.setLocalDescription(await pc.createOffer())
+    async with aiohttp.ClientSession() as http:
+        async with http.post(client.make_url("/whip"), data=pc.localDescription.sdp,
+                             headers={"Content-Type": "application/sdp", "Authorization": f"Bearer {key}"}) as reply:
+            assert reply.status == 201, await reply.text()
+            location, sdp = reply.headers["Location"], await reply.text()
+    await answer(pc, sdp)
+    return pc, location.rsplit("/", 1)[1]
+
+
 def swap_threads(timeout: float = 5.0) -> list[str]:
     """Our worker threads still alive, waiting (bounded) for those already told to exit:
     an executor shut down with ``wait=False`` ends its idle thread a moment later."""
