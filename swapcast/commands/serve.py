@@ -25,6 +25,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import uvloop
+    from aiohttp import web
 
     from gpu import threads
     from signaling.connection_limits import guard_app, run_guarded
@@ -56,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
               f"  admin dashboard: {base}/admin/#token={dev_token}\n"
               f"  API: Authorization: Bearer {dev_token}", flush=True)
     threads.set_os_thread_name("event-loop")  # native threads started from here on inherit it
+
+    async def register_samples(_: web.Application) -> None:
+        node.faces.register_samples_soon()  # before the first session asks for them
+
+    app.on_startup.append(register_samples)
     # SIGINT/SIGTERM exit gracefully: the node's shutdown hook ends every
     # live session before the server stops; the listener caps connections per address and
     # times request headers (slowloris)
