@@ -19,6 +19,7 @@ from pathlib import Path
 import av
 
 from gpu.errors import SwapcastError
+from streamer.media.sample_tables import check_sample_tables
 
 # what the live encoders take: libx264 needs even sides of at least 2 (a 1-pixel side
 # rounds to 0), NVENC at least 33x17 and at most 4096 a side on most GPUs
@@ -300,7 +301,10 @@ def check_video_file(source: str | Path) -> None:
     anything is decoded: opened so that probing the streams decodes nothing either (a probe
     decodes a frame or more, 0.7 GB for one declaring 16000x16000), then demuxed through
     ``video_stream_guard``. Raises ``FrameSizeError``, ``UnreadableHeader``, or PyAV's and
-    the OS's errors for a file it cannot read; a file without video passes (its reader says so)."""
+    the OS's errors for a file it cannot read; a file without video passes (its reader says so).
+    Before opening, ``TooManySamplesError`` for an MP4/MOV declaring more samples than the
+    demuxer is let index (its open alone would allocate for each)."""
+    check_sample_tables(source)
     with av.open(str(source), options={"skip_frame": "all"}) as container:
         if not container.streams.video:
             return
