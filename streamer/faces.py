@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 4096  # per side
+# the formats whose size Pillow reads from the header OpenCV decodes: both tell them by the
+# same first bytes. Among the rest Pillow knows some by a signature OpenCV ignores (a Radiance
+# HDR with "PCD_" at byte 2048 was a 512x768 PhotoCD to Pillow and a 32000x4800 picture to
+# OpenCV: a 9.7 MB upload grew decoding by 2.2 GB)
+HEADER_CHECKED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF")
 MAX_FACES_PER_OWNER = 64  # uploads one user keeps in the face store; samples do not count
 # uploads are analysed one at a time on the library's thread, which also loads the faces
 # sessions start with: a user has one in analysis at a time, the node a few
@@ -367,7 +372,7 @@ def decode_image(image_bytes: bytes) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(image_bytes)) as header:
+        with Image.open(io.BytesIO(image_bytes), formats=HEADER_CHECKED_FORMATS) as header:
             width, height = header.size
     except Image.DecompressionBombError:  # a header declaring more pixels than Pillow will open
         raise ImageTooLargeError(f"the image declares too many pixels; the limit is {MAX_UPLOAD_PIXELS} px per side") from None
@@ -378,6 +383,9 @@ def decode_image(image_bytes: bytes) -> np.ndarray:
     bgr = cv2.imdecode(np.frombuffer(image_bytes, dtype=np.uint8), cv2.IMREAD_COLOR)
     if bgr is None:
         raise NotAnImageError("the image cannot be decoded (damaged, truncated or an unsupported format)")
+    if max(bgr.shape[:2]) > MAX_UPLOAD_PIXELS:  # the two readers disagreed after all: not analysed
+        raise ImageTooLargeError(f"the image decodes to {bgr.shape[1]}x{bgr.shape[0]} px; "
+                                 f"the limit is {MAX_UPLOAD_PIXELS} px per side")
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
