@@ -34,17 +34,13 @@ from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import ImageError, ManyFacesError, NoFaceError, SwapcastError
 from signaling.registry import FaceLimitError, FaceRecord, MemoryRegistry, Registry
 from signaling.stream_keys import StreamConfig
+from streamer.media.images import HEADER_CHECKED_FORMATS
 from streamer.samples import SAMPLE_FACES
 
 log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 4096  # per side
-# the formats whose size Pillow reads from the header OpenCV decodes: both tell them by the
-# same first bytes. Among the rest Pillow knows some by a signature OpenCV ignores (a Radiance
-# HDR with "PCD_" at byte 2048 was a 512x768 PhotoCD to Pillow and a 32000x4800 picture to
-# OpenCV: a 9.7 MB upload grew decoding by 2.2 GB)
-HEADER_CHECKED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF")
 MAX_FACES_PER_OWNER = 64  # uploads one user keeps in the face store; samples do not count
 # uploads are analysed one at a time on the library's thread, which also loads the faces
 # sessions start with: a user has one in analysis at a time, the node a few

@@ -16,6 +16,12 @@ from gpu.errors import ImageError
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp"})
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".mkv", ".webm", ".avi", ".flv", ".m4v"})
+# the formats whose size Pillow reads from the header ``cv2.imdecode`` decodes, for checking an
+# upload's size before decoding it: both tell them by the same first bytes. OpenCV decodes
+# others at any size they declare, Pillow knows some by a signature OpenCV ignores: a Radiance
+# HDR with "PCD_" at byte 2048 was a 512x768 PhotoCD to Pillow and a 32000x4800 picture to
+# OpenCV (a 9.7 MB file grew decoding by 2.2 GB)
+HEADER_CHECKED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF")
 
 # Encoder settings: near-transparent JPEG/WebP quality, because the output is a final product.
 _ENCODE_PARAMS: dict[str, list[int]] = {

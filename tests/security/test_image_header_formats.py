@@ -1,8 +1,10 @@
-"""A face photo's size is read from its header by Pillow before OpenCV decodes it; the two must
-be reading the same format. A Radiance HDR (which OpenCV decodes, Pillow does not know) with
+"""A face photo's or a verifier upload's size is read from its header by Pillow before OpenCV
+decodes it; the two must be reading the same format. A Radiance HDR (which OpenCV decodes, Pillow does not know) with
 "PCD_" at byte 2048 was a 512x768 PhotoCD to Pillow and a 32000x4800 picture to OpenCV: a
 9.7 MB upload, under the 10 MB limit, grew the node by 2.2 GB and went on to face detection.
-Pillow now reads only formats OpenCV tells by the same first bytes."""
+The verifier let any file Pillow could not identify through to OpenCV: the same HDR named
+.png, the same 2.2 GB, and its uploads may be 200 MB. Pillow now reads only formats OpenCV
+tells by the same first bytes, and anything else is refused before decoding."""
 
 from __future__ import annotations
 
@@ -11,10 +13,15 @@ import io
 
 import numpy as np
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 
 from signaling.registry import MemoryRegistry
-from streamer.faces import HEADER_CHECKED_FORMATS, FaceLibrary, NotAnImageError, decode_image
+from streamer.faces import FaceLibrary, NotAnImageError, decode_image
+from streamer.media.images import HEADER_CHECKED_FORMATS
+from streamer.provenance.marker import ProvenanceSettings
+from streamer.provenance.routes import add_provenance_routes
 
 
 def _hdr_read_as_photocd(width: int, height: int) -> bytes:
@@ -52,3 +59,24 @@ def test_photos_in_the_formats_both_readers_share_still_decode(image_format):
     encoded = io.BytesIO()
     picture.save(encoded, format=image_format)
     assert decode_image(encoded.getvalue()).shape == (48, 80, 3)
+
+
+def test_the_verifier_refuses_an_image_upload_in_a_format_pillow_does_not_read():
+    """``POST /api/v1/provenance/verify`` of the HDR named .png: 422 before decoding, while a
+    real PNG is still read."""
+    rng = np.random.default_rng(0)
+    plain = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (64, 64, 3), np.uint8)).save(plain, format="PNG")
+
+    async def post(data: bytes) -> tuple[int, dict]:
+        app = web.Application()
+        add_provenance_routes(app, ProvenanceSettings())
+        async with TestClient(TestServer(app)) as client:
+            response = await client.post("/api/v1/provenance/verify?name=photo.png", data=data,
+                                         headers={"Content-Type": "image/png"})
+            return response.status, await response.json()
+
+    status, answer = asyncio.run(post(_hdr_read_as_photocd(8000, 1000)))
+    assert status == 422 and "not a readable image" in answer["error"], (status, answer)
+    status, answer = asyncio.run(post(plain.getvalue()))
+    assert status == 200 and answer["kind"] == "image", (status, answer)
