@@ -1,7 +1,8 @@
 """An MP4 whose tables declare millions of samples it does not hold: libavformat indexes every
 declared sample when the file is opened, before anything of ours reads a packet (a 5 KB .mp4
 declaring 20,000,000 one-byte samples in one chunk grew the opening process by 0.7 GB, 80,000,000
-by 2.8 GB; a fragment's ``trun`` the same). The tables are read first: an offline job fails
+by 2.8 GB; a fragment's ``trun`` the same; an edit list indexes them once per edit, 100,000
+samples and 400 edits took 0.9 GB). The tables are read first: an offline job fails
 saying why, the verifier answers 413 with the reason, and a real file of both layouts still
 passes."""
 
@@ -72,6 +73,33 @@ def _declare_samples(path: Path, samples: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def _with_edits(path: Path, edits: int) -> None:
+    """The video track gets an edit list of ``edits`` edits, each spanning the whole track (the
+    ``moov`` is rebuilt: it follows the ``mdat``, so no chunk offset moves)."""
+
+    def children(body: bytes) -> list[tuple[bytes, bytes]]:
+        found, pos = [], 0
+        while pos + 8 <= len(body):
+            size, kind = struct.unpack(">I4s", body[pos:pos + 8])
+            found.append((kind, body[pos + 8:pos + size]))
+            pos += size
+        return found
+
+    def box(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I4s", 8 + len(body), kind) + body
+
+    elst = box(b"elst", b"\0\0\0\0" + struct.pack(">I", edits) + struct.pack(">IiHH", 10**7, 0, 1, 0) * edits)
+    top = children(path.read_bytes())
+    assert [kind for kind, _ in top][-1] == b"moov"
+    moov = b""
+    for kind, body in children(top[-1][1]):
+        if kind == b"trak":
+            inner = [(k, b) for k, b in children(body) if k != b"edts"]
+            body = b"".join(box(k, b) for k, b in inner[:1]) + box(b"edts", elst) + b"".join(box(k, b) for k, b in inner[1:])
+        moov += box(kind, body)
+    path.write_bytes(b"".join(box(kind, body) for kind, body in top[:-1]) + box(b"moov", moov))
+
+
 def _crafted(tmp_path: Path, layout: str, samples: int) -> Path:
     path = tmp_path / f"{layout}-{samples}.mp4"
     _write_mp4(path, fragmented=layout == "fragments")
@@ -88,6 +116,17 @@ def test_a_job_upload_declaring_millions_of_samples_fails_with_the_reason(tmp_pa
         split_video(video, tmp_path / "chunks", 2.0, label="upload.mp4")
     plain = split_video(_crafted(tmp_path, layout, 0), tmp_path / "plain-chunks", 2.0, label="plain.mp4")
     assert plain.frames == 10
+
+
+def test_a_job_upload_whose_edit_list_multiplies_its_samples_fails_with_the_reason(tmp_path):
+    video = _crafted(tmp_path, "moov", 100_000)
+    _with_edits(video, 50)
+    with pytest.raises(VideoError, match=r"^upload\.mp4: the file declares 5,000,000 samples in its track 1 "
+                                         r"\(100,000 for each of its 50 edits\); the limit is"):
+        split_video(video, tmp_path / "chunks", 2.0, label="upload.mp4")
+    plain = _crafted(tmp_path, "moov", 0)
+    _with_edits(plain, 2)
+    assert split_video(plain, tmp_path / "plain-chunks", 2.0, label="plain.mp4").frames == 20  # played twice
 
 
 @pytest.mark.parametrize("layout", ["moov", "fragments"])
