@@ -24,7 +24,7 @@ import av
 from streamer.jobs.timing import VideoTiming
 from streamer.media.errors import VideoError
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, check_video_file
-from streamer.media.sample_tables import TooManySamplesError
+from streamer.media.sample_tables import SampleTableError
 
 CHUNK_SUFFIX = ".mov"
 
@@ -100,7 +100,7 @@ def _check_picture_sizes(source: Path, label: str) -> None:
     decoded (``check_video_file``)."""
     try:
         check_video_file(source)
-    except (FrameSizeError, TooManySamplesError) as exc:
+    except (FrameSizeError, SampleTableError) as exc:
         raise VideoError(f"{label}: {exc}") from None
     except UnreadableHeader as exc:
         raise VideoError(f"{label}: damaged data ({_reason(exc)})") from None

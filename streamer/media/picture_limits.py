@@ -302,7 +302,7 @@ def check_video_file(source: str | Path) -> None:
     decodes a frame or more, 0.7 GB for one declaring 16000x16000), then demuxed through
     ``video_stream_guard``. Raises ``FrameSizeError``, ``UnreadableHeader``, or PyAV's and
     the OS's errors for a file it cannot read; a file without video passes (its reader says so).
-    Before opening, ``TooManySamplesError`` for an MP4/MOV declaring more samples than the
+    Before opening, ``SampleTableError`` for an MP4/MOV declaring more samples than the
     demuxer is let index (its open alone would allocate for each)."""
     check_sample_tables(source)
     with av.open(str(source), options={"skip_frame": "all"}) as container:
