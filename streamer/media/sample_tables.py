@@ -66,8 +66,7 @@ class _Track:
 def check_sample_tables(source: str | Path) -> None:
     """``SampleTableError`` when a track of an MP4/MOV file declares more than
     ``MAX_INDEXED_SAMPLES`` samples, ``CompressedHeaderError`` when its header is compressed;
-    any other file (or one whose boxes end early) passes,
-    left to the demuxer."""
+    any other file (or one whose boxes end early) passes, left to the demuxer."""
     with open(source, "rb") as file:
         walk = _BoxWalk(file)
         walk.boxes(0, file.seek(0, 2), 0)
