@@ -18,8 +18,6 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 from aiortc import MediaStreamTrack
 from media_fixtures import camera_messages
 
@@ -30,8 +28,6 @@ from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
 from streamer.media.errors import VideoError
 from streamer.media.transcode import transcode_video
-from streamer.provenance.marker import ProvenanceSettings
-from streamer.provenance.routes import add_provenance_routes
 from streamer.rtmp.client import RtmpClientError, RtmpPublishClient
 from streamer.rtmp.flv import VideoPacketType, build_video_tag, parse_avc_decoder_config, parse_video_tag, split_annexb
 from streamer.rtmp.handler import MediaMessage
@@ -39,6 +35,7 @@ from streamer.rtmp.server import RtmpServer
 from swapcast.app import NODE_KEY
 from swapcast.benchmarks.fuzz.picture_bombs import resize_avcc, resize_sps, resize_vp8_keyframe
 from swapcast.config import SwapConfig
+from verifier_client import post_to_verifier
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webrtc"))
 from webrtc_harness import answer, camera_offer, client_peer, collect_video, node, run, whip_publish  # noqa: E402
@@ -262,16 +259,7 @@ def test_the_verifier_refuses_an_upload_declaring_16000x16000_before_decoding_it
     crafted, plain = tmp_path / "crafted.mp4", tmp_path / "plain.mp4"
     _write_mp4(crafted, packets, keyframes[0] if where == "container" else keyframes[1])
     _write_mp4(plain, packets, len(packets))
-
-    async def post(path: Path) -> tuple[int, dict]:
-        app = web.Application()
-        add_provenance_routes(app, ProvenanceSettings())
-        async with TestClient(TestServer(app)) as client:
-            response = await client.post("/api/v1/provenance/verify?name=clip.mp4", data=path.read_bytes(),
-                                         headers={"Content-Type": "video/mp4"})
-            return response.status, await response.json()
-
-    status, answer = asyncio.run(post(crafted))
+    status, answer = post_to_verifier(crafted.read_bytes(), "clip.mp4", "video/mp4")
     assert status == 413 and "declares 16000x16000 pictures" in answer["error"], (status, answer)
-    status, answer = asyncio.run(post(plain))
+    status, answer = post_to_verifier(plain.read_bytes(), "clip.mp4", "video/mp4")
     assert status == 200 and answer["kind"] == "video", (status, answer)

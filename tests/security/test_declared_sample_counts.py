@@ -8,7 +8,6 @@ passes."""
 
 from __future__ import annotations
 
-import asyncio
 import fractions
 import struct
 import subprocess
@@ -19,14 +18,11 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
 from streamer.jobs.split import split_video
 from streamer.media.errors import VideoError
 from streamer.media.sample_tables import MAX_INDEXED_SAMPLES
-from streamer.provenance.marker import ProvenanceSettings
-from streamer.provenance.routes import add_provenance_routes
+from verifier_client import post_to_verifier
 
 REPO = Path(__file__).resolve().parents[2]
 _CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"moof", b"traf"}
@@ -150,18 +146,9 @@ def test_a_job_upload_with_a_compressed_movie_header_fails_with_the_reason(tmp_p
 @pytest.mark.parametrize("layout", ["moov", "fragments"])
 def test_the_verifier_refuses_an_upload_declaring_millions_of_samples(tmp_path, layout):
     crafted, plain = _crafted(tmp_path, layout, MAX_INDEXED_SAMPLES + 1), _crafted(tmp_path, layout, 0)
-
-    async def post(path: Path) -> tuple[int, dict]:
-        app = web.Application()
-        add_provenance_routes(app, ProvenanceSettings())
-        async with TestClient(TestServer(app)) as client:
-            response = await client.post("/api/v1/provenance/verify?name=clip.mp4", data=path.read_bytes(),
-                                         headers={"Content-Type": "video/mp4"})
-            return response.status, await response.json()
-
-    status, answer = asyncio.run(post(crafted))
+    status, answer = post_to_verifier(crafted.read_bytes(), "clip.mp4", "video/mp4")
     assert status == 413 and f"declares {MAX_INDEXED_SAMPLES + 1:,} samples" in answer["error"], (status, answer)
-    status, answer = asyncio.run(post(plain))
+    status, answer = post_to_verifier(plain.read_bytes(), "clip.mp4", "video/mp4")
     assert status == 200 and answer["kind"] == "video", (status, answer)
 
 

@@ -13,15 +13,12 @@ import io
 
 import numpy as np
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 
 from signaling.registry import MemoryRegistry
 from streamer.faces import FaceLibrary, NotAnImageError, decode_image
 from streamer.media.images import HEADER_CHECKED_FORMATS
-from streamer.provenance.marker import ProvenanceSettings
-from streamer.provenance.routes import add_provenance_routes
+from verifier_client import post_to_verifier
 
 
 def _hdr_read_as_photocd(width: int, height: int) -> bytes:
@@ -67,16 +64,7 @@ def test_the_verifier_refuses_an_image_upload_in_a_format_pillow_does_not_read()
     rng = np.random.default_rng(0)
     plain = io.BytesIO()
     Image.fromarray(rng.integers(0, 255, (64, 64, 3), np.uint8)).save(plain, format="PNG")
-
-    async def post(data: bytes) -> tuple[int, dict]:
-        app = web.Application()
-        add_provenance_routes(app, ProvenanceSettings())
-        async with TestClient(TestServer(app)) as client:
-            response = await client.post("/api/v1/provenance/verify?name=photo.png", data=data,
-                                         headers={"Content-Type": "image/png"})
-            return response.status, await response.json()
-
-    status, answer = asyncio.run(post(_hdr_read_as_photocd(8000, 1000)))
+    status, answer = post_to_verifier(_hdr_read_as_photocd(8000, 1000), "photo.png", "image/png")
     assert status == 422 and "not a readable image" in answer["error"], (status, answer)
-    status, answer = asyncio.run(post(plain.getvalue()))
+    status, answer = post_to_verifier(plain.getvalue(), "photo.png", "image/png")
     assert status == 200 and answer["kind"] == "image", (status, answer)

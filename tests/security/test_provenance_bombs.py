@@ -5,16 +5,12 @@ verifier's limit is a 413 saying so, before anything is decoded."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
 import zlib
 
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
-from streamer.provenance.marker import ProvenanceSettings
-from streamer.provenance.routes import add_provenance_routes
 from streamer.provenance.verify import MAX_PIXELS
+from verifier_client import post_to_verifier
 
 
 def sparse_png(width: int, height: int) -> bytes:
@@ -29,15 +25,7 @@ def sparse_png(width: int, height: int) -> bytes:
 
 
 def _verify(body: bytes) -> tuple[int, dict]:
-    async def scenario() -> tuple[int, dict]:
-        app = web.Application()
-        add_provenance_routes(app, ProvenanceSettings())
-        async with TestClient(TestServer(app)) as client:
-            response = await client.post("/api/v1/provenance/verify?name=photo.png", data=body,
-                                         headers={"Content-Type": "image/png"})
-            return response.status, await response.json()
-
-    return asyncio.run(scenario())
+    return post_to_verifier(body, "photo.png", "image/png")
 
 
 def test_a_picture_declaring_more_pixels_than_the_limit_is_413_before_decoding():
