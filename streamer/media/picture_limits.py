@@ -246,8 +246,7 @@ def _check_length_framed(sample: bytes, length_size: int) -> None:
         size, pos = int.from_bytes(sample[pos:pos + length_size], "big"), pos + length_size
         if size > len(sample) - pos:
             return
-        if size and sample[pos] & 0x1F in _SPS_TYPES:
-            check_sps(sample[pos:pos + size])
+        _check_nal_unit(sample, pos, pos + size)
         pos += size
 
 
@@ -265,9 +264,15 @@ def _check_avcc_record(record: bytes) -> None:
             size, pos = int.from_bytes(record[pos:pos + 2], "big"), pos + 2
             if size > len(record) - pos:
                 return
-            if size and record[pos] & 0x1F in _SPS_TYPES:
-                check_sps(record[pos:pos + size])
+            _check_nal_unit(record, pos, pos + size)
             pos += size
+
+
+def _check_nal_unit(data: bytes, start: int, end: int) -> None:
+    """``check_sps`` when the NAL unit ``data[start:end]`` is an SPS (only then copied out:
+    a keyframe's slices are most of a sample)."""
+    if end > start and data[start] & 0x1F in _SPS_TYPES:
+        check_sps(data[start:end])
 
 
 def _check_annexb(data: bytes) -> None:
@@ -277,8 +282,7 @@ def _check_annexb(data: bytes) -> None:
     while pos >= 0 and pos + 3 < len(data):
         start = pos + 3
         pos = data.find(b"\x00\x00\x01", start)
-        if data[start] & 0x1F in _SPS_TYPES:
-            check_sps(data[start:pos if pos >= 0 else len(data)])
+        _check_nal_unit(data, start, pos if pos >= 0 else len(data))
 
 
 def video_stream_guard(codec: str, width: int, height: int, extradata: bytes | None) -> Callable[[bytes], None]:
