@@ -10,7 +10,7 @@ import pytest
 from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers import mesh3d
 from gpu.swappers.mesh3d import Mesh3dSwapper
-from gpu.swappers.mesh3d_eyewear import _eyes, _line_map, _thin_rim_lines, remove_eyewear
+from gpu.swappers.mesh3d_eyewear import _eyes, _line_map, _thin_rim_lines, eyewear_frames, remove_eyewear
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, OUTER_LIP_CONTOUR, RIGHT_BROW, uv_polygon_mask
 
 
@@ -227,3 +227,24 @@ def test_the_skins_colour_smoothing_takes_the_red_out_of_folds_not_the_lips_colo
         cv2.dilate(lips.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0)
     assert redness(smoothed[around_lips]) < 1.05  # the lips' red does not spread onto the skin around them
     assert redness(smoothed[lips]) > 1.8  # and the lips keep theirs
+
+
+@pytest.mark.parametrize("size", [None, 96])
+def test_the_frames_a_face_wears_are_found_for_keeping_and_not_its_wrinkles(raw_albedos, size):
+    """What the occlusion estimate keeps of a target's own glasses (at the albedo's size and
+    at its model's 96 texels): Grace Hopper's frames, in the band they run in, not the
+    wrinkles and bags inside her lower rims; nothing on the astronaut."""
+    def sized(albedo):
+        return albedo if size is None else cv2.resize(albedo, (size, size), interpolation=cv2.INTER_AREA)
+
+    assert eyewear_frames(sized(raw_albedos["astronaut"])) is None
+    frames = eyewear_frames(sized(raw_albedos["grace"]))
+    assert frames is not None
+    worn = frames > 0.5
+    band = _frame_band(frames.shape[0])
+    assert worn[band].mean() > 0.2, worn[band].mean()  # the rims run all round each eye
+    inside = np.zeros(frames.shape, np.uint8)
+    for centre, width in _eyes(frames.shape[0]):  # the lower half of each lens: lids, bags, wrinkles
+        cv2.ellipse(inside, (int(round(centre[0])), int(round(centre[1] + 0.12 * width))),
+                    (int(0.7 * width), int(0.4 * width)), 0, 0, 180, 1, -1)
+    assert worn[inside > 0].mean() < 0.1, worn[inside > 0].mean()

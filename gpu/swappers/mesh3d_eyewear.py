@@ -89,6 +89,25 @@ def remove_eyewear(albedo: np.ndarray) -> tuple[np.ndarray, bool]:
     return (cleaned * (1.0 - eyes) + albedo * eyes).astype(np.float32), True
 
 
+def eyewear_frames(texture: np.ndarray, coverage: float = RING_COVERAGE) -> np.ndarray | None:
+    """(T, T) how much each texel of a face's UV texture (skin = 1) is a glasses frame, or
+    None when frames do not ring both eyes on ``coverage`` of the rays: what the occlusion
+    estimate keeps in front of a target's swapped face (its own glasses). Only the band
+    along each traced rim and the dark lines just above it (a thick top bar): not the
+    temples, nor the lines beside the lower rims -- a face's own wrinkles and bags, which
+    its swap must not keep."""
+    lines = _line_map(texture)
+    size = texture.shape[0]
+    if _ring_coverage(lines, size) < coverage:
+        return None
+    frames, distance = _frames(texture, lines)
+    rows = np.arange(size, dtype=np.float32)[:, None]
+    above = rows < max(float(centre[1]) for centre, _ in _eyes(size))
+    band = np.abs(distance) <= RIM_HALF_WIDTH * size + 1.5
+    bar = (lines > 1.0) & (np.abs(distance) < RIM_REACH[0] * size) & above
+    return frames * (band | bar)
+
+
 def _frames(albedo: np.ndarray, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(T, T) how much each texel is frame, and the signed distance from the traced rims
     (``_rim_distance``): a band along each rim, the lines near it (a thick top bar) and
