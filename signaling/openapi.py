@@ -443,7 +443,8 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
         "reference_threshold": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 2},
         "mouth_mask": boolean, "blend": {"type": "number", "minimum": 0, "maximum": 1},
         "feather": {"type": "number", "minimum": 0, "maximum": 0.5}, "colour_match": boolean, "smoothing": boolean,
-        "occlusion": {"type": "string", "enum": ["auto", "off"], "description": "keep what is in front of a face in front"},
+        "occlusion": {"type": "string", "enum": ["auto", "objects", "off"],
+                      "description": "keep what is in front of a face in front (auto: its own glasses too; objects: not them)"},
         "eyes": {"type": "string", "enum": ["target", "source"],
                  "description": "mesh3d: keep the target's own eyes (gaze, blinks; default) or draw the source's"},
     }}

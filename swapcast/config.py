@@ -95,8 +95,9 @@ class SwapConfig(_Section):
     feather: float = Field(0.06, ge=0, le=0.5)
     colour_match: bool = True
     smoothing: bool = True
-    occlusion: Literal["auto", "off"] = Field("off", description="auto: the built-in estimate keeps what is in front of a face "
-                                              "(off by default: it costs identity, see README Occlusion)")
+    occlusion: Literal["auto", "objects", "off"] = Field(
+        "off", description="auto: the built-in estimate keeps what is in front of a face, the glasses it wears too; objects: "
+                           "what comes in front, not its glasses (off by default: it costs identity, see README Occlusion)")
     eyes: Literal["target", "source"] = Field("target", description="mesh3d: the target's own eyes (gaze, blinks) or the source's")
 
     @field_validator("occlusion", mode="before")

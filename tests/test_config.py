@@ -94,7 +94,7 @@ def test_a_child_config_file_keeps_the_secret_a_dump_would_mask(tmp_path):
 
 @pytest.mark.parametrize(("changes", "needle"), [
     ({"blend": 2}, "invalid options: blend: Input should be less than or equal to 1"),
-    ({"occlusion": "sometimes"}, "invalid options: occlusion: Input should be 'auto' or 'off'"),
+    ({"occlusion": "sometimes"}, "invalid options: occlusion: Input should be 'auto', 'objects' or 'off'"),
     ({"feather": "soft"}, "invalid options: feather: Input should be a valid number"),
     ({"colour": 1}, "invalid options: colour: Extra inputs are not permitted"),
     ({"face_selection": "reference"}, "face_selection 'reference' needs a reference photo"),

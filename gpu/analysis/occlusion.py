@@ -37,10 +37,14 @@ What makes it hold up on moving faces and thin or low-contrast objects:
   head) is neither judged nor learnt.
 
 A still has no history: there a texel must be far from the skin and from its mirror
-image on the other side of the face -- conservative, so a still's own glasses, beard or
-make-up stay swapped and only a one-sided object (a hand, a cup) is kept. A track's first
-frames (a fifth of a second) only teach its model: what the face wears from the start is
-part of it.
+image on the other side of the face -- conservative, so a still's beard or make-up stay
+swapped and only a one-sided object (a hand, a cup) is kept. A track's first frames (a
+fifth of a second) only teach its model: what the face wears from the start is part of
+it -- except glasses (``keep_worn``): their frames are found by shape in the model's UV
+texture, as a source photo's are (``eyewear_frames``: dark or amber lines ringing both
+eyes, each rim traced as one smooth curve), and kept in front where the crop shows them
+as dark lines, at the crop's own resolution (a frame is a pixel wide at ``RASTER``); a
+still's are found in its one observation.
 
 Everything runs on the host at a low resolution (``GRID`` texels, the crop at ``RASTER``
 pixels): about 5 ms of CPU per face (``swapcast bench occlusion``).
@@ -68,6 +72,7 @@ from gpu.swappers.mesh3d_geometry import (
     uv_face_regions,
     uv_polygon_mask,
 )
+from gpu.swappers.mesh3d_eyewear import RING_COVERAGE, eyewear_frames
 from gpu.types import Face
 
 GRID = 96  # UV texels a side of the appearance model
@@ -83,7 +88,7 @@ LUMA_WEIGHT = 0.7  # brightness counts this much in colour distances (against th
 SKIN_DEVIATION = (0.12, 0.25)  # texel vs the skin median, relative colour distance: same
 STILL_SKIN_DEVIATION = (0.30, 0.45)  # stills: a texel this far from the skin ...
 STILL_MIRROR_DEVIATION = (0.20, 0.35)  # ... and this far from its mirror image
-RISE, FALL = 0.75, 0.35  # per-frame smoothing of the verdict in UV space: a noisy texel flagged once is not kept
+RISE, FALL = 0.95, 0.35  # per-frame smoothing of the verdict in UV space: a noisy texel flagged once is not kept
 KEEP_RANGE = (0.3, 0.55)  # smoothed verdict -> keep mask (the soft edge)
 MARGIN = 1  # RASTER pixels the keep mask reaches past an occluder's edge (the soft edge lies outside it)
 MAX_OCCLUDED_TO_LEARN = 0.4  # a frame with more of the face occluded than this teaches the model nothing
@@ -116,6 +121,12 @@ GROW_SAMPLES = 400  # pixels each side's centres are fitted to
 GROW_MIN_SAMPLES = 12  # pixels each side needs before the growth trusts its colours
 SOLIDITY = 0.5  # a kept region filling this share of its convex hull is filled out to it
 MIN_HULL_PIXELS = 30  # RASTER pixels: smaller regions are left as they are
+WORN_EVERY = 15  # frames between looks for the glasses a tracked face wears (in its model)
+WORN_REACH = 2  # RASTER pixels round the frames the model draws where the crop's own are looked for
+WORN_LINE_WIDTH = 1 / 30  # of the face's width: the black top-hat finding them, wider than a frame
+WORN_LINE = (0.16, 0.26)  # ... and how much darker than around them (relative to the skin) a frame's pixels are
+WORN_FADE = 4  # frames found glasses fade in over (not a pop)
+WORN_COVERAGE_KEPT = 0.35  # ring coverage (see mesh3d_eyewear) a track's glasses stay found above once found
 
 
 @dataclass(frozen=True)
@@ -164,6 +175,10 @@ class _Track:
     kept: np.ndarray  # (P,) bool: texels of the regions kept last frame
     facing: np.ndarray  # (P,) how squarely the texel faced the camera in the frames it was learnt from
     recoloured: np.ndarray  # (P,) bool: its chromaticity was off its model's last frame (an object's, not a shadow's)
+    worn: np.ndarray | None = None  # (P,) how much each texel is the frame of glasses the face wears
+    worn_due: int = 0  # frames until its model is looked at for them again
+    worn_shown: int = 0  # frames they have been kept for (they fade in over ``WORN_FADE``)
+    age: int = 0  # frames of this track
 
     @classmethod
     def empty(cls, texels: int) -> _Track:
@@ -194,10 +209,12 @@ class OcclusionEstimator:
     """A ``KeepMask`` for one stream: call it as ``keep(crop, face, matrix)``.
 
     Tracked faces (``track_id`` >= 0) learn; a still or an untracked face is judged on its
-    own (symmetry and skin). One instance per stream, used by one thread at a time."""
+    own (symmetry and skin). ``keep_worn``: the glasses a face wears are kept in front too.
+    One instance per stream, used by one thread at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_worn: bool = True) -> None:
         self._tracks: OrderedDict[int, _Track] = OrderedDict()
+        self.keep_worn = keep_worn
 
     def __call__(self, crop: Any, face: Face, matrix: np.ndarray) -> np.ndarray | None:
         if face.mesh is None or face.depth is None:
@@ -262,11 +279,20 @@ class OcclusionEstimator:
             unlearnt = unlearnt * recoloured
             track.recoloured = recoloured > 0.5
             _learn(track, observation, layout, own, deviation, unlearnt)
-        if keep is None:
+        worn = None
+        if self.keep_worn:
+            worn = _worn_by_track(track, layout) if track is not None else _worn_frames(observation.colours, observation.visible, layout)
+        if keep is None and worn is None:
             return None
-        if np.abs(shift).max() >= 0.5:  # drawn at the mesh's texels: moved to where the face is
-            keep = cv2.warpAffine(keep, np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]), (RASTER, RASTER), flags=cv2.INTER_LINEAR)
-        return cv2.resize(keep, (crop.shape[0],) * 2, interpolation=cv2.INTER_LINEAR)
+        moved = np.float32([[1, 0, shift[0]], [0, 1, shift[1]]]) if np.abs(shift).max() >= 0.5 else None
+        if keep is not None:
+            if moved is not None:  # drawn at the mesh's texels: moved to where the face is
+                keep = cv2.warpAffine(keep, moved, (RASTER, RASTER), flags=cv2.INTER_LINEAR)
+            keep = cv2.resize(keep, (crop.shape[0],) * 2, interpolation=cv2.INTER_LINEAR)
+        if worn is not None:
+            frames = _worn_keep(worn, observation, crop, moved)
+            keep = frames if keep is None else np.maximum(keep, frames)
+        return keep
 
     def forget(self, live_track_ids: set[int]) -> None:
         """Drop the models of tracks that ended."""
@@ -555,6 +581,55 @@ def _learn(track: _Track, observation: _Observation, layout: _UvLayout, own: np.
     spread_sq = track.spread**2 + spread_rate * (registered**2 - track.spread**2)
     track.spread = np.where(new, SPREAD_FLOOR, np.sqrt(np.maximum(spread_sq, SPREAD_FLOOR**2))).astype(np.float32)
     track.seen = count.astype(np.float32)
+
+
+def _worn_by_track(track: _Track, layout: _UvLayout) -> np.ndarray | None:
+    """The frames of the glasses a tracked face wears, looked for in its model every
+    ``WORN_EVERY`` frames from its ``CONFIDENT_FRAMES``-th on; found, they fade in over
+    ``WORN_FADE`` frames and stay found down to ``WORN_COVERAGE_KEPT`` (a frame's glint
+    or a turn must not make them blink)."""
+    track.age += 1
+    track.worn_due -= 1
+    if track.worn_due <= 0 and track.age >= CONFIDENT_FRAMES:
+        coverage = WORN_COVERAGE_KEPT if track.worn is not None else RING_COVERAGE
+        track.worn = _worn_frames(track.mean, track.seen > 0, layout, coverage)
+        track.worn_due = WORN_EVERY
+    if track.worn is None:
+        track.worn_shown = 0
+        return None
+    track.worn_shown = min(track.worn_shown + 1, WORN_FADE)
+    return track.worn * (track.worn_shown / WORN_FADE)
+
+
+def _worn_frames(colours: np.ndarray, seen: np.ndarray, layout: _UvLayout, coverage: float = RING_COVERAGE
+                 ) -> np.ndarray | None:
+    """(P,) how much each texel is a worn glasses frame, found by shape in the face's UV
+    texture as a source photo's are (``eyewear_frames``); None when it wears none."""
+    atlas = layout.atlas
+    frames = eyewear_frames(atlas.scatter(np.where(seen[:, None], colours, 1.0), fill=1.0), coverage)
+    return None if frames is None else frames[atlas.texels]
+
+
+def _worn_keep(worn: np.ndarray, observation: _Observation, crop: np.ndarray, moved: np.ndarray | None) -> np.ndarray:
+    """(S, S) keep mask, at the crop's own size, of the worn frames where the face shows
+    them: the crop's pixels near the frames the model draws that are dark lines (the frame
+    itself, not the skin, brows and wrinkles beside it, which are who the target is; at
+    ``RASTER`` a frame is a pixel wide), with a pixel's margin and a soft edge."""
+    size = crop.shape[0]
+    factor = size / RASTER
+    near = _splatted(worn, observation)
+    if moved is not None:
+        near = cv2.warpAffine(near, moved, (RASTER, RASTER), flags=cv2.INTER_LINEAR)
+    reach = max(1, int(round(WORN_REACH * factor)))
+    near = cv2.dilate(cv2.resize(near, (size, size), interpolation=cv2.INTER_LINEAR),
+                      cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * reach + 1,) * 2))
+    face_width = float(np.ptp(observation.positions[:, 0])) * factor
+    radius = max(2, int(round(WORN_LINE_WIDTH * face_width)))
+    luma = cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_RGB2GRAY).astype(np.float32) / 255.0
+    lines = cv2.morphologyEx(luma, cv2.MORPH_BLACKHAT, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1,) * 2))
+    core = near * _ramp(lines * float(np.mean(observation.gain)), WORN_LINE)
+    keep = cv2.dilate(core, np.ones((3, 3), np.uint8))
+    return cv2.GaussianBlur(keep, (0, 0), max(0.8, 0.5 * factor))
 
 
 def _unlearnt(keep: np.ndarray) -> np.ndarray:

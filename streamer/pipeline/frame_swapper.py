@@ -291,7 +291,8 @@ class FrameSwapper:
     def _keep_mask(self) -> KeepMask | None:
         """What stays the target's in front of each face: the built-in occlusion estimate
         unless the options turn it off, and any mask models the engine has."""
-        built_in = self._occlusion if self.options.occlusion == "auto" else None
+        built_in = self._occlusion if self.options.occlusion != "off" else None
+        self._occlusion.keep_worn = self.options.occlusion == "auto"
         models = self.engine.keep_masks if self.offline else self._mask_models.hooks()  # live: under the stream's budget
         return any_of(built_in, *models)
 

@@ -40,7 +40,8 @@ def add_swap_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--feather", type=float, metavar="F", help="mask edge softness, fraction of the face crop (default 0.06)")
     group.add_argument("--no-colour-match", dest="colour_match", action="store_false", default=None, help="keep the source's own skin colour")
     group.add_argument("--no-smoothing", dest="smoothing", action="store_false", default=None, help="no temporal landmark smoothing")
-    group.add_argument("--occlusion", choices=["auto", "off"], help="keep what is in front of a face (hand, cup, glasses) in front "
+    group.add_argument("--occlusion", choices=["auto", "objects", "off"], help="keep what is in front of a face (hand, cup, the "
+                       "glasses it wears; objects: not its glasses) in front "
                        f"(default: {SwapConfig.model_fields['occlusion'].default})")
     group.add_argument("--eyes", choices=["target", "source"], help="mesh3d: the target's own eyes (default) or the source's")
 

@@ -342,7 +342,7 @@ def test_without_a_live_owner_bad_option_values_are_refused_by_the_schema():
             await node.stop()
             assert (await client.get(f"/api/v1/sessions/{session_id}")).status == 200  # now orphaned
             for options, needle in (({"blend": 5}, "blend: Input should be less than or equal to 1"),
-                                    ({"occlusion": "maybe"}, "occlusion: Input should be 'auto' or 'off'"),
+                                    ({"occlusion": "maybe"}, "occlusion: Input should be 'auto', 'objects' or 'off'"),
                                     ({"face_selection": "reference"}, "needs a reference photo")):
                 response = await client.patch(f"/api/v1/sessions/{session_id}", json={"options": options})
                 body = await response.json()

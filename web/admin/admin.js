@@ -589,7 +589,7 @@ async function killSession(row) {
 // 400 reason is shown as it is.
 const OPTION_FIELDS = [
   { name: 'enabled', label: 'Face swap', kind: 'switch' },
-  { name: 'occlusion', label: 'Occlusion', kind: 'select', choices: [['off', 'off'], ['auto', 'auto: keep what covers the face']] },
+  { name: 'occlusion', label: 'Occlusion', kind: 'select', choices: [['off', 'off'], ['auto', 'auto: keep what covers the face, glasses too'], ['objects', 'objects: not the glasses it wears']] },
   { name: 'mouth_mask', label: 'Keep the target\u2019s mouth', kind: 'switch' },
   { name: 'eyes', label: 'Eyes (mesh3d)', kind: 'select', choices: [['target', 'the target\u2019s own'], ['source', 'the source\u2019s']] },
   { name: 'blend', label: 'Blend (0–1)', kind: 'number', step: 0.05 },
