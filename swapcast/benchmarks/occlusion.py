@@ -44,6 +44,7 @@ from gpu.analysis.identity import SAME_PERSON_DISTANCE, identity_distance
 from gpu.analysis.landmarks import FACE_OVAL, LEFT_EYE, RIGHT_EYE
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
+from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 from gpu.types import Face
 from streamer.pipeline.frame_swapper import FrameSwapper
 from swapcast.benchmarks.pose_set import MOTIONS as POSE_MOTIONS
@@ -57,6 +58,20 @@ KEPT_TARGET = 0.95
 IDENTITY_EVERY = 4
 EDGE_BAND_PX = 3  # object coordinates: the band reaches this far each side of its edge
 OUTSIDE_MARGIN = 0.03  # of the face's width: the object's mask grown this much is 'the object' for identity outside it
+# What a person of the set wears in front of the face, drawn by hand over the photo (RGB,
+# ``person_image`` pixels): Grace Hopper's glasses -- the dark top bars, the amber rims and
+# the bridge, each a polyline or an ellipse with its stroke width. The occlusion estimate
+# keeps a face's own glasses in front, so identity "outside what is in front" leaves them
+# out as it leaves out a held object.
+WORN = {
+    "grace_hopper": (
+        ("line", ((172, 190), (183, 180), (200, 175), (225, 174), (247, 178)), 12),
+        ("line", ((278, 178), (300, 173), (325, 172), (345, 175), (356, 186)), 12),
+        ("ellipse", ((214, 201), (34, 28)), 8),
+        ("ellipse", ((317, 201), (35, 28)), 8),
+        ("line", ((247, 184), (281, 184)), 8),
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,7 @@ class OccludedClip:
     patch_alpha: np.ndarray  # the object's alpha in patch coordinates
     enters: int
     fps: float
+    worn: list[np.ndarray] | None = None  # per frame (H, W) float32: what the face itself wears in front (``WORN``)
 
     @property
     def bare(self) -> bool:
@@ -99,7 +115,7 @@ class ClipResult:
     identity_scored: int
     to_source: float | None  # mean d(out, source)
     to_target: float | None  # mean d(out, target)
-    outside_passed: int  # the identity rule with the object's pixels taken from the occlusion-off output
+    outside_passed: int  # the identity rule with the object's pixels (and the face's glasses) taken from the occlusion-off output
     outside_to_source: float | None  # mean d(out outside the object, source)
     edge_flicker: float | None  # output's frame-to-frame change at the object's edge over the input's
     ms: float  # mean per frame
@@ -185,14 +201,41 @@ def occluded_clip(clip: PoseClip, occluder: Occluder, enters: int | None = None,
         masks.append(alpha)
         placements.append(matrix)
     return OccludedClip(f"{clip.name}+{occluder.name}", clip.person, frames, clip.meshes, masks, placements,
-                        occluder.alpha, enters, clip.fps)
+                        occluder.alpha, enters, clip.fps, worn_masks(clip.person, clip.meshes, clip.frames[0].shape))
+
+
+def worn_masks(person: str, meshes: list[np.ndarray], shape: tuple[int, ...]) -> list[np.ndarray] | None:
+    """Per frame, what ``person`` wears in front of the face (``WORN``, drawn on the photo)
+    where it went in the frame: moved with the eyes, brows and nose bridge (an affine fit
+    from the photo's mesh to the frame's, which a yaw sweep's turn bends only a little);
+    None for a person who wears nothing."""
+    if person not in WORN:
+        return None
+    from swapcast.benchmarks.pose_set import render_pose_with_mesh
+
+    photo = person_image(person)
+    drawn = np.zeros(photo.shape[:2], np.uint8)
+    for kind, shape_points, width in WORN[person]:
+        if kind == "line":
+            cv2.polylines(drawn, [np.array(shape_points, np.int32)], False, 1, width)
+        else:
+            cv2.ellipse(drawn, shape_points[0], shape_points[1], 0, 0, 360, 1, width)
+    photo_mesh = render_pose_with_mesh(photo, 0.0)[1]
+    around_eyes = sorted(set(LEFT_EYE) | set(RIGHT_EYE) | set(LEFT_BROW) | set(RIGHT_BROW) | {6, 168, 197})
+    masks = []
+    for mesh in meshes:
+        matrix, _ = cv2.estimateAffine2D(photo_mesh[around_eyes].astype(np.float32), mesh[around_eyes].astype(np.float32),
+                                         method=cv2.LMEDS)
+        masks.append(cv2.warpAffine(drawn.astype(np.float32), matrix, (shape[1], shape[0]), flags=cv2.INTER_LINEAR))
+    return masks
 
 
 def bare_clips(people=PEOPLE, frames: int = 24) -> list[OccludedClip]:
     """The pose set's motion clips with nothing in front: what keeping costs a bare face."""
     return [OccludedClip(f"{clip.name}+bare", clip.person, clip.frames, clip.meshes,
                          [np.zeros(frame.shape[:2], np.float32) for frame in clip.frames],
-                         [np.zeros((2, 3), np.float32)] * len(clip.frames), np.zeros((1, 1), np.float32), 0, clip.fps)
+                         [np.zeros((2, 3), np.float32)] * len(clip.frames), np.zeros((1, 1), np.float32), 0, clip.fps,
+                         worn_masks(clip.person, clip.meshes, clip.frames[0].shape))
             for clip in pose_clips(people, frames=frames)]
 
 
@@ -298,12 +341,13 @@ def occlusion_cost(engine: FaceEngine, source: SourceFace, options: SwapOptions,
 
 
 def outside_object(clip: OccludedClip, outputs: list[np.ndarray], off: list[np.ndarray]) -> list[np.ndarray]:
-    """``outputs`` with the object's pixels (its mask grown by ``OUTSIDE_MARGIN`` of the
-    face's width, softly) taken from ``off`` (the same frames swapped with occlusion off):
-    the face outside the object as this swap left it, the object as if never kept."""
+    """``outputs`` with the object's pixels and what the face wears (its glasses; the masks
+    grown by ``OUTSIDE_MARGIN`` of the face's width, softly) taken from ``off`` (the same
+    frames swapped with occlusion off): the face outside what is in front as this swap left
+    it, that as if never kept."""
     blended = []
     for index, (output, plain) in enumerate(zip(outputs, off, strict=True)):
-        alpha = clip.masks[index]
+        alpha = clip.masks[index] if clip.worn is None else np.maximum(clip.masks[index], clip.worn[index])
         if not alpha.any():
             blended.append(output)
             continue
@@ -329,9 +373,10 @@ def identity_scores(engine: FaceEngine, clip: OccludedClip, outputs: list[np.nda
 
 
 def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], report: Path | None = None,
-                            out=None) -> dict[str, Any]:
-    """Every clip swapped with the occlusion estimate on and off; prints the table (to
-    ``out``, default stdout), returns the numbers."""
+                            out=None, mode: str = "auto") -> dict[str, Any]:
+    """Every clip swapped with the occlusion estimate on (``mode``: auto, or objects: not
+    the glasses a face wears) and off; prints the table (to ``out``, default stdout),
+    returns the numbers (``summary`` keyed by mode)."""
     out = out or sys.stdout
     sources: dict[str, tuple[SourceFace, np.ndarray]] = {}
     results: list[ClipResult] = []
@@ -342,14 +387,14 @@ def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], repor
             source = engine.register_source(photo, label=other)
             sources[other] = (source, source.identity)
         source, source_identity = sources[other]
-        swapped = {mode: swap_clip(engine, source, clip, replace(SwapOptions(), occlusion=mode)) for mode in ("auto", "off")}
-        for mode, (outputs, ms) in swapped.items():
-            results.append(score_clip(engine, clip, mode, outputs, swapped["off"][0], source_identity, ms))
-        pictures = [swapped[mode][0][-1] for mode in ("auto", "off")]
+        swapped = {each: swap_clip(engine, source, clip, replace(SwapOptions(), occlusion=each)) for each in (mode, "off")}
+        for each, (outputs, ms) in swapped.items():
+            results.append(score_clip(engine, clip, each, outputs, swapped["off"][0], source_identity, ms))
+        pictures = [swapped[each][0][-1] for each in (mode, "off")]
         if report is not None:
             _write_picture(report, clip, pictures)
-    summary = _summary(results)
-    _print_table(results, summary, out)
+    summary = _summary(results, (mode, "off"))
+    _print_table(results, summary, out, mode)
     if report is not None:
         report.mkdir(parents=True, exist_ok=True)
         (report / "occlusion.json").write_text(json.dumps({"clips": [asdict(r) for r in results], "summary": summary}, indent=2))
@@ -360,7 +405,8 @@ def score_clip(engine: FaceEngine, clip: OccludedClip, mode: str, outputs: list[
                source_identity: np.ndarray, ms: float) -> ClipResult:
     """One clip's numbers for ``outputs``; ``off``: the same clip swapped with occlusion off."""
     scores = identity_scores(engine, clip, outputs, source_identity)
-    outside = scores if clip.bare else identity_scores(engine, clip, outside_object(clip, outputs, off), source_identity)
+    outside = scores if clip.bare and clip.worn is None else \
+        identity_scores(engine, clip, outside_object(clip, outputs, off), source_identity)
     return ClipResult(
         clip=clip.name, occlusion=mode, kept=None if clip.bare else kept_fraction(clip, outputs), identity_passed=_passes(scores),
         identity_scored=len(scores), to_source=_mean([s for s, _ in scores]), to_target=_mean([t for _, t in scores]),
@@ -374,7 +420,7 @@ def _passes(scores: list[tuple[float, float]]) -> int:
 
 
 def run_occlusion_command(config: Config, frames: int = 24, quick: bool = False, report: str | None = None,
-                          as_json: bool = False) -> int:
+                          as_json: bool = False, mode: str = "auto") -> int:
     """``swapcast bench occlusion``: the set (``quick``: one face, the pan, two objects)
     through the configured engine, and (not ``quick``) the bare pose clips; 0 when the
     kept fraction reaches the target."""
@@ -385,18 +431,18 @@ def run_occlusion_command(config: Config, frames: int = 24, quick: bool = False,
         else occlusion_set(frames=frames) + bare_clips(frames=frames)
     engine = FaceEngine(config.engine.settings())
     try:
-        outcome = run_occlusion_benchmark(engine, clips, report=Path(report) if report else None)
+        outcome = run_occlusion_benchmark(engine, clips, report=Path(report) if report else None, mode=mode)
     finally:
         engine.close()
     if as_json:
         print(json.dumps(outcome["summary"], indent=2))
-    kept = outcome["summary"]["auto"]["kept"]
+    kept = outcome["summary"][mode]["kept"]
     return 0 if kept is not None and kept >= KEPT_TARGET else 1
 
 
-def _summary(results: list[ClipResult]) -> dict[str, Any]:
+def _summary(results: list[ClipResult], modes: tuple[str, ...]) -> dict[str, Any]:
     summary = {}
-    for mode in ("auto", "off"):
+    for mode in modes:
         rows = [r for r in results if r.occlusion == mode and r.kept is not None]
         bare = [r for r in results if r.occlusion == mode and r.kept is None]
         scored, bare_scored = sum(r.identity_scored for r in rows), sum(r.identity_scored for r in bare)
@@ -405,6 +451,7 @@ def _summary(results: list[ClipResult]) -> dict[str, Any]:
             "identity_pass": sum(r.identity_passed for r in rows) / scored if scored else None,
             "identity_pass_outside": sum(r.outside_passed for r in rows) / scored if scored else None,
             "bare_identity_pass": sum(r.identity_passed for r in bare) / bare_scored if bare_scored else None,
+            "bare_identity_pass_outside": sum(r.outside_passed for r in bare) / bare_scored if bare_scored else None,
             "to_source": _mean([r.to_source for r in rows if r.to_source is not None]),
             "to_target": _mean([r.to_target for r in rows if r.to_target is not None]),
             "edge_flicker": _mean([r.edge_flicker for r in rows]), "ms": _mean([r.ms for r in rows]),
@@ -412,7 +459,7 @@ def _summary(results: list[ClipResult]) -> dict[str, Any]:
     return summary
 
 
-def _print_table(results: list[ClipResult], summary: dict[str, Any], out) -> None:
+def _print_table(results: list[ClipResult], summary: dict[str, Any], out, on: str) -> None:
     def cells(row) -> str:
         def num(value, digits=2):
             return "-" if value is None else f"{value:.{digits}f}"
@@ -423,23 +470,25 @@ def _print_table(results: list[ClipResult], summary: dict[str, Any], out) -> Non
                 f"{num(row['to_target']):>6} {num(row['edge_flicker']):>6} {num(row['ms'], 1):>6}")
 
     header = f"{'kept':>7} {'id ok':>6} {'id out':>6} {'d src':>6} {'d tgt':>6} {'edge':>6} {'ms':>6}"
-    print(f"{'clip':34} | occlusion on: {header} | off: {header}", file=out)
+    print(f"{'clip':34} | occlusion {on + ':':9}{header} | off: {header}", file=out)
     by_clip: dict[str, dict[str, ClipResult]] = {}
     for r in results:
         by_clip.setdefault(r.clip, {})[r.occlusion] = r
     for name, modes in by_clip.items():
         rows = {mode: {"kept": r.kept, "identity_pass": r.identity_passed / r.identity_scored if r.identity_scored else None,
-                       "identity_pass_outside": r.outside_passed / r.identity_scored if r.identity_scored and r.kept is not None else None,
+                       "identity_pass_outside": r.outside_passed / r.identity_scored if r.identity_scored else None,
                        "to_source": r.to_source, "to_target": r.to_target, "edge_flicker": r.edge_flicker, "ms": r.ms}
                 for mode, r in modes.items()}
-        print(f"{name:34} | {'':14}{cells(rows['auto'])} | {'':5}{cells(rows['off'])}", file=out)
-    print(f"{'all':34} | {'':14}{cells(summary['auto'])} | {'':5}{cells(summary['off'])}", file=out)
-    if summary["auto"]["bare_identity_pass"] is not None:
-        print(f"identity rule on bare faces (+bare, nothing in front): {100 * summary['auto']['bare_identity_pass']:.0f}% on, "
-              f"{100 * summary['off']['bare_identity_pass']:.0f}% off", file=out)
-    kept = summary["auto"]["kept"]
+        print(f"{name:34} | {'':19}{cells(rows[on])} | {'':5}{cells(rows['off'])}", file=out)
+    print(f"{'all':34} | {'':19}{cells(summary[on])} | {'':5}{cells(summary['off'])}", file=out)
+    if summary[on]["bare_identity_pass"] is not None:
+        print(f"identity rule on bare faces (+bare, nothing held in front): {100 * summary[on]['bare_identity_pass']:.0f}% on, "
+              f"{100 * summary['off']['bare_identity_pass']:.0f}% off; outside the glasses a face wears: "
+              f"{100 * summary[on]['bare_identity_pass_outside']:.0f}% on, "
+              f"{100 * summary['off']['bare_identity_pass_outside']:.0f}% off", file=out)
+    kept = summary[on]["kept"]
     verdict = "holds" if kept is not None and kept >= KEPT_TARGET else "misses"
-    print(f"occluder pixels kept with occlusion on: {100 * (kept or 0):.1f}% ({verdict} the {100 * KEPT_TARGET:.0f}% target); "
+    print(f"occluder pixels kept with occlusion {on}: {100 * (kept or 0):.1f}% ({verdict} the {100 * KEPT_TARGET:.0f}% target); "
           "id ok = identity rule on the whole output face, id out = outside the object (its pixels from the "
           "occlusion-off output); edge = output/input frame-to-frame change at the object's edge (1.0 = no added flicker)",
           file=out)

@@ -101,6 +101,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     occlusion.add_argument("--quick", action="store_true", help="one face, the pan, two objects: a smoke run")
     occlusion.add_argument("--report", metavar="DIR", help="write pictures (input | on | off) and occlusion.json here")
     occlusion.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+    occlusion.add_argument("--mode", choices=["auto", "objects"], default="auto",
+                           help="the occlusion mode measured against off (objects: not the glasses a face wears; default auto)")
     add_engine_flags(occlusion)
     occlusion.set_defaults(run=_run_occlusion)
 
@@ -137,7 +139,8 @@ def _run_occlusion(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     threads.apply(config.threads.budget(config.engine.runner_threads))
-    return run_occlusion_command(config, frames=args.frames, quick=args.quick, report=args.report, as_json=args.json)
+    return run_occlusion_command(config, frames=args.frames, quick=args.quick, report=args.report, as_json=args.json,
+                                 mode=args.mode)
 
 
 def _run_provenance(args: argparse.Namespace) -> int:
