@@ -145,40 +145,28 @@ def test_a_gift_box_held_over_a_panning_face_stays_in_front(engine):
     assert sum(passed) > len(passed) / 2, scores
 
 
-def _swapped_outside(clip, outputs) -> float:
-    """Of the face's pixels outside the object and the glasses it wears (their masks grown by
-    the bench's margin), over the frames the object is there, the fraction the swap changed
-    by more than ``KEPT_LEVEL``."""
-    swapped = total = 0
-    for index in range(clip.enters, len(outputs)):
-        region = bench.face_region(clip.meshes[index], outputs[index].shape)
-        reach = max(1, round(bench.OUTSIDE_MARGIN * float(np.ptp(clip.meshes[index][list(bench.FACE_OVAL), 0]))))
-        front = clip.masks[index] if clip.worn is None else np.maximum(clip.masks[index], clip.worn[index])
-        near = cv2.dilate((front > 0).astype(np.uint8), np.ones((2 * reach + 1,) * 2, np.uint8)) > 0
-        change = np.abs(outputs[index].astype(np.int16) - clip.frames[index].astype(np.int16)).max(axis=2)[region & ~near]
-        swapped += int((change > bench.KEPT_LEVEL).sum())
-        total += change.size
-    return swapped / total
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("person, outside_share", [("grace_hopper", 0.85), ("astronaut", 0.85)])
-def test_a_coffee_cup_held_over_a_panning_face_stays_in_front(engine, person, outside_share):
+@pytest.mark.parametrize("person", ["grace_hopper", "astronaut"])
+def test_a_coffee_cup_held_over_a_panning_face_stays_in_front(engine, person):
     """scikit-image's coffee cup comes up over the mouth of a fast-panning sample face:
-    with occlusion on most of the cup's pixels survive the swap (measured 89-99.7 % with its
-    kept region filled out to its hull; 81-90 % before; off: 12-22 %), its edge flickers no more than the input's own motion
-    explains (auto 0.99-1.04; off's swap follows the held mesh smoothly, 0.56-0.62, so off
-    is no bound), and the face outside the cup is swapped about as much as off (96-97 %)."""
+    with occlusion on most of the cup's pixels survive the swap (measured 91-99.7 %; off:
+    12-22 %), its edge flickers no more than the input's own motion explains (auto
+    0.99-1.19; off's swap follows the held mesh smoothly, 0.56-0.62, so off is no bound),
+    and the face outside the cup (and outside the glasses Grace Hopper wears, which are
+    kept too) is still the source's: the identity rule holds there on every scored frame,
+    as with occlusion off. (A count of pixels the swap changed is no measure here: with
+    her glasses kept the lighting fit leaves them out as not skin, which moves the swap's
+    colour a few levels.)"""
     clip = bench.occlusion_set(people=(person,), motions=("pan",), objects=("cup",), frames=24)[0]
     other = next(name for name in bench.PEOPLE if name != person)
     source = engine.register_source(bench.person_image(other))
     outputs = {mode: bench.swap_clip(engine, source, clip, SwapOptions(occlusion=mode))[0] for mode in ("auto", "off")}
     kept = {mode: bench.kept_fraction(clip, frames) for mode, frames in outputs.items()}
-    outside = {mode: _swapped_outside(clip, frames) for mode, frames in outputs.items()}
     edge = {mode: bench.edge_flicker(clip, frames) for mode, frames in outputs.items()}
     assert kept["auto"] > 0.85 and kept["off"] < 0.45, kept
-    assert outside["auto"] > outside_share * outside["off"], outside
     assert edge["auto"] < 1.3, edge
+    outside = bench.identity_scores(engine, clip, bench.outside_object(clip, outputs["auto"], outputs["off"]), source.identity)
+    assert all(to_source < SAME_PERSON_DISTANCE and to_source < to_target for to_source, to_target in outside), outside
 
 
 def test_an_object_held_still_stays_kept(engine, astronaut_image):
