@@ -97,7 +97,7 @@ def test_an_sps_rewritten_to_another_size_is_parsed_as_libavcodec_decodes_it(wid
 def test_an_sps_declaring_16000x16000_is_refused_before_any_decoder_reads_it():
     packets = x264_packets(64, 64, "yuv420p", {"preset": "ultrafast"})
     huge = resize_sps(sps_of(packets), 1000, 1000)
-    assert h264_sps_size(huge) == DeclaredSize(16000, 16000, 16000, 16000)
+    assert h264_sps_size(huge) == DeclaredSize(16000, 16000, 16000, 16000, references=1)
     refusal = (r"the stream's H\.264 SPS declares 16000x16000 pictures, "
                r"which cannot be re-encoded: each side must be 16 to 4096 pixels")
     with pytest.raises(FrameSizeError, match=refusal):
@@ -110,6 +110,22 @@ def test_coded_sides_past_the_limit_are_refused_even_when_cropping_shows_less():
     with pytest.raises(FrameSizeError, match=r"declares 4112x1080 \(coded 4112x1088\) pictures"):
         size.check("the stream's H.264 SPS")
     DeclaredSize(4096, 2160, 4096, 2160).check("a 4K stream")  # the limit itself is taken
+
+
+def test_the_reference_pictures_an_sps_declares_are_bounded_as_h264s_largest_common_levels_bound_them():
+    """libavcodec keeps up to 16 reference pictures of whatever size the SPS declares
+    (4096x4096 with 16: +0.6 GB a stream, measured); levels 5.1-5.2 hold 184320 macroblocks
+    of them (``MAX_DPB_MACROBLOCKS``): 1080p with 16, 4096x2304 with 5 pass, more is refused."""
+    sixteen = sps_of(x264_packets(64, 64, "yuv420p", {"preset": "ultrafast", "x264-params": "ref=16"}))
+    assert h264_sps_size(sixteen).references == 16
+    h264_sps_size(resize_sps(sixteen, 120, 68)).check("a 1080p stream")  # 8160 macroblocks x 16
+    with pytest.raises(FrameSizeError, match=r"declares 16 reference pictures of 4096x4096, more than H\.264's levels"):
+        H264SizeGuard().check(with_sps(x264_packets(64, 64, "yuv420p", {"preset": "ultrafast", "x264-params": "ref=16"}),
+                                       resize_sps(sixteen, 256, 256))[0])
+    five = sps_of(x264_packets(64, 64, "yuv420p", {"preset": "ultrafast", "x264-params": "ref=5"}))
+    h264_sps_size(resize_sps(five, 256, 144)).check("a 4096x2304 stream")
+    with pytest.raises(FrameSizeError, match="5 reference pictures of 4096x2320"):
+        h264_sps_size(resize_sps(five, 256, 145)).check("the stream's H.264 SPS")
 
 
 def test_a_sps_showing_less_than_the_smallest_side_is_refused():
@@ -154,7 +170,7 @@ def test_emulation_prevention_bytes_are_removed_before_reading():
     # make a run of 24, which the NAL unit can only carry escaped
     escaped = resize_sps(sps, 4096, 4096)
     assert b"\x00\x00\x03" in escaped
-    assert h264_sps_size(escaped) == DeclaredSize(65536, 65536, 65536, 65536)
+    assert h264_sps_size(escaped) == DeclaredSize(65536, 65536, 65536, 65536, references=1)
 
 
 def test_the_guard_reads_an_avcc_record_and_length_framed_samples():

@@ -6,9 +6,9 @@ references) as soon as they read it, before any frame comes out for ``check_fram
 a 64x64 H.264 stream whose SPS declares 16000x16000 grew a decoder by 1.1 GB (2.6 GB with
 frame threads), a VP8 keyframe declaring 16383x16383 by 0.9 GB. So the headers are read
 here first, cheaply: the H.264 SPS (in an avcC record or in-band, AVCC or Annex B framing)
-and the VP8 keyframe header. A size out of bounds raises ``FrameSizeError`` (the stream
-ends, saying why); a header that cannot be read for its size ``UnreadableHeader`` (its
-sample is dropped as damaged)."""
+and the VP8 keyframe header; the SPS's reference pictures too (``MAX_DPB_MACROBLOCKS``).
+A size out of bounds raises ``FrameSizeError`` (the stream ends, saying why); a header
+that cannot be read for its size ``UnreadableHeader`` (its sample is dropped as damaged)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ from streamer.media.sample_tables import check_sample_tables
 # rounds to 0), NVENC at least 33x17 and at most 4096 a side on most GPUs
 MIN_SIDE, MAX_SIDE = 16, 4096
 LIMITS = f"each side must be {MIN_SIDE} to {MAX_SIDE} pixels; change the output resolution"
+# H.264 levels 5.1 and 5.2's MaxDpbMbs (Table A-1): the reference pictures a decoder keeps,
+# 4096x2304 with 5 references or 1080p with 16. libavcodec allocates what an SPS declares
+# up to 16 references of any size: 4096x4096 with 16 held +0.6 GB per stream.
+MAX_DPB_MACROBLOCKS = 184320
 
 _SPS_TYPES = frozenset({7, 15})  # a sequence parameter set, and MVC's subset SPS (the same fields first)
 # the SPS fields up to its cropping take at most ~1.7 KB (12 scaling lists of 64 17-bit deltas)
@@ -57,16 +61,19 @@ class DeclaredSize:
     height: int
     coded_width: int
     coded_height: int
+    references: int = 0  # H.264's max_num_ref_frames: pictures a decoder keeps to predict from
 
     def check(self, header: str) -> None:
-        """``FrameSizeError`` naming ``header`` unless the coded sides are at most ``MAX_SIDE``
-        and the shown ones at least ``MIN_SIDE``."""
-        if self.coded_width <= MAX_SIDE and self.coded_height <= MAX_SIDE and min(self.width, self.height) >= MIN_SIDE:
-            return
+        """``FrameSizeError`` naming ``header`` unless the coded sides are at most ``MAX_SIDE``,
+        the shown ones at least ``MIN_SIDE``, and the references fit ``MAX_DPB_MACROBLOCKS``."""
         shown = f"{self.width}x{self.height}"
         if (self.coded_width, self.coded_height) != (self.width, self.height):
             shown += f" (coded {self.coded_width}x{self.coded_height})"
-        raise FrameSizeError(f"{header} declares {shown} pictures, which cannot be re-encoded: {LIMITS}")
+        if not (self.coded_width <= MAX_SIDE and self.coded_height <= MAX_SIDE and min(self.width, self.height) >= MIN_SIDE):
+            raise FrameSizeError(f"{header} declares {shown} pictures, which cannot be re-encoded: {LIMITS}")
+        if self.references * (self.coded_width // 16) * (self.coded_height // 16) > MAX_DPB_MACROBLOCKS:
+            raise FrameSizeError(f"{header} declares {self.references} reference pictures of {shown}, more than H.264's "
+                                 f"levels 5.1-5.2 hold (4096x2304 with 5, 1920x1080 with 16); lower the encoder's references")
 
 
 class _Bits:
@@ -131,7 +138,7 @@ def h264_sps_size(sps: bytes) -> DeclaredSize:
             bits.se()
     elif order_type > 2:
         raise UnreadableHeader(f"the stream's H.264 SPS has pic_order_cnt_type {order_type}")
-    bits.ue()  # max_num_ref_frames
+    references = bits.ue()  # max_num_ref_frames
     bits.u(1)  # gaps_in_frame_num_value_allowed_flag
     width_mbs, height_map_units = bits.ue() + 1, bits.ue() + 1
     frame_mbs_only = bits.u(1)
@@ -146,7 +153,7 @@ def h264_sps_size(sps: bytes) -> DeclaredSize:
         unit_x, unit_y = (1 if chroma_format == 3 else 2), (2 if chroma_format == 1 else 1) * (2 - frame_mbs_only)
     left, right, top, bottom = crop
     return DeclaredSize(coded_width - unit_x * (left + right), coded_height - unit_y * (top + bottom),
-                        coded_width, coded_height)
+                        coded_width, coded_height, references)
 
 
 def _skip_scaling_list(bits: _Bits, size: int) -> None:
