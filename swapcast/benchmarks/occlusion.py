@@ -226,6 +226,9 @@ def worn_masks(person: str, meshes: list[np.ndarray], shape: tuple[int, ...]) ->
     for mesh in meshes:
         matrix, _ = cv2.estimateAffine2D(photo_mesh[around_eyes].astype(np.float32), mesh[around_eyes].astype(np.float32),
                                          method=cv2.LMEDS)
+        if matrix is None:  # no fit (a degenerate mesh): nothing is known to be worn there
+            masks.append(np.zeros(shape[:2], np.float32))
+            continue
         masks.append(cv2.warpAffine(drawn.astype(np.float32), matrix, (shape[1], shape[0]), flags=cv2.INTER_LINEAR))
     return masks
 
