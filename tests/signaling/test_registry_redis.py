@@ -85,10 +85,21 @@ def test_concurrent_placements_never_exceed_capacity(redis_url: str) -> None:
 
 def test_concurrent_reaps_move_each_session_once(redis_url: str) -> None:
     async def scenario(short: RedisRegistry, long: RedisRegistry) -> None:
-        await short.register_node(node("a", capacity=20))  # dies soon: nobody beats for it
+        await short.register_node(node("a", capacity=20))  # dies soon after the placements: nobody beats for it then
         for node_id in ("b", "c"):
             await long.register_node(node(node_id, capacity=20))
-        await place_all([short, long], 30)
+
+        async def beat_a() -> None:  # alive while 30 placements take their time (over its 1 s TTL on a loaded host)
+            while True:
+                await short.heartbeat("a")
+                await asyncio.sleep(0.2)
+
+        beating = asyncio.create_task(beat_a())
+        try:
+            await place_all([short, long], 30)
+        finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
         victims = {s.id for s in await short.sessions("a")}
         assert len(victims) == 10
 
