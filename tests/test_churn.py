@@ -73,8 +73,12 @@ async def churn(lifecycle: Callable[[int], Awaitable[int]], warm_up: int, rounds
     peak = 0
     for index in range(warm_up, warm_up + rounds):
         peak = max(peak, await lifecycle(index))
-    await asyncio.sleep(0.5)
     after_threads = native_threads()
+    for _ in range(50):  # ... later still on a loaded host: up to 5 s for them to go
+        await asyncio.sleep(0.1)
+        after_threads = native_threads()
+        if sum(after_threads.values()) <= sum(baseline_threads.values()) + THREAD_MARGIN:
+            break
     return {"baseline": baseline_threads, "after": after_threads, "peak_threads": peak,
             "baseline_rss": baseline_rss, "rss": rss_mb()}
 
