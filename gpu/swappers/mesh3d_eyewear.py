@@ -75,12 +75,11 @@ RIM_REACH = (12 / 384, 8 / 384)  # ... and how far from it dark or amber lines (
 def remove_eyewear(albedo: np.ndarray) -> tuple[np.ndarray, bool]:
     """(T, T, 3) albedo -> (albedo without glasses, whether glasses were found). An albedo
     without glasses comes back unchanged."""
-    size = albedo.shape[0]
-    lines = _line_map(albedo)
-    if _ring_coverage(lines, size) < RING_COVERAGE:
+    traced = _traced(albedo, RING_COVERAGE)
+    if traced is None:
         return albedo, False
-    lens, rims, openings = _regions(size)
-    frames, distance = _frames(albedo, lines)
+    _, frames, distance = traced
+    lens, rims, openings = _regions(albedo.shape[0])
     filled = _fill_with_texture(albedo, frames)
     glasses = cv2.GaussianBlur(np.clip(np.maximum(lens, rims) - openings, 0.0, 1.0), (0, 0), 1.5)
     levelled = _level_lenses(_without_glare(filled, glasses), distance, np.maximum(openings, frames))
@@ -96,16 +95,25 @@ def eyewear_frames(texture: np.ndarray, coverage: float = RING_COVERAGE) -> np.n
     along each traced rim and the dark lines just above it (a thick top bar): not the
     temples, nor the lines beside the lower rims -- a face's own wrinkles and bags, which
     its swap must not keep."""
-    lines = _line_map(texture)
-    size = texture.shape[0]
-    if _ring_coverage(lines, size) < coverage:
+    traced = _traced(texture, coverage)
+    if traced is None:
         return None
-    frames, distance = _frames(texture, lines)
+    lines, frames, distance = traced
+    size = texture.shape[0]
     rows = np.arange(size, dtype=np.float32)[:, None]
     above = rows < max(float(centre[1]) for centre, _ in _eyes(size))
     band = np.abs(distance) <= RIM_HALF_WIDTH * size + 1.5
     bar = (lines > 1.0) & (np.abs(distance) < RIM_REACH[0] * size) & above
     return frames * (band | bar)
+
+
+def _traced(albedo: np.ndarray, coverage: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(line map, frames, signed distance from the traced rims) of a texture whose lines
+    ring both eyes on ``coverage`` of the rays; None for one that wears no glasses."""
+    lines = _line_map(albedo)
+    if _ring_coverage(lines, albedo.shape[0]) < coverage:
+        return None
+    return (lines, *_frames(albedo, lines))
 
 
 def _frames(albedo: np.ndarray, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
