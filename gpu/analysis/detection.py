@@ -46,6 +46,7 @@ HOG_SCORE = 0.5  # HOG has no calibrated probability: its boxes rank as a middli
 # stands out there. Tiles of this many pixels per side.
 CLAHE_TILE = 128
 CLAHE_CLIP = 2.0
+STRIP_ROWS = 256  # rows converted to Lab at a time for the lightness plane
 # ... but only in dim views: those whose mean lightness (Lab L, 0-255) is under this. The
 # faces only the equalised sweep finds are dark ones in dim light; in a well-lit view
 # BlazeFace already sees what there is. Measured on bench detect's crowd and group photos
@@ -273,24 +274,29 @@ class SweepSchedule:
 
 class Equalised:
     """An RGB uint8 photo with its lightness locally equalised (CLAHE on Lab's L, hue kept),
-    and the photo's mean lightness in any window: the RGB image is only made when asked for."""
+    and the photo's mean lightness in any window. Only the lightness plane is kept; the
+    equalised RGB image is made when asked for (a dim view: rare), so a 16-megapixel upload
+    costs its analysis 16 MB here rather than Lab and an integral table (59 MB measured)."""
 
     def __init__(self, image: np.ndarray) -> None:
-        self._lab = cv2.cvtColor(image, cv2.COLOR_RGB2LAB)
-        height, width = image.shape[:2]
-        grid = (max(1, round(width / CLAHE_TILE)), max(1, round(height / CLAHE_TILE)))
-        lightness = np.ascontiguousarray(self._lab[..., 0])
-        self._sums = cv2.integral(lightness, sdepth=cv2.CV_32S)
-        self._lab[..., 0] = cv2.createCLAHE(CLAHE_CLIP, grid).apply(lightness)
+        self._image = image
+        self._lightness = np.empty(image.shape[:2], dtype=np.uint8)
+        for top in range(0, image.shape[0], STRIP_ROWS):  # Lab a strip at a time: one plane kept
+            self._lightness[top:top + STRIP_ROWS] = cv2.cvtColor(image[top:top + STRIP_ROWS], cv2.COLOR_RGB2LAB)[..., 0]
 
     def lightness(self, window: tuple[int, int, int, int]) -> float:
         """The photo's mean lightness (Lab L, 0-255) inside ``window`` (x0, y0, x1, y1), as shot."""
         x0, y0, x1, y1 = window
-        total = self._sums[y1, x1] - self._sums[y0, x1] - self._sums[y1, x0] + self._sums[y0, x0]
-        return float(total) / max(1, (x1 - x0) * (y1 - y0))
+        if x1 <= x0 or y1 <= y0:
+            return 0.0
+        return float(cv2.mean(self._lightness[y0:y1, x0:x1])[0])
 
     def image(self) -> np.ndarray:
-        return cv2.cvtColor(self._lab, cv2.COLOR_LAB2RGB)
+        height, width = self._lightness.shape
+        grid = (max(1, round(width / CLAHE_TILE)), max(1, round(height / CLAHE_TILE)))
+        lab = cv2.cvtColor(self._image, cv2.COLOR_RGB2LAB)
+        lab[..., 0] = cv2.createCLAHE(CLAHE_CLIP, grid).apply(self._lightness)
+        return cv2.cvtColor(lab, cv2.COLOR_LAB2RGB)
 
 
 def upright_keypoints(box: np.ndarray) -> np.ndarray:
