@@ -21,7 +21,7 @@ from swapcast.benchmarks.fuzz.fixtures import Fixtures, refresh, set_up
 from swapcast.benchmarks.fuzz.http_hold import HttpHoldLayer
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
 from swapcast.benchmarks.fuzz.outcome import Outcome
-from swapcast.benchmarks.fuzz.oversize import RtmpOversizeLayer
+from swapcast.benchmarks.fuzz.oversize import BUSY_RSS_BOUND_MB, RtmpOversizeLayer
 from swapcast.benchmarks.fuzz.rtmp import RECORDINGS, RtmpLayers, record
 from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
 from swapcast.benchmarks.fuzz.uploads import UploadLayer
@@ -258,7 +258,7 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
         raise RuntimeError("the RTMP oversize layer needs ffmpeg's camera recording (testsrc at 320x240)")
     layers = {"http": ApiLayer(node, fixtures, offers["browser"]), "sdp": SdpLayer(node, fixtures, offers),
               "upload": UploadLayer(node, fixtures, _test_video(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
-              "oversize": RtmpOversizeLayer(node, fixtures, camera), "hold": HttpHoldLayer(node)}
+              "oversize": RtmpOversizeLayer(node, fixtures, camera, BUSY_RSS_BOUND_MB), "hold": HttpHoldLayer(node)}
     run = _Run(node, fixtures, layers, inputs, time.monotonic() + seconds, report_dir, progress)
     node.new_log_problems()  # set-up is not under test
     run.sample("start")
