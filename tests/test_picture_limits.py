@@ -22,7 +22,6 @@ from streamer.media.picture_limits import (
     UnreadableHeader,
     check_vp8_frame,
     h264_sps_size,
-    video_stream_guard,
     vp8_keyframe_size,
 )
 from streamer.rtmp.flv import annexb_to_avcc, avc_decoder_config, split_annexb
@@ -251,16 +250,3 @@ def test_a_vp8_keyframe_declaring_16383x16383_is_refused_and_a_damaged_one_too()
     for damaged in (keyframe[:9], keyframe[:3] + b"\x9d\x01\x2b" + keyframe[6:]):
         with pytest.raises(UnreadableHeader, match="VP8 keyframe header is damaged"):
             check_vp8_frame(damaged)
-
-
-def test_a_files_stream_is_refused_by_its_container_size_then_checked_packet_by_packet():
-    with pytest.raises(FrameSizeError, match="the video stream declares 8192x4320 pictures"):
-        video_stream_guard("hevc", 8192, 4320, None)
-    packets = x264_packets(64, 64, "yuv420p", {"preset": "ultrafast"})
-    check = video_stream_guard("h264", 64, 64, None)
-    check(packets[0])
-    with pytest.raises(FrameSizeError, match="16000x16000"):
-        check(with_sps(packets, resize_sps(sps_of(packets), 1000, 1000))[0])
-    with pytest.raises(FrameSizeError, match="16383x16383"):
-        video_stream_guard("vp8", 64, 64, None)(resize_vp8_keyframe(vp8_packets(64, 64)[0], 16383, 16383))
-    video_stream_guard("mpeg4", 64, 64, None)(b"anything")  # a codec whose headers are not read here

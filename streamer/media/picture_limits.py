@@ -12,23 +12,24 @@ that cannot be read for its size ``UnreadableHeader`` (its sample is dropped as 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-
-import av
 
 from gpu.errors import SwapcastError
-from streamer.media.sample_tables import check_sample_tables
 
 # what the live encoders take: libx264 needs even sides of at least 2 (a 1-pixel side
 # rounds to 0), NVENC at least 33x17 and at most 4096 a side on most GPUs
 MIN_SIDE, MAX_SIDE = 16, 4096
 LIMITS = f"each side must be {MIN_SIDE} to {MAX_SIDE} pixels; change the output resolution"
-# H.264 levels 5.1 and 5.2's MaxDpbMbs (Table A-1): the reference pictures a decoder keeps,
-# 4096x2304 with 5 references or 1080p with 16. libavcodec allocates what an SPS declares
-# up to 16 references of any size: 4096x4096 with 16 held +0.6 GB per stream.
+# The reference pictures a decoder is let keep, in luma samples of the coded size: H.264
+# levels 5.1-5.2's MaxDpbMbs (Table A-1: 4096x2304 with 5 references or 1080p with 16) and
+# HEVC level 5.2's MaxDpbSize at its MaxLumaPs (Table A.8: 4096x2176 with 6). libavcodec
+# allocates what an SPS declares up to 16 pictures of any size: 4096x4096 with 16 held
+# +0.6 GB per stream.
 MAX_DPB_MACROBLOCKS = 184320
+REFERENCE_BOUNDS = {
+    "H.264": (MAX_DPB_MACROBLOCKS * 256, "H.264's levels 5.1-5.2 hold (4096x2304 with 5, 1920x1080 with 16)"),
+    "HEVC": (6 * 8_912_896, "HEVC's level 5.2 holds (4096x2176 with 6, 1920x1080 with 16)"),
+}
 
 _SPS_TYPES = frozenset({7, 15})  # a sequence parameter set, and MVC's subset SPS (the same fields first)
 # the SPS fields up to its cropping take at most ~1.7 KB (12 scaling lists of 64 17-bit deltas)
@@ -61,40 +62,51 @@ class DeclaredSize:
     height: int
     coded_width: int
     coded_height: int
-    references: int = 0  # H.264's max_num_ref_frames: pictures a decoder keeps to predict from
+    references: int = 0  # pictures a decoder keeps to predict from (H.264 max_num_ref_frames, HEVC's DPB)
+    codec: str = "H.264"  # whose bound in ``REFERENCE_BOUNDS`` the references are held to
 
     def check(self, header: str) -> None:
         """``FrameSizeError`` naming ``header`` unless the coded sides are at most ``MAX_SIDE``,
-        the shown ones at least ``MIN_SIDE``, and the references fit ``MAX_DPB_MACROBLOCKS``."""
+        the shown ones at least ``MIN_SIDE``, and the references fit the codec's bound."""
         shown = f"{self.width}x{self.height}"
         if (self.coded_width, self.coded_height) != (self.width, self.height):
             shown += f" (coded {self.coded_width}x{self.coded_height})"
         if not (self.coded_width <= MAX_SIDE and self.coded_height <= MAX_SIDE and min(self.width, self.height) >= MIN_SIDE):
             raise FrameSizeError(f"{header} declares {shown} pictures, which cannot be re-encoded: {LIMITS}")
-        if self.references * (self.coded_width // 16) * (self.coded_height // 16) > MAX_DPB_MACROBLOCKS:
-            raise FrameSizeError(f"{header} declares {self.references} reference pictures of {shown}, more than H.264's "
-                                 f"levels 5.1-5.2 hold (4096x2304 with 5, 1920x1080 with 16); lower the encoder's references")
+        samples, levels = REFERENCE_BOUNDS.get(self.codec, (0, ""))
+        if samples and self.references * self.coded_width * self.coded_height > samples:
+            raise FrameSizeError(f"{header} declares {self.references} reference pictures of {shown}, more than "
+                                 f"{levels}; lower the encoder's references")
 
 
-class _Bits:
-    """An RBSP read MSB first; running past its end raises ``UnreadableHeader``."""
+class RbspBits:
+    """A header's bits read MSB first; running past its end raises ``UnreadableHeader``
+    naming the header (``label``)."""
 
-    def __init__(self, rbsp: bytes) -> None:
+    def __init__(self, rbsp: bytes, label: str = "H.264 SPS") -> None:
         self._value = int.from_bytes(rbsp, "big")
         self._left = len(rbsp) * 8
+        self.label = label
+
+    @property
+    def left(self) -> int:
+        return self._left
 
     def u(self, count: int) -> int:
         if count > self._left:
-            raise UnreadableHeader("the stream's H.264 SPS ends before its picture size is read")
+            raise UnreadableHeader(f"the stream's {self.label} ends before its picture size is read")
         self._left -= count
         return (self._value >> self._left) & ((1 << count) - 1)
+
+    def skip(self, count: int) -> None:
+        self.u(count)
 
     def ue(self) -> int:
         zeros = 0
         while not self.u(1):
             zeros += 1
             if zeros > 31:  # as libavcodec: no field of a parameter set is this long
-                raise UnreadableHeader("the stream's H.264 SPS has an Exp-Golomb code over 32 bits")
+                raise UnreadableHeader(f"the stream's {self.label} has an Exp-Golomb code over 32 bits")
         return (1 << zeros) - 1 + self.u(zeros)
 
     def se(self) -> int:
@@ -105,7 +117,7 @@ class _Bits:
 def h264_sps_size(sps: bytes) -> DeclaredSize:
     """The size an SPS NAL unit (its header byte first) declares (H.264 7.3.2.1.1, 7.4.2.1.1);
     ``UnreadableHeader`` when it ends early or holds values no decoder takes."""
-    bits = _Bits(sps[1:_MAX_SPS_BYTES].replace(b"\x00\x00\x03", b"\x00\x00"))  # emulation prevention out
+    bits = RbspBits(sps[1:_MAX_SPS_BYTES].replace(b"\x00\x00\x03", b"\x00\x00"))  # emulation prevention out
     profile = bits.u(8)
     bits.u(16)  # constraint flags, level_idc
     bits.ue()  # seq_parameter_set_id
@@ -156,7 +168,7 @@ def h264_sps_size(sps: bytes) -> DeclaredSize:
                         coded_width, coded_height, references)
 
 
-def _skip_scaling_list(bits: _Bits, size: int) -> None:
+def _skip_scaling_list(bits: RbspBits, size: int) -> None:
     last = following = 8
     for _ in range(size):
         if following:
@@ -290,38 +302,3 @@ def _check_annexb(data: bytes) -> None:
         start = pos + 3
         pos = data.find(b"\x00\x00\x01", start)
         _check_nal_unit(data, start, pos if pos >= 0 else len(data))
-
-
-def video_stream_guard(codec: str, width: int, height: int, extradata: bytes | None) -> Callable[[bytes], None]:
-    """For a demuxed video stream (a file): ``FrameSizeError`` now when the size its container
-    declares, or its H.264 extradata, is over ``MAX_SIDE``; then the returned check, for each
-    packet before it is decoded (H.264 SPS in-band, VP8 keyframes; other codecs' packets
-    declare nothing read here, so the container's size is all that bounds them)."""
-    if max(width, height) > MAX_SIDE:
-        raise FrameSizeError(f"the video stream declares {width}x{height} pictures, "
-                             f"which cannot be re-encoded: {LIMITS}")
-    if codec == "h264":
-        return H264SizeGuard(extradata or b"").check
-    if codec == "vp8":
-        return check_vp8_frame
-    return lambda packet: None
-
-
-def check_video_file(source: str | Path) -> None:
-    """The picture size a video file's container and its video's headers declare, before
-    anything is decoded: opened so that probing the streams decodes nothing either (a probe
-    decodes a frame or more, 0.7 GB for one declaring 16000x16000), then demuxed through
-    ``video_stream_guard``. Raises ``FrameSizeError``, ``UnreadableHeader``, or PyAV's and
-    the OS's errors for a file it cannot read; a file without video passes (its reader says so).
-    Before opening, ``SampleTableError`` for an MP4/MOV declaring more samples than the
-    demuxer is let index (its open alone would allocate for each)."""
-    check_sample_tables(source)
-    with av.open(str(source), options={"skip_frame": "all"}) as container:
-        if not container.streams.video:
-            return
-        stream = container.streams.video[0]
-        context = stream.codec_context
-        check = video_stream_guard(context.name, context.width, context.height, context.extradata)
-        for packet in container.demux(stream):
-            if packet.size:
-                check(bytes(packet))

@@ -45,7 +45,8 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
 from streamer.media.errors import VideoError
 from streamer.media.hwcodecs import scale_threads
-from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, video_stream_guard
+from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
+from streamer.media.stream_guard import bound_decoder, video_stream_guard
 
 # (RGB frame, its presentation time in seconds) -> frame; the time drives temporal smoothing.
 Transform = Callable[[np.ndarray, float], np.ndarray]
@@ -176,6 +177,7 @@ class _Transcode:
         except (FrameSizeError, UnreadableHeader) as exc:
             raise VideoError(f"{source}: {exc}") from None
         context.thread_type = "AUTO"
+        bound_decoder(context)
         self.in_audio = container.streams.audio[0] if container.streams.audio else None
         self.total = _expected_frames(container, self.in_video)
         self.output: av.container.OutputContainer | None = None

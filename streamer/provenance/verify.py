@@ -19,7 +19,8 @@ from PIL import Image
 from gpu.errors import SwapcastError
 from gpu.watermark.detect import MIN_SIDE, Detection, Detector
 from streamer.media.images import HEADER_CHECKED_FORMATS, is_image_path
-from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, check_video_file
+from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
+from streamer.media.stream_guard import bound_decoder, check_video_file
 from streamer.provenance.credentials import NO_MANIFEST, ManifestReport, mime_type, read_manifest
 from streamer.provenance.marker import ProvenanceSettings
 from streamer.provenance.payload import Payload
@@ -118,6 +119,7 @@ def _detect_video(source: str, settings: ProvenanceSettings, seconds: float, *, 
         with av.open(source, options=options, timeout=STREAM_TIMEOUT_S if stream else None) as container:
             if not container.streams.video:
                 raise VerifyError(f"{source}: no video stream")
+            bound_decoder(container.streams.video[0].codec_context)
             first = None
             for frame in container.decode(video=0):
                 at = float(frame.time) if frame.time is not None else 0.0

@@ -154,7 +154,7 @@ def test_the_verifier_refuses_an_upload_declaring_millions_of_samples(tmp_path, 
 
 _PEAK_GROWTH = """
 import resource, sys
-from streamer.media.picture_limits import check_video_file
+from streamer.media.stream_guard import check_video_file
 from streamer.media.sample_tables import SampleTableError
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
