@@ -23,10 +23,15 @@ import av
 
 from streamer.jobs.timing import VideoTiming
 from streamer.media.errors import VideoError
-from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, check_video_file
+from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
+from streamer.media.stream_guard import check_video_file
 from streamer.media.sample_tables import SampleTableError
 
 CHUNK_SUFFIX = ".mov"
+# The ISO muxer's mov mode refuses VP9 and AV1; its mp4 mode writes them (vpcC, av1C) and
+# keeps the time base exactly too. Neither takes VP8: Matroska does, in the milliseconds
+# its WebM source already counts in. The chunk files keep their suffix (FFmpeg reads by content).
+_CHUNK_FORMATS = {"vp9": "mp4", "av1": "mp4", "libdav1d": "mp4", "libaom-av1": "mp4", "vp8": "matroska"}
 
 
 @dataclass(frozen=True)
@@ -150,10 +155,12 @@ def _pieces(index: _Index, cuts: list[int], folder: Path) -> list[Piece]:
 
 
 def _write(source: Path, pieces: list[Piece], cuts: list[int], time_base: Fraction, label: str) -> None:
-    options = {"video_track_timescale": str(time_base.denominator)} if time_base.numerator == 1 else {}
     with av.open(str(source)) as container:
         stream = container.streams.video[0]
         codec = stream.codec_context.name
+        chunk_format = _CHUNK_FORMATS.get(codec, "mov")
+        exact = time_base.numerator == 1 and chunk_format != "matroska"  # the ISO muxer's own time scale
+        options = {"video_track_timescale": str(time_base.denominator)} if exact else {}
         starts = dict(zip(cuts, pieces))
         output: av.container.OutputContainer | None = None
         out_stream = None
@@ -165,8 +172,9 @@ def _write(source: Path, pieces: list[Piece], cuts: list[int], time_base: Fracti
                 if number in starts:
                     if output is not None:
                         output.close()
-                    output = av.open(str(starts[number].path), "w", format="mov", options=options)
-                    out_stream = output.add_stream_from_template(stream)
+                    output = av.open(str(starts[number].path), "w", format=chunk_format,
+                                     options=options)
+                    out_stream = output.add_stream_from_template(stream, opaque=True)  # a copy: no encoder needed
                 packet.stream = out_stream
                 output.mux(packet)
                 number += 1
