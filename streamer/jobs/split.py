@@ -2,7 +2,7 @@
 
 Two passes over the demuxed packets: the first indexes them (timestamps, keyframes) and
 plans the cuts, the second copies each chunk's packets into its own ``.mov`` file. A chunk
-starts at a keyframe, so it decodes on its own; it is cut at the first keyframe at least
+starts at a keyframe that closes its GOP (``closed_keyframes``), so it decodes on its own; it is cut at the first keyframe at least
 ``chunk_seconds`` after its start, unless that would leave a tail shorter than half a chunk
 (which then stays with the last chunk). Chunks keep the input's timestamps and time base
 (mov stores the time base exactly, unlike Matroska's milliseconds), so rendered chunks can
@@ -137,7 +137,22 @@ def _index(source: Path, label: str) -> _Index:
             raise VideoError(f"{label}: damaged data after {len(pts)} video frames ({_reason(exc)})") from None
         if not pts:
             raise VideoError(f"{label}: has no video frames")
-        return _Index(timing, pts, keyframes, stream.time_base, bool(container.streams.audio))
+        return _Index(timing, pts, closed_keyframes(pts, keyframes), stream.time_base, bool(container.streams.audio))
+
+
+def closed_keyframes(pts: list[int], keyframes: list[int]) -> list[int]:
+    """The keyframes a chunk can start at: those no packet after them (in decode order, up
+    to the next keyframe) comes before in time. An open GOP's keyframe (HEVC's CRA, x265's
+    default; x264's open-gop) is followed by leading pictures that predict from the GOP
+    before it, which a decoder starting there drops: a chunk cut there rendered 6 frames of
+    its 9 and failed its frame count. Such a file is cut at its closed keyframes only (all
+    in one chunk when it has none after the first)."""
+    closed = []
+    for number, start in enumerate(keyframes):
+        end = keyframes[number + 1] if number + 1 < len(keyframes) else len(pts)
+        if all(pts[later] >= pts[start] for later in range(start + 1, end)):
+            closed.append(start)
+    return closed
 
 
 def _pieces(index: _Index, cuts: list[int], folder: Path) -> list[Piece]:

@@ -5,6 +5,7 @@ chunk through the engine, joining with the audio and the verification, plus the 
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from pathlib import Path
 
 import av
@@ -45,6 +46,26 @@ def test_split_cuts_at_keyframes_without_reencoding(bframes_clip, tmp_path) -> N
     chunks = [packets(p.path) for p in result.pieces]
     assert all(chunk[0][1] for chunk in chunks)  # every chunk starts with a keyframe
     assert [p for chunk in chunks for p in chunk] == packets(bframes_clip)  # same bytes, same timestamps
+
+
+@pytest.mark.parametrize(("encoder", "gop", "chunks"), [
+    (["-c:v", "libx264", "-x264-params", "open-gop=1"], "open", 1),
+    (["-c:v", "libx265", "-x265-params", "log-level=error"], "open", 1),  # x265's default: CRA keyframes
+    (["-c:v", "libx265", "-x265-params", "log-level=error:open-gop=0"], "closed", 6),
+])
+def test_split_cuts_only_where_a_gop_closes_so_every_chunk_decodes_whole(tmp_path, encoder, gop, chunks) -> None:
+    """An open GOP's keyframe is followed by pictures that predict from the GOP before it:
+    a chunk starting there lost them (6 of its 9 frames decoded) and failed its job."""
+    clip = tmp_path / "clip.mp4"
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=64x64:rate=10",
+                    "-t", "6", *encoder, "-g", "10", str(clip)], check=True, timeout=120)
+    keyframes = sum(keyframe for _, keyframe, _ in packets(clip))
+    assert keyframes == 6  # one a second, open or closed
+    pieces = split_video(clip, tmp_path / "split", 1.0, label="clip.mp4").pieces
+    assert len(pieces) == chunks
+    for piece in pieces:
+        with av.open(str(piece.path)) as chunk:
+            assert sum(1 for _ in chunk.decode(video=0)) == piece.frames
 
 
 def test_render_and_assemble_keep_frames_duration_and_audio(engine, astronaut_image, bframes_clip, tmp_path) -> None:
