@@ -46,7 +46,8 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation
 from streamer.media.errors import VideoError
 from streamer.media.hwcodecs import scale_threads
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
-from streamer.media.stream_guard import bound_decoder, video_stream_guard
+from streamer.media.sample_tables import SampleTableError
+from streamer.media.stream_guard import bound_decoder, check_video_file, video_stream_guard
 
 # (RGB frame, its presentation time in seconds) -> frame; the time drives temporal smoothing.
 Transform = Callable[[np.ndarray, float], np.ndarray]
@@ -128,8 +129,18 @@ def _muxer_for(destination: Path) -> str:
 
 @contextlib.contextmanager
 def _open_input(source: Path) -> Iterator[av.container.InputContainer]:
+    """The input opened after its declared sizes are read (``check_video_file``): the open's
+    own probe decodes a frame or more, 0.7 GB for one declaring 16000x16000."""
     if not source.is_file():
         raise VideoError(f"{source}: no such file")
+    try:
+        check_video_file(source)
+    except (FrameSizeError, SampleTableError) as exc:
+        raise VideoError(f"{source}: {exc}") from None
+    except UnreadableHeader as exc:
+        raise VideoError(f"{source}: damaged data ({exc})") from None
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"{source}: not a readable media file ({exc})") from None
     try:
         container = av.open(str(source))
     except (av.error.FFmpegError, OSError) as exc:
