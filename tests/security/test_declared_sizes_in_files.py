@@ -13,6 +13,7 @@ from pathlib import Path
 
 import av
 import pytest
+from verifier_client import post_to_verifier
 
 from streamer.jobs.split import split_video
 from streamer.media import stream_guard
@@ -118,6 +119,19 @@ def test_a_file_declaring_16000x16000_is_refused_by_a_job_and_by_swap_before_dec
     with pytest.raises(VideoError, match=declared):
         transcode_video(crafted, tmp_path / "out.mp4", lambda rgb, seconds: seen.append(rgb.shape) or rgb)
     assert set(seen) <= {(64, 64, 3)}  # nothing of the crafted size was decoded
+
+
+@pytest.mark.parametrize(("codec", "where"), [("hevc", "in-band"), ("vp9", "in-band"), ("av1", "extradata")])
+def test_the_verifier_answers_413_to_such_an_upload_and_reads_the_plain_one(tmp_path, codec, where):
+    """``POST /api/v1/provenance/verify`` decodes uploads in the node's own process: an HEVC
+    upload declaring 16000x16000 in-band reached the decoder before (its container and
+    H.264/VP8 headers were all that was read)."""
+    plain = _encode(codec, tmp_path)
+    kind = "video/webm" if plain.suffix == ".webm" else "video/mp4"
+    status, answer = post_to_verifier(_crafted(plain, codec, where).read_bytes(), f"clip{plain.suffix}", kind)
+    assert status == 413 and "declares 16000x16000 pictures" in answer["error"], (status, answer)
+    status, answer = post_to_verifier(plain.read_bytes(), f"clip{plain.suffix}", kind)
+    assert status == 200 and answer["kind"] == "video", (status, answer)
 
 
 def test_a_decoder_refuses_pictures_over_its_bound_whatever_the_codec(tmp_path, monkeypatch):
