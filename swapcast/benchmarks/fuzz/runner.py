@@ -24,7 +24,7 @@ from swapcast.benchmarks.fuzz.outcome import Outcome
 from swapcast.benchmarks.fuzz.oversize import BUSY_RSS_BOUND_MB, RtmpOversizeLayer
 from swapcast.benchmarks.fuzz.rtmp import RECORDINGS, RtmpLayers, record
 from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
-from swapcast.benchmarks.fuzz.uploads import UploadLayer
+from swapcast.benchmarks.fuzz.uploads import UploadLayer, verify_clips
 
 HTTP_WEIGHTS = {"http": 93, "upload": 4, "sdp": 2, "hold": 1}  # of the HTTP workers' cases (uploads and offers cost the node most; a hold lasts the header timeout)
 RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2, "hold": 1, "oversize": 1}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
@@ -257,7 +257,7 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
     if camera is None:
         raise RuntimeError("the RTMP oversize layer needs ffmpeg's camera recording (testsrc at 320x240)")
     layers = {"http": ApiLayer(node, fixtures, offers["browser"]), "sdp": SdpLayer(node, fixtures, offers),
-              "upload": UploadLayer(node, fixtures, _test_video(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
+              "upload": UploadLayer(node, fixtures, _test_video(workdir), verify_clips(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
               "oversize": RtmpOversizeLayer(node, fixtures, camera, BUSY_RSS_BOUND_MB), "hold": HttpHoldLayer(node)}
     run = _Run(node, fixtures, layers, inputs, time.monotonic() + seconds, report_dir, progress)
     node.new_log_problems()  # set-up is not under test

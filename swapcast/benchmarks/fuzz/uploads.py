@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 import struct
 import zlib
+from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -15,6 +17,7 @@ from swapcast.benchmarks.fuzz.fixtures import Fixtures
 from swapcast.benchmarks.fuzz.mutate import NON_UTF8, mutate_bytes
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
 from swapcast.benchmarks.fuzz.outcome import Outcome, http_outcome
+from swapcast.benchmarks.fuzz.video_bombs import WAYS, crafted_clip, encode_clip
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -104,14 +107,41 @@ def multipart(rng: random.Random, parts: list[tuple[str, bytes, str | None]]) ->
     return content_type, mutate_bytes(rng, raw) if rng.random() < 0.1 else raw
 
 
+@dataclass(frozen=True)
+class VerifyClip:
+    """A video for the provenance verifier: ``bomb`` when its headers declare 16000x16000
+    (``video_bombs``), which the node must refuse (413) before decoding it."""
+
+    label: str
+    data: bytes
+    suffix: str
+    bomb: bool
+
+
+def verify_clips(folder: Path) -> list[VerifyClip]:
+    """Every way of ``video_bombs`` and the plain file of each codec (ffmpeg needed)."""
+    clips = []
+    for codec in dict(WAYS):
+        plain = encode_clip(codec, folder, seconds=2.0)
+        clips.append(VerifyClip(f"{codec}/plain", plain.read_bytes(), plain.suffix, False))
+        clips += [VerifyClip(f"{codec}/{where}", crafted_clip(plain, codec, where).read_bytes(), plain.suffix, True)
+                  for way_codec, where in WAYS if way_codec == codec]
+    return clips
+
+
 class UploadLayer:
     name = "upload"
 
-    def __init__(self, node: FuzzNode, fixtures: Fixtures, video: bytes | None) -> None:
+    def __init__(self, node: FuzzNode, fixtures: Fixtures, video: bytes | None, clips: list[VerifyClip] | None = None) -> None:
+        """``clips``: videos for ``POST /api/v1/provenance/verify`` (the one upload anyone may
+        send, decoded in the node's own process)."""
         self.node, self.fixtures, self.video = node, fixtures, video
         self.pictures = Pictures(fixtures.face_jpeg)
+        self.clips = clips or []
 
     async def once(self, rng: random.Random) -> Outcome:
+        if self.clips and rng.random() < 0.25:
+            return await self._verify(rng)
         auth = [(b"Authorization", b"Bearer " + rng.choice((self.fixtures.alice, self.fixtures.bob)).encode())]
         kind, picture = self.pictures.pick(rng)
         if self.video is not None and rng.random() < 0.25:
@@ -138,3 +168,25 @@ class UploadLayer:
             raw = build_request(b"POST", b"/api/v1/faces", auth + [(b"Content-Type", content_type)], body)
         answer = await send_raw(self.node.http_port, raw, timeout=30.0)
         return http_outcome(self.name, label, raw, answer)
+
+    async def _verify(self, rng: random.Random) -> Outcome:
+        clip = rng.choice(self.clips)
+        damaged = rng.random() < 0.3
+        data = mutate_bytes(rng, clip.data, rng.randint(1, 20)) if damaged else clip.data
+        return await self.verify(clip, data, rng.choice((self.fixtures.alice, self.fixtures.bob)))
+
+    async def verify(self, clip: VerifyClip, data: bytes, bearer: str) -> Outcome:
+        """``data`` (the clip, or it damaged) to the verifier; the clip as it is, when a bomb,
+        must not be read (a 413 naming its size; a rate limit's 429 reads nothing either)."""
+        kind = b"video/webm" if clip.suffix == ".webm" else b"video/mp4"
+        path = b"/api/v1/provenance/verify?name=clip" + clip.suffix.encode()
+        headers = [(b"Authorization", b"Bearer " + bearer.encode()), (b"Content-Type", kind)]
+        raw = build_request(b"POST", path, headers, data)
+        answer = await send_raw(self.node.http_port, raw, timeout=30.0)
+        intact = data == clip.data
+        outcome = http_outcome(self.name, f"verify/{clip.label}" + ("" if intact else "/damaged"), raw, answer)
+        if clip.bomb and intact and outcome.problem is None and answer.status in (200, 422):
+            return Outcome(self.name, outcome.label, outcome.status,
+                           f"a video declaring 16000x16000 ({clip.label}) got {answer.status}, not 413: it was read",
+                           raw)
+        return outcome
