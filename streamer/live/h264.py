@@ -22,6 +22,7 @@ from streamer.media.hwcodecs import (
     nvenc_live_options,
 )
 from streamer.media.picture_limits import H264SizeGuard, check_frame_size
+from streamer.media.stream_guard import bound_decoder
 from streamer.media.yuv import i420_frame, rgb_to_i420
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
 
@@ -87,10 +88,11 @@ class H264Decoder(SoftwareFallback):
     def _open(self) -> av.CodecContext:
         context = av.CodecContext.create(self.codec_name, "r")
         context.extradata = self._record
+        bound_decoder(context)  # behind the SPS guard: no picture over 4096x4096 is ever allocated
         if not self.codec_choice.hardware:
             context.thread_type = "SLICE"
             return context  # opens on its first packet
-        context.options = {"flags": "+low_delay"}  # cuvid: hand each frame out as soon as it is decoded
+        context.options = {**context.options, "flags": "+low_delay"}  # cuvid: hand each frame out as soon as it is decoded
         return self._opened(context, self._open)
 
 

@@ -9,6 +9,7 @@ import av
 import numpy as np
 
 from streamer.media.errors import VideoError
+from streamer.media.stream_guard import bound_decoder
 
 
 def read_frames(path: str | os.PathLike[str], limit: int | None = None) -> list[np.ndarray]:
@@ -19,6 +20,7 @@ def read_frames(path: str | os.PathLike[str], limit: int | None = None) -> list[
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise VideoError(f"{path}: has no video stream")
+            bound_decoder(container.streams.video[0].codec_context)
             for frame in container.decode(video=0):
                 frames.append(frame.to_ndarray(format="rgb24"))
                 if limit is not None and len(frames) >= limit:
@@ -37,6 +39,7 @@ def sample_frames(path: str | os.PathLike[str], count: int) -> list[tuple[int, n
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise VideoError(f"{path}: has no video stream")
+            bound_decoder(container.streams.video[0].codec_context)
             total = container.streams.video[0].frames or 0
             if total <= 0:
                 total = sum(1 for _ in container.decode(video=0))
