@@ -47,7 +47,7 @@ from streamer.media.errors import VideoError
 from streamer.media.hwcodecs import scale_threads
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
 from streamer.media.sample_tables import SampleTableError
-from streamer.media.stream_guard import bound_decoder, check_video_file, video_stream_guard
+from streamer.media.stream_guard import PacketGuard, bound_decoder, check_video_file
 
 # (RGB frame, its presentation time in seconds) -> frame; the time drives temporal smoothing.
 Transform = Callable[[np.ndarray, float], np.ndarray]
@@ -184,7 +184,7 @@ class _Transcode:
         self.in_video = container.streams.video[0]
         context = self.in_video.codec_context
         try:
-            self.check_packet = video_stream_guard(context.name, context.width, context.height, context.extradata)
+            self.packet_guard = PacketGuard(self.in_video)
         except (FrameSizeError, UnreadableHeader) as exc:
             raise VideoError(f"{source}: {exc}") from None
         context.thread_type = "AUTO"
@@ -255,7 +255,7 @@ class _Transcode:
     def _decode(self, stream: av.stream.Stream, packet: av.Packet) -> list[av.frame.Frame]:
         if stream is self.in_video and packet.size:
             try:
-                self.check_packet(bytes(packet))
+                self.packet_guard.check(packet)
             except FrameSizeError as exc:
                 raise VideoError(f"{self.source}: {exc} (after {self.frames_in} frames)") from None
             except UnreadableHeader as exc:

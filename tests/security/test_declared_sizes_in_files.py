@@ -19,7 +19,7 @@ from streamer.media.errors import VideoError
 from streamer.media.picture_limits import FrameSizeError
 from streamer.media.stream_guard import check_video_file
 from streamer.media.transcode import transcode_video
-from swapcast.benchmarks.fuzz.video_bombs import HEADERS, WAYS, crafted_clip, encode_clip
+from swapcast.benchmarks.fuzz.video_bombs import DESCRIBED_AGAIN, HEADERS, WAYS, crafted_clip, described_again, encode_clip
 
 pytestmark = pytest.mark.slow
 
@@ -43,6 +43,27 @@ def test_a_file_declaring_16000x16000_is_refused_by_a_job_and_by_swap_before_dec
     with pytest.raises(VideoError, match=declared):
         transcode_video(crafted, tmp_path / "out.mp4", lambda rgb, seconds: seen.append(rgb.shape) or rgb)
     assert set(seen) <= {(64, 64, 3)}  # nothing of the crafted size was decoded
+
+
+@pytest.mark.parametrize("codec", DESCRIBED_AGAIN)
+def test_a_second_sample_description_declaring_16000x16000_is_refused_where_the_demuxer_switches_to_it(tmp_path, codec):
+    """An MP4's later samples described by a second entry: the demuxer passes its decoder
+    configuration as new extradata on the first of them (14 s in, long after the open's
+    probe), and the decoder takes it (8192x8192 frames decoded out of a 64x64 file)."""
+    crafted = described_again(encode_clip(codec, tmp_path, seconds=20), codec, keyframe=15)
+    with av.open(str(crafted)) as container:
+        stream = container.streams.video[0]
+        assert (stream.codec_context.width, stream.codec_context.height) == (64, 64)
+        assert [n for n, p in enumerate(container.demux(stream)) if p.size and p.has_sidedata("new_extradata")] == [140]
+    declared = rf"the stream's {HEADERS[codec]} declares 16000x16000 pictures"
+    with pytest.raises(FrameSizeError, match=declared):
+        check_video_file(crafted)
+    with pytest.raises(VideoError, match=declared):
+        split_video(crafted, tmp_path / "chunks", 2.0, label="upload")
+    seen = []
+    with pytest.raises(VideoError, match=declared):
+        transcode_video(crafted, tmp_path / "out.mp4", lambda rgb, seconds: seen.append(rgb.shape) or rgb)
+    assert not seen  # refused before its first frame: the whole file's headers are read first
 
 
 @pytest.mark.parametrize(("codec", "where"), [("hevc", "in-band"), ("vp9", "in-band"), ("av1", "extradata")])

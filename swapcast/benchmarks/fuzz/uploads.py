@@ -17,7 +17,7 @@ from swapcast.benchmarks.fuzz.fixtures import Fixtures
 from swapcast.benchmarks.fuzz.mutate import NON_UTF8, mutate_bytes
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
 from swapcast.benchmarks.fuzz.outcome import Outcome, http_outcome
-from swapcast.benchmarks.fuzz.video_bombs import WAYS, crafted_clip, encode_clip
+from swapcast.benchmarks.fuzz.video_bombs import DESCRIBED_AGAIN, WAYS, crafted_clip, described_again, encode_clip
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -119,13 +119,19 @@ class VerifyClip:
 
 
 def verify_clips(folder: Path) -> list[VerifyClip]:
-    """Every way of ``video_bombs`` and the plain file of each codec (ffmpeg needed)."""
+    """Every way of ``video_bombs`` and the plain file of each codec (ffmpeg needed), and
+    20 s MP4s whose second sample description declares the size from 14 s on."""
     clips = []
     for codec in dict(WAYS):
         plain = encode_clip(codec, folder, seconds=2.0)
         clips.append(VerifyClip(f"{codec}/plain", plain.read_bytes(), plain.suffix, False))
         clips += [VerifyClip(f"{codec}/{where}", crafted_clip(plain, codec, where).read_bytes(), plain.suffix, True)
                   for way_codec, where in WAYS if way_codec == codec]
+    longer = folder / "described-again"
+    longer.mkdir(exist_ok=True)
+    for codec in DESCRIBED_AGAIN:
+        crafted = described_again(encode_clip(codec, longer, seconds=20.0), codec, keyframe=15)
+        clips.append(VerifyClip(f"{codec}/described-again", crafted.read_bytes(), crafted.suffix, True))
     return clips
 
 

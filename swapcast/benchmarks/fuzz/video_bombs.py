@@ -3,10 +3,12 @@ pictures while the container still says 64x64: in the extradata (hvcC, av1C) or 
 from the second keyframe on (H.264/HEVC SPS, VP8/VP9 keyframe, AV1 sequence header). A
 decoder given one allocates the declared size: a 64x64 HEVC file declaring 16000x16000 grew
 its decoder by 4 GB. The fuzzer uploads them and the security tests feed them to every path
-that decodes a file."""
+that decodes a file. ``described_again``: an MP4 whose later samples a second sample
+description (declaring that size) describes, handed to the decoder as new extradata."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +18,7 @@ import av
 from swapcast.benchmarks.fuzz.picture_bombs import (
     resize_av1_temporal_unit,
     resize_av1c,
+    resize_avcc,
     resize_hevc_sps,
     resize_hvcc,
     resize_sps,
@@ -105,3 +108,87 @@ def crafted_clip(plain: Path, codec: str, where: str) -> Path:
             crafted.is_keyframe, crafted.stream = packet.is_keyframe, stream
             output.mux(crafted)
     return path
+
+
+_CONFIG_BOXES = {"h264": b"avcC", "hevc": b"hvcC", "av1": b"av1C"}
+DESCRIBED_AGAIN = tuple(_CONFIG_BOXES)  # the codecs ``described_again`` takes
+_CONFIG_CRAFTERS: dict[str, Callable[[bytes], bytes]] = {
+    "h264": lambda record: resize_avcc(record, HUGE // 16, HUGE // 16),
+    "hevc": lambda record: resize_hvcc(record, HUGE, HUGE),
+    "av1": lambda record: resize_av1c(record, HUGE, HUGE),
+}
+_PARENTS = {b"moov", b"trak", b"mdia", b"minf", b"stbl"}
+
+
+def described_again(plain: Path, codec: str, keyframe: int) -> Path:
+    """``plain`` (an MP4 of one video track, its moov after its mdat as ffmpeg writes it)
+    with a second sample description whose decoder configuration declares 16000x16000,
+    describing the samples from its ``keyframe``-th keyframe on: the demuxer hands the
+    decoder that configuration as new extradata on the first such packet. The track is
+    rewritten to one sample a chunk (its samples stay where they are)."""
+    data = plain.read_bytes()
+    top = {kind: (at, header, size) for kind, at, header, size in _boxes(data, 0, len(data))}
+    if top[b"moov"][0] < top[b"mdat"][0]:
+        raise ValueError("the moov comes first: its chunk offsets would move")
+    tables: dict[bytes, bytes] = {}
+    _rebuild(data, *top[b"moov"], lambda path, body: tables.setdefault(path[-1], body) and None)
+    samples = struct.unpack(">I", tables[b"stsz"][8:12])[0]
+    sizes = struct.unpack(f">{samples}I", tables[b"stsz"][12:12 + 4 * samples])
+    chunks = struct.unpack(f">{struct.unpack('>I', tables[b'stco'][4:8])[0]}I", tables[b"stco"][8:])
+    runs = [struct.unpack(">III", tables[b"stsc"][8 + 12 * i:20 + 12 * i])
+            for i in range(struct.unpack(">I", tables[b"stsc"][4:8])[0])]
+    offsets: list[int] = []
+    for number, at in enumerate(chunks, 1):
+        for _ in range(next(per_chunk for first, per_chunk, _ in reversed(runs) if first <= number)):
+            offsets.append(at)
+            at += sizes[len(offsets) - 1]
+    sync = struct.unpack(f">{struct.unpack('>I', tables[b'stss'][4:8])[0]}I", tables[b"stss"][8:])
+    entry = tables[b"stsd"][8:]
+    entry_size, entry_kind = struct.unpack(">I4s", entry[:8])
+    fields, children = entry[8:8 + 78], entry[8 + 78:entry_size]  # a VisualSampleEntry's fixed fields
+    crafted = b"".join(_box(kind, _CONFIG_CRAFTERS[codec](children[at + header:at + size]))
+                       if kind == _CONFIG_BOXES[codec] else children[at:at + size]
+                       for kind, at, header, size in _boxes(children, 0, len(children)))
+    replaced = {
+        b"stsd": tables[b"stsd"][:4] + struct.pack(">I", 2) + entry[:entry_size] + _box(entry_kind, fields + crafted),
+        b"stsc": bytes(4) + struct.pack(">IIIIIII", 2, 1, 1, 1, sync[keyframe - 1], 1, 2),
+        b"stco": bytes(4) + struct.pack(f">I{samples}I", samples, *offsets),
+    }
+    at, header, size = top[b"moov"]
+    path = plain.with_name(f"described-again-{codec}{plain.suffix}")
+    path.write_bytes(data[:at] + _box(b"moov", _rebuild(data, at, header, size, lambda p, body: replaced.get(p[-1])))
+                     + data[at + size:])
+    return path
+
+
+def _boxes(data: bytes, start: int, end: int):
+    """(kind, offset, header size, size) of each ISO box in ``data[start:end]``."""
+    at = start
+    while at + 8 <= end:
+        size, kind = struct.unpack(">I4s", data[at:at + 8])
+        header = 8
+        if size == 1:
+            size, header = struct.unpack(">Q", data[at + 8:at + 16])[0], 16
+        elif size == 0:
+            size = end - at
+        yield kind, at, header, size
+        at += size
+
+
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I4s", 8 + len(payload), kind) + payload
+
+
+def _rebuild(data: bytes, at: int, header: int, size: int, edit: Callable[[tuple[bytes, ...], bytes], bytes | None],
+             path: tuple[bytes, ...] = ()) -> bytes:
+    """The payload of the box at ``at``, its children rebuilt: ``edit(path, payload)`` gives a
+    leaf's new payload (None: kept)."""
+    out = bytearray()
+    for kind, child, child_header, child_size in _boxes(data, at + header, at + size):
+        here = (*path, kind)
+        if kind in _PARENTS:
+            out += _box(kind, _rebuild(data, child, child_header, child_size, edit, here))
+        else:
+            new = edit(here, data[child + child_header:child + child_size])
+            out += data[child:child + child_size] if new is None else _box(kind, new)
+    return bytes(out)
