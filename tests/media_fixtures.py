@@ -134,3 +134,20 @@ async def publish(url: str, messages: list, pace_s: float = 0.04, close: bool = 
     if close:
         await client.close()
     return client
+
+
+def encoded_noise(encoder_name: str, width: int, height: int, pix_fmt: str, options: dict[str, str],
+                  frames: int) -> list[bytes]:
+    """The packets ``encoder_name`` makes of ``frames`` frames of seeded noise (the encoder
+    flushed): a small real stream whose headers a reader can be checked against."""
+    encoder = av.CodecContext.create(encoder_name, "w")
+    encoder.width, encoder.height, encoder.pix_fmt, encoder.time_base = width, height, pix_fmt, Fraction(1, 25)
+    encoder.options = options
+    rng = np.random.default_rng(0)
+    packets = []
+    for index in range(frames):
+        frame = av.VideoFrame.from_ndarray(rng.integers(0, 255, (height, width, 3), np.uint8), format="rgb24")
+        frame = frame.reformat(format=pix_fmt)
+        frame.pts = index
+        packets += [bytes(p) for p in encoder.encode(frame)]
+    return packets + [bytes(p) for p in encoder.encode(None)]

@@ -5,11 +5,10 @@ back, and decoded by dav1d at a size it can afford; too large is refused."""
 
 from __future__ import annotations
 
-from fractions import Fraction
 
 import av
-import numpy as np
 import pytest
+from media_fixtures import encoded_noise
 
 from streamer.media.av1_sequence import Av1SizeGuard, av1_sequence_size, check_av1_obus
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
@@ -18,16 +17,7 @@ from swapcast.benchmarks.fuzz.picture_bombs import resize_av1_sequence_header, r
 
 def av1_packets(width: int, height: int, frames: int = 3) -> list[bytes]:
     """Temporal units of a small real stream (OBUs with sizes; a sequence header in the first)."""
-    encoder = av.CodecContext.create("libsvtav1", "w")
-    encoder.width, encoder.height, encoder.pix_fmt, encoder.time_base = width, height, "yuv420p", Fraction(1, 25)
-    encoder.options = {"preset": "12"}
-    rng = np.random.default_rng(0)
-    packets = []
-    for index in range(frames):
-        frame = av.VideoFrame.from_ndarray(rng.integers(0, 255, (height, width, 3), np.uint8), format="rgb24")
-        frame.pts = index
-        packets += [bytes(p) for p in encoder.encode(frame.reformat(format="yuv420p"))]
-    return packets + [bytes(p) for p in encoder.encode(None)]
+    return encoded_noise("libsvtav1", width, height, "yuv420p", {"preset": "12"}, frames)
 
 
 def sequence_header(unit: bytes) -> bytes:

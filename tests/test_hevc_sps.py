@@ -7,12 +7,11 @@ hvcC record, length-framed in a sample, or Annex B."""
 from __future__ import annotations
 
 import subprocess
-from fractions import Fraction
 from pathlib import Path
 
 import av
-import numpy as np
 import pytest
+from media_fixtures import encoded_noise
 
 from streamer.media.hevc_sps import HevcSizeGuard, check_hevc_sps, hevc_sps_size
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
@@ -32,17 +31,8 @@ STREAMS = [
 
 def x265_packets(width: int, height: int, pix_fmt: str, params: str = "", frames: int = 3) -> list[bytes]:
     """Annex B access units of a small real stream, VPS, SPS and PPS in the first."""
-    encoder = av.CodecContext.create("libx265", "w")
-    encoder.width, encoder.height, encoder.pix_fmt, encoder.time_base = width, height, pix_fmt, Fraction(1, 25)
-    encoder.options = {"preset": "ultrafast", "x265-params": ":".join(filter(None, ["log-level=error", params]))}
-    rng = np.random.default_rng(0)
-    packets = []
-    for index in range(frames):
-        frame = av.VideoFrame.from_ndarray(rng.integers(0, 255, (height, width, 3), np.uint8), format="rgb24")
-        frame = frame.reformat(format=pix_fmt)
-        frame.pts = index
-        packets += [bytes(p) for p in encoder.encode(frame)]
-    return packets + [bytes(p) for p in encoder.encode(None)]
+    options = {"preset": "ultrafast", "x265-params": ":".join(filter(None, ["log-level=error", params]))}
+    return encoded_noise("libx265", width, height, pix_fmt, options, frames)
 
 
 def nal_units(annexb: bytes) -> list[bytes]:

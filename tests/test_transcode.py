@@ -345,7 +345,7 @@ def test_transform_must_keep_the_shape(media: dict[str, Path], tmp_path: Path) -
 def test_non_media_file(tmp_path: Path) -> None:
     text = tmp_path / "holiday.mp4"
     text.write_text("not a video at all\n" * 100)
-    with pytest.raises(VideoError, match=r"holiday\.mp4.*not a readable media file"):
+    with pytest.raises(VideoError, match=r"holiday\.mp4.*not a readable video file"):
         transcode_video(text, tmp_path / "out.mp4", identity)
     assert _leftovers(tmp_path) == [] and not (tmp_path / "out.mp4").exists()
 

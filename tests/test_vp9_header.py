@@ -5,29 +5,18 @@ are read back, and decoded by libavcodec at a size it can afford; too large is r
 
 from __future__ import annotations
 
-from fractions import Fraction
 
 import av
-import numpy as np
 import pytest
+from media_fixtures import encoded_noise
 
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
 from streamer.media.vp9_header import check_vp9_frame, vp9_frame_sizes
 from swapcast.benchmarks.fuzz.picture_bombs import resize_vp9_frame
 
 
-def vp9_packets(width: int, height: int, pix_fmt: str = "yuv420p", frames: int = 6, **options: str) -> list[bytes]:
-    encoder = av.CodecContext.create("libvpx-vp9", "w")
-    encoder.width, encoder.height, encoder.pix_fmt, encoder.time_base = width, height, pix_fmt, Fraction(1, 25)
-    encoder.options = {"deadline": "realtime", **options}
-    rng = np.random.default_rng(0)
-    packets = []
-    for index in range(frames):
-        frame = av.VideoFrame.from_ndarray(rng.integers(0, 255, (height, width, 3), np.uint8), format="rgb24")
-        frame = frame.reformat(format=pix_fmt)
-        frame.pts = index
-        packets += [bytes(p) for p in encoder.encode(frame)]
-    return packets + [bytes(p) for p in encoder.encode(None)]
+def vp9_packets(width: int, height: int, pix_fmt: str = "yuv420p", frames: int = 6) -> list[bytes]:
+    return encoded_noise("libvpx-vp9", width, height, pix_fmt, {"deadline": "realtime"}, frames)
 
 
 def decoded_sizes(packets: list[bytes]) -> set[tuple[int, int]]:

@@ -23,9 +23,7 @@ import av
 
 from streamer.jobs.timing import VideoTiming
 from streamer.media.errors import VideoError
-from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
-from streamer.media.stream_guard import check_video_file
-from streamer.media.sample_tables import SampleTableError
+from streamer.media.stream_guard import check_video_input
 
 CHUNK_SUFFIX = ".mov"
 # The ISO muxer's mov mode refuses VP9 and AV1; its mp4 mode writes them (vpcC, av1C) and
@@ -64,7 +62,7 @@ class _Index:
 def split_video(source: Path, folder: Path, chunk_seconds: float, *, label: str) -> SplitResult:
     """Write ``folder/chunk-0000.mov``, ... and describe them; ``label`` names the input in
     errors (``VideoError`` for an unreadable, damaged or uncuttable input)."""
-    _check_picture_sizes(source, label)
+    check_video_input(source, label)
     index = _index(source, label)
     cuts = plan_cuts(index.pts, index.keyframes, index.timing, chunk_seconds)
     folder.mkdir(parents=True, exist_ok=True)
@@ -98,19 +96,6 @@ def _reason(exc: Exception) -> str:
 def _counted(packet: av.Packet) -> bool:
     """The packets both passes count: real data with a timestamp (not the flush packet)."""
     return packet.size > 0 and (packet.pts is not None or packet.dts is not None)
-
-
-def _check_picture_sizes(source: Path, label: str) -> None:
-    """The picture size the container and the video's headers declare, before anything is
-    decoded (``check_video_file``)."""
-    try:
-        check_video_file(source)
-    except (FrameSizeError, SampleTableError) as exc:
-        raise VideoError(f"{label}: {exc}") from None
-    except UnreadableHeader as exc:
-        raise VideoError(f"{label}: damaged data ({_reason(exc)})") from None
-    except (av.error.FFmpegError, OSError) as exc:
-        raise VideoError(f"{label}: not a readable video file ({_reason(exc)})") from None
 
 
 def _index(source: Path, label: str) -> _Index:

@@ -12,9 +12,17 @@ from pathlib import Path
 import av
 
 from streamer.media.av1_sequence import Av1SizeGuard
+from streamer.media.errors import VideoError
 from streamer.media.hevc_sps import HevcSizeGuard
-from streamer.media.picture_limits import LIMITS, MAX_SIDE, FrameSizeError, H264SizeGuard, check_vp8_frame
-from streamer.media.sample_tables import check_sample_tables
+from streamer.media.picture_limits import (
+    LIMITS,
+    MAX_SIDE,
+    FrameSizeError,
+    H264SizeGuard,
+    UnreadableHeader,
+    check_vp8_frame,
+)
+from streamer.media.sample_tables import SampleTableError, check_sample_tables
 from streamer.media.vp9_header import check_vp9_frame
 
 # libavcodec refuses a picture over this many pixels (its width aligned up to 64) before
@@ -81,3 +89,20 @@ def check_video_file(source: str | Path) -> None:
         for packet in container.demux(stream):
             if packet.size:
                 guard.check(packet)
+
+
+def check_video_input(source: str | Path, label: str) -> None:
+    """``check_video_file`` with each refusal a ``VideoError`` naming the input ``label``
+    (the words only, never a storage path FFmpeg or the OS put in theirs)."""
+    try:
+        check_video_file(source)
+    except (FrameSizeError, SampleTableError) as exc:
+        raise VideoError(f"{label}: {exc}") from None
+    except UnreadableHeader as exc:
+        raise VideoError(f"{label}: damaged data ({_reason(exc)})") from None
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"{label}: not a readable video file ({_reason(exc)})") from None
+
+
+def _reason(exc: Exception) -> str:
+    return getattr(exc, "strerror", None) or str(exc)

@@ -46,8 +46,7 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation
 from streamer.media.errors import VideoError
 from streamer.media.hwcodecs import scale_threads
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
-from streamer.media.sample_tables import SampleTableError
-from streamer.media.stream_guard import PacketGuard, bound_decoder, check_video_file
+from streamer.media.stream_guard import PacketGuard, bound_decoder, check_video_input
 
 # (RGB frame, its presentation time in seconds) -> frame; the time drives temporal smoothing.
 Transform = Callable[[np.ndarray, float], np.ndarray]
@@ -129,18 +128,11 @@ def _muxer_for(destination: Path) -> str:
 
 @contextlib.contextmanager
 def _open_input(source: Path) -> Iterator[av.container.InputContainer]:
-    """The input opened after its declared sizes are read (``check_video_file``): the open's
+    """The input opened after its declared sizes are read (``check_video_input``): the open's
     own probe decodes a frame or more, 0.7 GB for one declaring 16000x16000."""
     if not source.is_file():
         raise VideoError(f"{source}: no such file")
-    try:
-        check_video_file(source)
-    except (FrameSizeError, SampleTableError) as exc:
-        raise VideoError(f"{source}: {exc}") from None
-    except UnreadableHeader as exc:
-        raise VideoError(f"{source}: damaged data ({exc})") from None
-    except (av.error.FFmpegError, OSError) as exc:
-        raise VideoError(f"{source}: not a readable media file ({exc})") from None
+    check_video_input(source, str(source))
     try:
         container = av.open(str(source))
     except (av.error.FFmpegError, OSError) as exc:
