@@ -23,13 +23,13 @@ import av
 
 from streamer.jobs.timing import VideoTiming
 from streamer.media.errors import VideoError
-from streamer.media.stream_guard import check_video_input
+from streamer.media.stream_guard import AV1_DECODERS, check_video_input
 
 CHUNK_SUFFIX = ".mov"
 # The ISO muxer's mov mode refuses VP9 and AV1; its mp4 mode writes them (vpcC, av1C) and
 # keeps the time base exactly too. Neither takes VP8: Matroska does, in the milliseconds
 # its WebM source already counts in. The chunk files keep their suffix (FFmpeg reads by content).
-_CHUNK_FORMATS = {"vp9": "mp4", "av1": "mp4", "libdav1d": "mp4", "libaom-av1": "mp4", "vp8": "matroska"}
+_CHUNK_FORMATS = {"vp9": "mp4", **dict.fromkeys(AV1_DECODERS, "mp4"), "vp8": "matroska"}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from streamer.media.vp9_header import check_vp9_frame
 # libavcodec refuses a picture over this many pixels (its width aligned up to 64) before
 # allocating it; every side the node takes fits.
 MAX_DECODED_PIXELS = MAX_SIDE * MAX_SIDE
-_AV1_DECODERS = frozenset({"av1", "libdav1d", "libaom-av1"})
+AV1_DECODERS = frozenset({"av1", "libdav1d", "libaom-av1"})  # the names a demuxed AV1 stream's decoder goes by
 
 
 def video_stream_guard(codec: str, width: int, height: int, extradata: bytes | None) -> Callable[[bytes], None]:
@@ -42,7 +42,7 @@ def video_stream_guard(codec: str, width: int, height: int, extradata: bytes | N
         return H264SizeGuard(extradata or b"").check
     if codec == "hevc":
         return HevcSizeGuard(extradata or b"").check
-    if codec in _AV1_DECODERS:
+    if codec in AV1_DECODERS:
         return Av1SizeGuard(extradata or b"").check
     if codec == "vp8":
         return check_vp8_frame

@@ -45,8 +45,7 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
 from streamer.media.errors import VideoError
 from streamer.media.hwcodecs import scale_threads
-from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
-from streamer.media.stream_guard import PacketGuard, bound_decoder, check_video_input
+from streamer.media.stream_guard import bound_decoder, check_video_input
 
 # (RGB frame, its presentation time in seconds) -> frame; the time drives temporal smoothing.
 Transform = Callable[[np.ndarray, float], np.ndarray]
@@ -174,11 +173,7 @@ class _Transcode:
         self.input, self.source, self.temp = container, source, temp
         self.settings, self.transform, self.progress = settings, transform, progress
         self.in_video = container.streams.video[0]
-        context = self.in_video.codec_context
-        try:
-            self.packet_guard = PacketGuard(self.in_video)
-        except (FrameSizeError, UnreadableHeader) as exc:
-            raise VideoError(f"{source}: {exc}") from None
+        context = self.in_video.codec_context  # its declared sizes were read before the open (``_open_input``)
         context.thread_type = "AUTO"
         bound_decoder(context)
         self.in_audio = container.streams.audio[0] if container.streams.audio else None
@@ -245,13 +240,6 @@ class _Transcode:
             yield packet
 
     def _decode(self, stream: av.stream.Stream, packet: av.Packet) -> list[av.frame.Frame]:
-        if stream is self.in_video and packet.size:
-            try:
-                self.packet_guard.check(packet)
-            except FrameSizeError as exc:
-                raise VideoError(f"{self.source}: {exc} (after {self.frames_in} frames)") from None
-            except UnreadableHeader as exc:
-                raise self._decode_error(exc) from None
         try:
             return stream.decode(packet)
         except av.error.FFmpegError as exc:

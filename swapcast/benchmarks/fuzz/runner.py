@@ -9,7 +9,6 @@ import collections
 import json
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ from swapcast.benchmarks.fuzz.oversize import BUSY_RSS_BOUND_MB, RtmpOversizeLay
 from swapcast.benchmarks.fuzz.rtmp import RECORDINGS, RtmpLayers, record
 from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
 from swapcast.benchmarks.fuzz.uploads import UploadLayer, verify_clips
+from swapcast.benchmarks.fuzz.video_bombs import encode_clip
 
 HTTP_WEIGHTS = {"http": 93, "upload": 4, "sdp": 2, "hold": 1}  # of the HTTP workers' cases (uploads and offers cost the node most; a hold lasts the header timeout)
 RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2, "hold": 1, "oversize": 1}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
@@ -236,14 +236,11 @@ class _Run:
             await asyncio.sleep(3)
 
 
-def _test_video(workdir: Path) -> bytes | None:
-    """A 1 s 64x64 H.264 MP4 for job uploads (None without ffmpeg)."""
-    if shutil.which("ffmpeg") is None:
-        return None
-    path = workdir / "clip.mp4"
-    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=64x64:rate=10",
-                    "-t", "1", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)], check=True, timeout=60)
-    return path.read_bytes()
+def _job_video(workdir: Path) -> bytes:
+    """A 1 s 64x64 H.264 MP4 for job uploads (its own folder: the verifier's clips are made beside)."""
+    folder = workdir / "job-upload"
+    folder.mkdir(exist_ok=True)
+    return encode_clip("h264", folder, seconds=1.0).read_bytes()
 
 
 async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed: int, report_dir: Path | None,
@@ -257,7 +254,7 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
     if camera is None:
         raise RuntimeError("the RTMP oversize layer needs ffmpeg's camera recording (testsrc at 320x240)")
     layers = {"http": ApiLayer(node, fixtures, offers["browser"]), "sdp": SdpLayer(node, fixtures, offers),
-              "upload": UploadLayer(node, fixtures, _test_video(workdir), verify_clips(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
+              "upload": UploadLayer(node, fixtures, _job_video(workdir), verify_clips(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
               "oversize": RtmpOversizeLayer(node, fixtures, camera, BUSY_RSS_BOUND_MB), "hold": HttpHoldLayer(node)}
     run = _Run(node, fixtures, layers, inputs, time.monotonic() + seconds, report_dir, progress)
     node.new_log_problems()  # set-up is not under test
