@@ -2,9 +2,9 @@
 -m "not gpu"): fp16 against the fp32 reference, CUDA-graph buckets against eager, DLPack
 zero copy.
 
-Tolerances (outputs in [0, 1]): fp16 vs fp32 -- mesh graph max 2e-2 / mean 2e-3 (only the
-sampling is fp16); synthetic inswapper (10 fp16 residual blocks, normalisation in fp32)
-max 5e-2 / mean 5e-3. Graph replay vs eager in the same precision: 1e-3 (cuDNN may pick
+Tolerances (outputs in [0, 1]): the native mesh module runs fp32 even in an fp16 runner
+(its grid coordinates need it) -- max 1e-4 / mean 1e-5 against the CPU reference; the
+synthetic inswapper (10 fp16 residual blocks, normalisation in fp32) max 5e-2 / mean 5e-3. Graph replay vs eager in the same precision: 1e-3 (cuDNN may pick
 other algorithms per batch size)."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_mesh_fp16_graphs_vs_fp32_reference(torch):
     _compare(fp32, reference, 1e-4, 1e-5)
     fast = TorchRunner(model, device="cuda")
     assert fast.fp16 and fast.cuda_graphs
-    _compare(fast.run(feeds)[0], reference, 2e-2, 2e-3)
+    _compare(fast.run(feeds)[0], reference, 1e-4, 1e-5)
 
 
 def test_synthetic_inswapper_fp16_with_fp32_normalisation_vs_fp32(torch):
