@@ -132,7 +132,8 @@ def render() -> str:
         "",
         paragraphs(schema.__doc__),
         "",
-        f"Every key below is also listed with its default in {code('configs/default.yaml')}. A key "
+        f"Every key below, under its section's heading, is also listed with its default in "
+        f"{code('configs/default.yaml')}. A key "
         f"{code('section.key')} is set in the environment as {code('SWAPCAST_SECTION__KEY')} (nested: "
         f"{code('SWAPCAST_ENGINE__PROCESSORS__ENHANCER=live')}). A value outside its bounds, or an unknown "
         "key, stops the command with one line naming it.",
@@ -146,7 +147,7 @@ def render() -> str:
         rows = []
         for key, field in keys(model, section):
             default = field.get_default(call_default_factory=True)
-            rows.append([code(key), type_name(field.annotation), default_text(default), bounds(field),
+            rows.append([code(key.rsplit('.', 1)[-1]), type_name(field.annotation), default_text(default), bounds(field),
                          prose(meaning(key, field, comments))])
         out.append(table(["Key", "Type", "Default", "Bounds", "Meaning"], rows))
     return "\n".join(out) + "\n"
