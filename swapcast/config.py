@@ -97,7 +97,7 @@ class SwapConfig(_Section):
     smoothing: bool = True
     occlusion: Literal["auto", "objects", "off"] = Field(
         "off", description="auto: the built-in estimate keeps what is in front of a face, the glasses it wears too; objects: "
-                           "what comes in front, not its glasses (off by default: it costs identity, see README Occlusion)")
+                           "what comes in front, not its glasses (off by default: it costs identity, see docs: guides/occlusion)")
     eyes: Literal["target", "source"] = Field("target", description="mesh3d: the target's own eyes (gaze, blinks) or the source's")
 
     @field_validator("occlusion", mode="before")

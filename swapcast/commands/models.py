@@ -67,7 +67,7 @@ def run_export(args: argparse.Namespace) -> int:
 def tracking_models(cache_dir: Path | None) -> list:
     """The converted tracking graphs the node's tracker runs (``engine.tracker: graphs``),
     named after their TFLite files, for a repository that serves every model of a node
-    (the node itself still runs them in process: see the README's Triton section).
+    (the node itself still runs them in process: see docs/operations/gpu-nodes.md).
     Without the mediapipe wheel, from ``cache_dir``'s converted folder."""
     import onnx
 

@@ -1,0 +1,5 @@
+import sys
+
+from swapcast.docs_reference import main
+
+sys.exit(main())
