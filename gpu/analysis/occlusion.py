@@ -73,6 +73,7 @@ from gpu.swappers.mesh3d_geometry import (
     uv_polygon_mask,
 )
 from gpu.swappers.mesh3d_eyewear import RING_COVERAGE, eyewear_frames
+from gpu.swappers.base import KeepMask, keep_mask
 from gpu.types import Face
 
 GRID = 96  # UV texels a side of the appearance model
@@ -212,14 +213,25 @@ class OcclusionEstimator:
     own (symmetry and skin). ``keep_worn``: the glasses a face wears are kept in front too.
     One instance per stream, used by one thread at a time."""
 
-    def __init__(self, keep_worn: bool = True) -> None:
+    def __init__(self, keep_worn: bool = True, hands: KeepMask | None = None) -> None:
         self._tracks: OrderedDict[int, _Track] = OrderedDict()
         self.keep_worn = keep_worn
+        self.hands = hands  # a hand model's keep mask (``gpu.analysis.hands``): kept, and never learnt
 
     def __call__(self, crop: Any, face: Face, matrix: np.ndarray) -> np.ndarray | None:
+        crop = to_host(crop)
+        hand = keep_mask(self.hands, crop, face, matrix)
+        estimate = self._estimate(crop, face, matrix, hand)
+        if hand is None:
+            return estimate
+        return hand if estimate is None else np.maximum(estimate, hand)
+
+    def _estimate(self, crop: np.ndarray, face: Face, matrix: np.ndarray, hand: np.ndarray | None) -> np.ndarray | None:
+        """The appearance estimate's keep mask; ``hand``: what the hand model keeps (in the
+        crop), which the face's model does not learn (a hand of the face's own tone would
+        pass for skin, and the face would look changed once it left)."""
         if face.mesh is None or face.depth is None:
             return None
-        crop = to_host(crop)
         tracked = face.track_id is not None and face.track_id >= 0
         layout = _layout()
         track = self._track(face.track_id, len(layout.skin)) if tracked else None
@@ -277,6 +289,10 @@ class OcclusionEstimator:
             # ... unless only its brightness changed: a shadow or a light over a cheek is
             # learnt (from its edge in, as before), an object brings colour of its own
             unlearnt = unlearnt * recoloured
+            if hand is not None:
+                at_raster = cv2.resize(hand, (RASTER, RASTER), interpolation=cv2.INTER_AREA)
+                unlearnt = np.maximum(unlearnt, np.where(observation.pixels >= 0, _unlearnt(at_raster).reshape(-1)[
+                    np.maximum(observation.pixels, 0)], 0.0))
             track.recoloured = recoloured > 0.5
             _learn(track, observation, layout, own, deviation, unlearnt)
         worn = None
