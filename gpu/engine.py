@@ -16,6 +16,7 @@ import numpy as np
 
 from gpu.analysis.blazeface import BlazeFaceRange
 from gpu.analysis.face_mesh import FaceTracker
+from gpu.analysis.hands import HandTracker
 from gpu.analysis.identity import DlibIdentity
 from gpu.analysis.still_faces import StillFaces, analyse_still, still_faces
 from gpu.batcher import MicroBatcher
@@ -329,6 +330,12 @@ class FaceEngine:
         with self._tracking_lock:
             tracking = self._tracking
         return tracking.metrics() if tracking is not None else None
+
+    def hand_tracker(self, session: str) -> HandTracker:
+        """A new per-stream follower of the hands in front of its faces (``gpu.analysis.hands``),
+        on the node's converted palm and hand models: what ``occlusion`` keeps whatever the
+        hand's skin tone."""
+        return HandTracker(self.tracking_graphs, f"hands-{session}")
 
     def tracker(self, smoothing: bool = True, backend: TrackerName | None = None) -> FaceTracker | GraphFaceTracker:
         """A new per-stream tracker (each video stream needs its own state): ``backend``

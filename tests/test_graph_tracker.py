@@ -70,3 +70,18 @@ def test_the_mesh_holds_on_a_panning_face_behind_a_cup(tracking_graphs) -> None:
         finally:
             tracker.close()
         assert max(errors[clip.enters:]) < 0.08, (smoothing, max(errors[clip.enters:]))
+
+
+def test_a_face_stays_tracked_while_a_cup_slides_over_its_mouth_and_chin(tracking_graphs) -> None:
+    """A cup sliding in over a turned face dips the mesh's presence under 0.5 for a few
+    frames; the track is held (one id throughout) and the face is not lost behind the cup."""
+    from swapcast.benchmarks.arrivals import Arrival, arrival_clip
+
+    clip = arrival_clip(Arrival("cup", "grace_hopper", "cup", 6, 20, width=1.0), frames=36)
+    tracker = GraphFaceTracker(tracking_graphs)
+    try:
+        ids = [[face.track_id for face in tracker.process(frame, index / 30)] for index, frame in enumerate(clip.frames)]
+    finally:
+        tracker.close()
+    assert all(len(found) == 1 for found in ids)
+    assert len({found[0] for found in ids}) == 1

@@ -15,6 +15,7 @@ from gpu.options import SwapOptions
 from gpu.swappers.base import any_of, keep_mask, run_jobs
 from gpu.swappers.mesh import MeshSwapper
 from gpu.swappers.mesh3d import Mesh3dSwapper
+from gpu.types import Face
 from streamer.pipeline.frame_swapper import FrameSwapper
 from swapcast.benchmarks import occlusion as bench
 from swapcast.benchmarks.pose_set import pose_clips
@@ -419,3 +420,22 @@ def test_the_hand_drawn_glasses_follow_grace_hoppers_frames_through_a_clip():
         top = drawn & (np.arange(frame.shape[0])[:, None] < rows.min() + 0.2 * np.ptp(rows))  # the bars
         above = np.roll(top, -int(0.25 * np.ptp(rows)), axis=0) & ~drawn  # her forehead
         assert luma[top].mean() < 0.7 * luma[above].mean(), (luma[top].mean(), luma[above].mean())  # measured 0.6
+
+
+def test_a_face_found_again_keeps_its_model() -> None:
+    """A face the tracker lost and found again (a new track id, the same place) takes over
+    the ended track's appearance model: a new one would learn what is in front as the face."""
+    from gpu.analysis.occlusion import ORPHAN_FRAMES, _Track
+
+    estimator = OcclusionEstimator()
+    box = np.array([100, 100, 260, 300], np.float32)
+    first = estimator._track(Face(box=box, kps=np.zeros((5, 2), np.float32), track_id=1), 10)
+    estimator.forget(set())  # track 1 ended
+    assert estimator._track(Face(box=box + 8, kps=np.zeros((5, 2), np.float32), track_id=2), 10) is first  # found again nearby
+    estimator.forget({2})
+    elsewhere = estimator._track(Face(box=box + 400, kps=np.zeros((5, 2), np.float32), track_id=3), 10)
+    assert elsewhere is not first and isinstance(elsewhere, _Track)
+    estimator.forget(set())
+    for _ in range(ORPHAN_FRAMES + 1):
+        estimator.forget(set())
+    assert estimator._track(Face(box=box, kps=np.zeros((5, 2), np.float32), track_id=4), 10) is not first  # too long ago: a new model

@@ -73,6 +73,7 @@ from gpu.swappers.mesh3d_geometry import (
     uv_polygon_mask,
 )
 from gpu.swappers.mesh3d_eyewear import RING_COVERAGE, eyewear_frames
+from gpu.swappers.base import KeepMask, keep_mask
 from gpu.types import Face
 
 GRID = 96  # UV texels a side of the appearance model
@@ -101,6 +102,8 @@ UNSEEN_COLOUR = 1e3  # the model's colour off the atlas: matches nothing
 REGISTRATION = 2  # texels: how far off the mesh may sit before a feature's edge counts as a change
 GRAZING = 0.2  # texels on triangles seen at cos^2 under this (stretched, half hair) are not judged
 MAX_TRACKS = 16
+ORPHAN_FRAMES = 90  # frames an ended track's model waits for a new track of the same face to take it over
+ADOPT_IOU = 0.3  # ... one whose box overlaps the ended track's last box this much
 TEXTURE_EXCESS = (np.log(2.0), np.log(3.5))  # texel's texture over its model's (log ratio): evidence rises across this
 TEXTURE_COLOUR_DEVIATION = (1.0, 2.0)  # ... where its colour is also off its model this much (in spreads)
 TEXTURE_FLOOR = 0.03  # gradient strength of a smooth patch's noise
@@ -179,6 +182,7 @@ class _Track:
     worn_due: int = 0  # frames until its model is looked at for them again
     worn_shown: int = 0  # frames they have been kept for (they fade in over ``WORN_FADE``)
     age: int = 0  # frames of this track
+    box: np.ndarray | None = None  # the face's box when last seen (frame pixels)
 
     @classmethod
     def empty(cls, texels: int) -> _Track:
@@ -212,17 +216,30 @@ class OcclusionEstimator:
     own (symmetry and skin). ``keep_worn``: the glasses a face wears are kept in front too.
     One instance per stream, used by one thread at a time."""
 
-    def __init__(self, keep_worn: bool = True) -> None:
+    def __init__(self, keep_worn: bool = True, hands: KeepMask | None = None) -> None:
         self._tracks: OrderedDict[int, _Track] = OrderedDict()
+        self._orphans: OrderedDict[int, tuple[_Track, int]] = OrderedDict()  # ended tracks' models, with the frame they ended
+        self._frame = 0
         self.keep_worn = keep_worn
+        self.hands = hands  # a hand model's keep mask (``gpu.analysis.hands``): kept, and never learnt
 
     def __call__(self, crop: Any, face: Face, matrix: np.ndarray) -> np.ndarray | None:
+        crop = to_host(crop)
+        hand = keep_mask(self.hands, crop, face, matrix)
+        estimate = self._estimate(crop, face, matrix, hand)
+        if hand is None:
+            return estimate
+        return hand if estimate is None else np.maximum(estimate, hand)
+
+    def _estimate(self, crop: np.ndarray, face: Face, matrix: np.ndarray, hand: np.ndarray | None) -> np.ndarray | None:
+        """The appearance estimate's keep mask; ``hand``: what the hand model keeps (in the
+        crop), which the face's model does not learn (a hand of the face's own tone would
+        pass for skin, and the face would look changed once it left)."""
         if face.mesh is None or face.depth is None:
             return None
-        crop = to_host(crop)
         tracked = face.track_id is not None and face.track_id >= 0
         layout = _layout()
-        track = self._track(face.track_id, len(layout.skin)) if tracked else None
+        track = self._track(face, len(layout.skin)) if tracked else None
         # the skin's colour is not taken where something was in front last frame: a cup
         # over a quarter of the skin dragged its median, and every texel looked changed
         # (a shadow is: it scales the skin's colour, and the median follows the light)
@@ -277,6 +294,10 @@ class OcclusionEstimator:
             # ... unless only its brightness changed: a shadow or a light over a cheek is
             # learnt (from its edge in, as before), an object brings colour of its own
             unlearnt = unlearnt * recoloured
+            if hand is not None:
+                at_raster = cv2.resize(hand, (RASTER, RASTER), interpolation=cv2.INTER_AREA)
+                unlearnt = np.maximum(unlearnt, np.where(observation.pixels >= 0, _unlearnt(at_raster).reshape(-1)[
+                    np.maximum(observation.pixels, 0)], 0.0))
             track.recoloured = recoloured > 0.5
             _learn(track, observation, layout, own, deviation, unlearnt)
         worn = None
@@ -295,16 +316,42 @@ class OcclusionEstimator:
         return keep
 
     def forget(self, live_track_ids: set[int]) -> None:
-        """Drop the models of tracks that ended."""
+        """Set aside the models of tracks that ended (once a frame): a face the tracker lost
+        and found again -- a cup over the mouth and chin can hide it from the tracker for a
+        moment -- comes back as a new track, and a new model would learn the cup as the
+        face. Its model is taken over by the new track (``_track``) for ``ORPHAN_FRAMES``."""
+        self._frame += 1
         for track_id in [key for key in self._tracks if key not in live_track_ids]:
-            del self._tracks[track_id]
+            self._orphans[track_id] = (self._tracks.pop(track_id), self._frame)
+        for track_id in [key for key, (_, ended) in self._orphans.items() if self._frame - ended > ORPHAN_FRAMES]:
+            del self._orphans[track_id]
+        while len(self._orphans) > MAX_TRACKS:
+            self._orphans.popitem(last=False)
 
-    def _track(self, track_id: int, texels: int) -> _Track:
-        track = self._tracks.pop(track_id, None) or _Track.empty(texels)
-        self._tracks[track_id] = track
+    def _adopted(self, box: np.ndarray) -> _Track | None:
+        """The model of an ended track whose last box overlaps ``box`` most (at least
+        ``ADOPT_IOU``): the same face, found again."""
+        best, best_overlap = None, ADOPT_IOU
+        for track_id, (track, _) in self._orphans.items():
+            overlap = _box_iou(track.box, box) if track.box is not None else 0.0
+            if overlap >= best_overlap:
+                best, best_overlap = track_id, overlap
+        return None if best is None else self._orphans.pop(best)[0]
+
+    def _track(self, face: Face, texels: int) -> _Track:
+        track = self._tracks.pop(face.track_id, None) or self._adopted(face.box) or _Track.empty(texels)
+        track.box = np.asarray(face.box, np.float32)
+        self._tracks[face.track_id] = track
         while len(self._tracks) > MAX_TRACKS:
             self._tracks.popitem(last=False)
         return track
+
+
+def _box_iou(a: np.ndarray, b: np.ndarray) -> float:
+    low, high = np.maximum(a[:2], b[:2]), np.minimum(a[2:], b[2:])
+    inter = float(np.prod(np.clip(high - low, 0, None)))
+    union = float(np.prod(a[2:] - a[:2]) + np.prod(b[2:] - b[:2])) - inter
+    return inter / union if union > 0 else 0.0
 
 
 def _observe(crop: np.ndarray, face: Face, matrix: np.ndarray, mirror: bool, hidden: np.ndarray | None = None

@@ -24,13 +24,16 @@ def _present(*paths: Path) -> None:
 
 @dataclass(frozen=True)
 class MediapipeFaceModels:
-    """The mediapipe wheel's TFLite face detection and landmark models: what the tracking
-    graphs are converted from. A node without the wheel loads them already converted
-    (``gpu.models.converted``), so only conversion needs these."""
+    """The mediapipe wheel's TFLite face detection and landmark models, and its palm
+    detector and hand landmarks (hands in front of a face, ``gpu.analysis.hands``): what
+    the tracking graphs are converted from. A node without the wheel loads them already
+    converted (``gpu.models.converted_tracking``), so only conversion needs these."""
 
     blazeface_short: Path
     blazeface_full: Path
     face_mesh: Path
+    palm_detection: Path
+    hand_landmark: Path
 
     @classmethod
     def locate(cls) -> MediapipeFaceModels:
@@ -39,9 +42,16 @@ class MediapipeFaceModels:
             blazeface_short=mediapipe / "face_detection" / "face_detection_short_range.tflite",
             blazeface_full=mediapipe / "face_detection" / "face_detection_full_range_sparse.tflite",
             face_mesh=mediapipe / "face_landmark" / "face_landmark.tflite",
+            palm_detection=mediapipe / "palm_detection" / "palm_detection_full.tflite",
+            hand_landmark=mediapipe / "hand_landmark" / "hand_landmark_lite.tflite",
         )
-        _present(found.blazeface_short, found.blazeface_full, found.face_mesh)
+        _present(*found.files)
         return found
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every model the tracking graphs convert, in ``TRACKING_TFLITE``'s order."""
+        return (self.face_mesh, self.blazeface_short, self.blazeface_full, self.palm_detection, self.hand_landmark)
 
 
 @dataclass(frozen=True)

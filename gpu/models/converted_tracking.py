@@ -28,12 +28,14 @@ if TYPE_CHECKING:
     import onnx
 
 # Bump when the emitted graph changes, so conversions by older code are not reused.
-CONVERTER_VERSION = 3
+CONVERTER_VERSION = 4  # 4: the palm detector and hand landmarks join the set
 INPUT_NAME = "input"  # every converted model's one input, float32 [N, 3, H, W]
 MANIFEST_NAME = "tracking-models.json"
 FORMAT = 1
-# the three models the tracking graphs run, by their TFLite file names in the wheel
-TRACKING_TFLITE = ("face_landmark.tflite", "face_detection_short_range.tflite", "face_detection_full_range_sparse.tflite")
+# the models the tracking graphs run, by their TFLite file names in the wheel: the face's
+# three and the hands' two (``gpu.analysis.hands``)
+TRACKING_TFLITE = ("face_landmark.tflite", "face_detection_short_range.tflite", "face_detection_full_range_sparse.tflite",
+                   "palm_detection_full.tflite", "hand_landmark_lite.tflite")
 CONVERT_HINT = ("run `swapcast models convert --cache-dir DIR` on a machine with the mediapipe wheel "
                 "(pip install -e . there) and give this node DIR as engine.engine_cache_dir, "
                 "or run the swapcast image, which converts them at build")
@@ -113,7 +115,7 @@ class TrackingManifest:
 
 
 def tracking_models(cache_dir: Path | None) -> dict[str, Path | onnx.ModelProto]:
-    """The tracking graphs' three models, by TFLite file name. With the mediapipe wheel
+    """The tracking graphs' models (``TRACKING_TFLITE``), by TFLite file name. With the mediapipe wheel
     installed: converted from its files (into ``cache_dir`` keyed by their hash, with a
     fresh manifest; else in memory), as before manifests. Without it: ``cache_dir`` by its
     manifest; ``TrackingModelsUnavailable`` (one line: what to run) when that is unset,
@@ -127,7 +129,7 @@ def tracking_models(cache_dir: Path | None) -> dict[str, Path | onnx.ModelProto]
 
     if cache_dir is not None:
         return dict(convert_builtin(cache_dir))
-    return {path.name: convert_tflite(path) for path in (wheel.face_mesh, wheel.blazeface_short, wheel.blazeface_full)}
+    return {path.name: convert_tflite(path) for path in wheel.files}
 
 
 def check_tracking_models(cache_dir: Path | None) -> None:

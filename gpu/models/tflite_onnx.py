@@ -1,4 +1,4 @@
-"""Convert the mediapipe wheel's TFLite face models to ONNX, in code, cached by file hash.
+"""Convert the mediapipe wheel's TFLite face and hand models to ONNX, in code, cached by file hash.
 
 Detection and the 468-point mesh only batch across sessions and run on a GPU if they are
 graphs our runners can execute; the GPU image has no mediapipe or TFLite runtime, and
@@ -58,6 +58,9 @@ MEDIAPIPE_INPUTS: dict[str, InputSpec] = {
     "face_detection_short_range.tflite": InputSpec(128, (-1.0, 1.0)),
     "face_detection_full_range_sparse.tflite": InputSpec(192, (-1.0, 1.0)),
     "face_landmark.tflite": InputSpec(192, (0.0, 1.0)),
+    # PalmDetectionCpu and HandLandmarkCpu: [0, 1] (tests/test_hands.py, against those subgraphs)
+    "palm_detection_full.tflite": InputSpec(192, (0.0, 1.0)),
+    "hand_landmark_lite.tflite": InputSpec(224, (0.0, 1.0)),
 }
 
 
@@ -111,13 +114,12 @@ def _convert_cached(model_path: Path, cache_dir: Path) -> tuple[Path, str]:
 
 
 def convert_builtin(cache_dir: Path) -> dict[str, Path]:
-    """The wheel's three face models converted (or found) in ``cache_dir``, by file name,
+    """The wheel's tracking models (face and hands) converted (or found) in ``cache_dir``, by file name,
     with their manifest (``gpu.models.converted_tracking``), so a node without mediapipe
     can load the folder: what a node calls at first start, ``swapcast models convert``
     and the image's build stage."""
     wheel = MediapipeFaceModels.locate()
-    converted = {path.name: _convert_cached(path, cache_dir)
-                 for path in (wheel.face_mesh, wheel.blazeface_short, wheel.blazeface_full)}
+    converted = {path.name: _convert_cached(path, cache_dir) for path in wheel.files}
     models = {name: ConvertedModel(onnx=path.name, tflite_sha256=digest, onnx_sha256=sha256_of(path))
               for name, (path, digest) in converted.items()}
     TrackingManifest(converter_version=CONVERTER_VERSION, models=models).write(cache_dir)
@@ -361,6 +363,33 @@ class _Emitter:
         x = self.node("Transpose", [x], perm=[0, 3, 4, 1, 5, 2])
         self.node("Reshape", [x, merged], self.output_name(op.outputs[0]))
 
+    def mean(self, op: Operator) -> None:
+        # the hand landmark model's global average pool: a mean over NHWC's spatial axes
+        rank = len(self.tensor(op.inputs[0]).shape)
+        axes = [int(a) % rank for a in self.constant(op, op.inputs[1]).reshape(-1)]
+        if rank == 4:
+            axes = [_NHWC_TO_NCHW_AXIS[a] for a in axes]
+        if 0 in axes:
+            raise UnsupportedTfliteOp(self.graph.path, op.kind, " over the batch axis")
+        keep = bool(op.options.KeepDims()) if op.options else False
+        self.node("ReduceMean", [self.names[op.inputs[0]]], self.output_name(op.outputs[0]), axes=sorted(axes),
+                  keepdims=int(keep))
+
+    def fully_connected(self, op: Operator) -> None:
+        # [N, in] x weights [out, in] (+ bias): Gemm with the weights transposed
+        shape = self.tensor(op.inputs[0]).shape
+        if len(shape) != 2 or op.inputs[0] not in self.names:
+            raise UnsupportedTfliteOp(self.graph.path, op.kind, f" on a {shape} input (only [N, features] activations)")
+        weight = self.constant(op, op.inputs[1]).astype(np.float32)
+        inputs = [self.names[op.inputs[0]], self.initializer(weight, "weight")]
+        if len(op.inputs) > 2 and op.inputs[2] >= 0:
+            inputs.append(self.initializer(self.constant(op, op.inputs[2]).astype(np.float32), "bias"))
+        y = self.node("Gemm", inputs, transB=1)
+        self.activation(op, y, op.options.FusedActivationFunction() if op.options else 0, op.outputs[0])
+
+    def logistic(self, op: Operator) -> None:
+        self.node("Sigmoid", [self.names[op.inputs[0]]], self.output_name(op.outputs[0]))
+
     def dequantize(self, op: Operator) -> None:
         source = op.inputs[0]
         if source in self.constants and self.constants[source].dtype == np.float16:
@@ -432,4 +461,7 @@ _Emitter.HANDLERS = {
     "DEPTH_TO_SPACE": _Emitter.depth_to_space,
     "DEQUANTIZE": _Emitter.dequantize,
     "DENSIFY": _Emitter.densify,
+    "MEAN": _Emitter.mean,
+    "FULLY_CONNECTED": _Emitter.fully_connected,
+    "LOGISTIC": _Emitter.logistic,
 }

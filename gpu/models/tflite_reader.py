@@ -39,6 +39,8 @@ _OPTIONS: dict[str, type] = {
     "RESHAPE": tflite.ReshapeOptions,
     "RESIZE_BILINEAR": tflite.ResizeBilinearOptions,
     "DEPTH_TO_SPACE": tflite.DepthToSpaceOptions,
+    "MEAN": tflite.ReducerOptions,
+    "FULLY_CONNECTED": tflite.FullyConnectedOptions,
 }
 
 _SPARSE_INDEX_VECTORS: dict[int, type] = {

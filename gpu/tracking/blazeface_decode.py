@@ -52,6 +52,7 @@ class DetectorSpec:
     interpolated_scale_aspect_ratio: float
     min_score: float  # the graph's own TensorsToDetections threshold: anchors under it join no cluster
     value_range: tuple[float, float] = (-1.0, 1.0)
+    keypoints: int = KEYPOINTS  # (x, y) pairs after the box in each anchor's row (the palm detector: 7)
     min_scale: float = 0.1484375
     max_scale: float = 0.75
     anchor_offset: float = 0.5
@@ -148,13 +149,13 @@ def detector_input(frames: Sequence[Any], windows: np.ndarray, spec: DetectorSpe
 
 
 def decode(boxes: Any, scores: Any, spec: DetectorSpec, min_score: float = 0.5, iou: float = NMS_IOU) -> list[Detections]:
-    """Per row of the model's outputs (``boxes`` [N, A, 16], ``scores`` [N, A, 1]; NumPy or
-    CuPy), the faces mediapipe would report: anchor decode, sigmoid scores over
+    """Per row of the model's outputs (``boxes`` [N, A, 4 + 2 K], ``scores`` [N, A, 1]; NumPy or
+    CuPy), the faces (or palms) mediapipe would report: anchor decode, sigmoid scores over
     ``min_score`` (and over the graph's own ``spec.min_score``), weighted suppression.
     Tensor-normalised coordinates."""
     xp = array_module(boxes)
     anchors = xp.asarray(_anchors(spec))
-    raw = boxes.reshape(boxes.shape[0], -1, 4 + 2 * KEYPOINTS)
+    raw = boxes.reshape(boxes.shape[0], -1, 4 + 2 * spec.keypoints)
     if raw.shape[1] != len(anchors):
         raise ValueError(f"{spec.model_file}: {raw.shape[1]} rows of outputs for {len(anchors)} anchors")
     logits = xp.clip(scores.reshape(raw.shape[0], -1), -SCORE_CLIP, SCORE_CLIP)
@@ -163,7 +164,7 @@ def decode(boxes: Any, scores: Any, spec: DetectorSpec, min_score: float = 0.5, 
     centre = raw[..., 0:2] / spec.size + anchors
     half = raw[..., 2:4] / spec.size / 2
     corners = xp.concatenate([centre - half, centre + half], axis=-1)
-    keypoints = raw[..., 4:].reshape(raw.shape[0], raw.shape[1], KEYPOINTS, 2) / spec.size + anchors[:, None, :]
+    keypoints = raw[..., 4:].reshape(raw.shape[0], raw.shape[1], spec.keypoints, 2) / spec.size + anchors[:, None, :]
     keep = probability >= max(min_score, spec.min_score)
     rows, columns = (to_host(index) for index in xp.nonzero(keep))
     chosen = (to_host(corners[keep]), to_host(keypoints[keep]), to_host(probability[keep]))
@@ -188,7 +189,7 @@ def weighted_nms(boxes: np.ndarray, keypoints: np.ndarray, scores: np.ndarray, i
         kept_scores.append(scores[best])
         remaining = remaining[overlap <= iou]
     if not kept_scores:
-        return Detections(np.zeros((0, 4), np.float32), np.zeros((0, KEYPOINTS, 2), np.float32), np.zeros(0, np.float32))
+        return Detections(np.zeros((0, 4), np.float32), np.zeros((0, *keypoints.shape[1:]), np.float32), np.zeros(0, np.float32))
     return Detections(
         np.stack(kept_boxes).astype(np.float32), np.stack(kept_points).astype(np.float32), np.array(kept_scores, np.float32)
     )

@@ -27,7 +27,17 @@ from gpu.tracking.anchor import FaceAnchor
 from gpu.tracking.graphs import GraphBlazeFace, TrackingGraphs
 from gpu.types import Face
 
-MIN_PRESENCE = 0.5  # mediapipe's face mesh (min_tracking_confidence): a track below it has lost its face
+MIN_PRESENCE = 0.5  # mediapipe's face mesh (min_tracking_confidence): a track below it has lost its face ...
+# ... unless it only dipped to ``HOLD_PRESENCE`` while its mesh stayed where the face was: a
+# cup sliding in over the mouth and chin of a turned head drops presence to 0.13-0.37 for a
+# few frames (then, the cup in place, it is back over 0.9: the occlusion set's turning
+# clips), and a face dropped there is not found again by the detector until the cup goes
+# (seconds unswapped). A crop of background reads up to ~0.2 too, so a track is held so
+# only for ``HOLD_FRAMES`` in a row, and only while its mesh stays where the face was.
+HOLD_PRESENCE = 0.05
+HOLD_FRAMES = 15
+HOLD_DRIFT = 0.2  # of the face's width: a held mesh's centre moves at most this much a frame
+HOLD_SCALE = 1.25  # ... and its size changes by at most this factor
 
 _tracker_ids = itertools.count(1)
 
@@ -38,6 +48,7 @@ class _Track:
     mesh: np.ndarray  # (468, 3): x, y, z in pixels
     smoother: MeshSmoother
     anchor: FaceAnchor  # the pose the next frame's ROI comes from
+    held: int = 0  # frames in a row it was held under ``MIN_PRESENCE``
 
     @property
     def box(self) -> np.ndarray:
@@ -96,7 +107,8 @@ class GraphFaceTracker:
             stacked = np.concatenate(rois)
             points, presence = self._graphs.landmarks(self._session, [frame] * len(stacked), stacked)
             for track, mesh, alive in zip(self._tracks, points, presence, strict=False):
-                if alive >= MIN_PRESENCE:
+                track.held = 0 if alive >= MIN_PRESENCE else track.held + 1
+                if alive >= MIN_PRESENCE or (alive >= HOLD_PRESENCE and track.held <= HOLD_FRAMES and _stays(track, mesh)):
                     track.mesh = mesh
                     track.anchor.update(mesh)
                     tracks.append(track)
@@ -139,6 +151,18 @@ class GraphFaceTracker:
             self._closed = True
             self._graphs.detach(self._session)
         self._tracks = []
+
+
+def _stays(track: _Track, mesh: np.ndarray) -> bool:
+    """Whether a mesh found with low presence is still the track's face: plausible for its
+    box, and moved and scaled no more than a face does in a frame."""
+    if not plausible_mesh(mesh, track.box):
+        return False
+    before, now = track.box, np.concatenate([mesh[:, :2].min(0), mesh[:, :2].max(0)])
+    width = float(before[2] - before[0])
+    drift = float(np.hypot(*((now[:2] + now[2:]) - (before[:2] + before[2:])) / 2))
+    scale = float(now[2] - now[0]) / max(width, 1.0)
+    return drift <= HOLD_DRIFT * width and 1 / HOLD_SCALE <= scale <= HOLD_SCALE
 
 
 def _region(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:

@@ -1,6 +1,6 @@
-"""The node's tracking graphs: the wheel's face models converted to ONNX, each behind its
-runner and its micro-batcher, so detection and landmarks of every session share runner
-calls as the swap's rows do.
+"""The node's tracking graphs: the wheel's face and hand models converted to ONNX, each
+behind its runner and its micro-batcher, so detection and landmarks of every session share
+runner calls as the swap's rows do.
 
 One ``TrackingGraphs`` per engine. A tracker (one per stream) asks under its own session id;
 the batcher stacks its rows with other sessions' rows of the same model (one session alone
@@ -23,19 +23,21 @@ from gpu.device import array_module, to_host
 from gpu.models.converted_tracking import INPUT_NAME, tracking_models
 from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob
-from gpu.tracking import blazeface_decode, face_roi
-from gpu.tracking.blazeface_decode import DetectorSpec
+from gpu.tracking import blazeface_decode, face_roi, hand_roi
+from gpu.tracking.blazeface_decode import DetectorSpec, Detections
 from gpu.types import Face
 
 SPECS: dict[BlazeFaceRange, DetectorSpec] = {"short": blazeface_decode.SHORT_RANGE, "full": blazeface_decode.FULL_RANGE}
 # each graph's converted model, by the TFLite file it comes from in the mediapipe wheel
 MODEL_FILES = {"landmarks": "face_landmark.tflite", "short": "face_detection_short_range.tflite",
-               "full": "face_detection_full_range_sparse.tflite"}
+               "full": "face_detection_full_range_sparse.tflite", "palm": "palm_detection_full.tflite",
+               "hand": "hand_landmark_lite.tflite"}
 RUN_TIMEOUT_S = 5.0  # rows waiting longer raise TimeoutError (the tracker then holds its tracks for that frame)
 
 
 class TrackingGraphs:
-    """Landmark model and both BlazeFace models with their runners and batchers.
+    """Landmark model, both BlazeFace models, the palm detector and the hand landmarks, with
+    their runners and batchers.
 
     ``make_runner(model, name)`` builds a runner on the node's device (the engine's
     ``_runner_for``); ``cache_dir`` keeps the converted models (None: converted in memory);
@@ -105,6 +107,28 @@ class TrackingGraphs:
                 for box, points, score in zip(pixels.boxes, pixels.keypoints, pixels.scores, strict=True)
             ])
         return found
+
+    def palms(self, session: Hashable, image: Any, windows: Sequence[Window], min_score: float = 0.5) -> list[Detections]:
+        """Palms in each window of ``image``, in frame pixels (boxes, the detector's seven
+        keypoints, scores), decoded and suppressed as PalmDetectionCpu does."""
+        if not windows:
+            return []
+        spec = hand_roi.PALM
+        boxes = np.asarray(windows, dtype=np.float64).reshape(-1, 4)
+        tensors = blazeface_decode.detector_input([image] * len(boxes), boxes, spec)
+        raw_boxes, raw_scores = self._run("palm", session, tensors, blazeface_decode.letterbox_matrices(boxes, spec.size))
+        return [blazeface_decode.to_frame(found, window, spec.size)
+                for window, found in zip(windows, blazeface_decode.decode(raw_boxes, raw_scores, spec, min_score), strict=True)]
+
+    def hands(self, session: Hashable, frame: Any, rois: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(N, 21, 3) hand joints in frame pixels and (N,) hand-presence probabilities of the
+        hands in ``rois`` (N, 4; see ``hand_roi``)."""
+        if len(rois) == 0:
+            return np.zeros((0, hand_roi.JOINTS, 3), np.float32), np.zeros(0, np.float32)
+        crops = face_roi.landmark_input([frame] * len(rois), rois, hand_roi.LANDMARK_SIZE)
+        outputs = self._run("hand", session, crops, face_roi.roi_matrices(rois, hand_roi.LANDMARK_SIZE))
+        joints, presence = to_host(outputs[0]), to_host(outputs[1])
+        return hand_roi.unproject(joints, rois), presence.reshape(len(rois)).astype(np.float32)
 
     def _run(self, name: str, session: Hashable, tensors: Any, matrices: np.ndarray) -> list[Any]:
         """The model's outputs for the rows of ``tensors``, batched with other sessions' rows."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu.analysis.hands import HandTracker
 from gpu.analysis.identity import identity_distance
 from gpu.analysis.occlusion import OcclusionEstimator
 from gpu.batcher import BatcherBusy, BatcherClosed, MicroBatcher
@@ -98,6 +99,7 @@ class FrameSwapper:
         self._tracker = self.engine.tracker(smoothing=self.options.smoothing)
         self._track_identity: dict[int, np.ndarray] = {}
         self._occlusion = OcclusionEstimator()  # this stream's per-track appearance models
+        self._hands: HandTracker | None = None  # made when occlusion is first on: the hands in front of its faces
         self.frames_dropped_by_batcher = 0
         self._content_due: float | None = None  # stream time of the next content gate sample
         self._content_pending: Future | None = None  # a live stream's sample being scored
@@ -141,10 +143,21 @@ class FrameSwapper:
         times = StageTimes()
         started = _started()
         faces = self._tracker.process(frame, timestamp)
-        _record(times, "track", started)
         self._forget_ended_tracks(faces)
         self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
+        self._follow_hands(frame, faces)
+        _record(times, "track", started)  # the faces' and the hands'
         return self._prepare(frame, faces, times, overlap)
+
+    def _follow_hands(self, frame: np.ndarray, faces: list[Face]) -> None:
+        """With occlusion on, the hand model follows the hands near this frame's faces; the
+        occlusion estimate keeps them (any skin tone) and does not learn them."""
+        if self.options.occlusion == "off" or not self.enabled or self.source is None:
+            return
+        if self._hands is None:
+            self._hands = self.engine.hand_tracker(self.session_id)
+            self._occlusion.hands = self._hands
+        self._hands.process(frame, faces)
 
     def complete(self, flight: SwapInFlight) -> StageTimes:
         return self._marked(flight.frame, self._finish(flight))
@@ -319,6 +332,8 @@ class FrameSwapper:
 
     def close(self) -> None:
         self._tracker.close()
+        if self._hands is not None:
+            self._hands.close()
         if self._detach is not None:
             self._detach()
             self._detach = None

@@ -119,6 +119,7 @@ class ClipResult:
     outside_to_source: float | None  # mean d(out outside the object, source)
     edge_flicker: float | None  # output's frame-to-frame change at the object's edge over the input's
     ms: float  # mean per frame
+    swapped: float | None = None  # share of the object's frames in which the face was swapped (a lost face keeps the object by not being swapped)
 
 
 # -- the objects ----------------------------------------------------------------------------
@@ -283,11 +284,14 @@ def edge_flicker(clip: OccludedClip, outputs: list[np.ndarray]) -> float:
     start = clip.enters + 5
     out_changes, in_changes, previous = [], [], None
     for index in range(start, len(outputs)):
+        if not clip.masks[index].any():  # gone (the arrivals set takes it away again)
+            previous = None
+            continue
         inverse = cv2.invertAffineTransform(clip.placements[index])
         face = cv2.warpAffine(face_region(clip.meshes[index], outputs[index].shape).astype(np.uint8), inverse, (width, height)) > 0
         pair = [cv2.warpAffine(image, inverse, (width, height), flags=cv2.INTER_LINEAR).astype(np.float32)
                 for image in (outputs[index], clip.frames[index])]
-        if previous is not None:
+        if previous is not None and clip.masks[index].any() and clip.masks[index - 1].any():
             region = band & face & previous[2]
             if region.any():
                 out_changes.append(float(np.abs(pair[0] - previous[0])[region].mean()))
@@ -302,17 +306,21 @@ def _edge_band(alpha: np.ndarray) -> np.ndarray:
     return (cv2.dilate(solid, kernel) - cv2.erode(solid, kernel)).astype(bool)
 
 
-def swap_clip(engine: FaceEngine, source: SourceFace, clip: OccludedClip, options: SwapOptions) -> tuple[list[np.ndarray], float]:
-    """The clip through one stream's FrameSwapper: output frames, mean ms per frame."""
+def swap_clip(engine: FaceEngine, source: SourceFace, clip: OccludedClip, options: SwapOptions,
+              swapped: list[bool] | None = None) -> tuple[list[np.ndarray], float]:
+    """The clip through one stream's FrameSwapper: output frames, mean ms per frame;
+    ``swapped`` (when given) gets, per frame, whether a face was swapped in it."""
     swapper = FrameSwapper(engine, source, options)
     outputs, spent = [], 0.0
     try:
         for index, frame in enumerate(clip.frames):
             output = frame.copy()
             started = time.perf_counter()
-            swapper.process(output, index / clip.fps)
+            times = swapper.process(output, index / clip.fps)
             spent += time.perf_counter() - started
             outputs.append(output)
+            if swapped is not None:
+                swapped.append(times.faces_swapped > 0)
     finally:
         swapper.close()
     return outputs, spent * 1000.0 / len(clip.frames)
@@ -390,9 +398,11 @@ def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], repor
             source = engine.register_source(photo, label=other)
             sources[other] = (source, source.identity)
         source, source_identity = sources[other]
-        swapped = {each: swap_clip(engine, source, clip, replace(SwapOptions(), occlusion=each)) for each in (mode, "off")}
+        frames_swapped: dict[str, list[bool]] = {each: [] for each in (mode, "off")}
+        swapped = {each: swap_clip(engine, source, clip, replace(SwapOptions(), occlusion=each), frames_swapped[each])
+                   for each in (mode, "off")}
         for each, (outputs, ms) in swapped.items():
-            results.append(score_clip(engine, clip, each, outputs, swapped["off"][0], source_identity, ms))
+            results.append(score_clip(engine, clip, each, outputs, swapped["off"][0], source_identity, ms, frames_swapped[each]))
         pictures = [swapped[each][0][-1] for each in (mode, "off")]
         if report is not None:
             _write_picture(report, clip, pictures)
@@ -405,8 +415,10 @@ def run_occlusion_benchmark(engine: FaceEngine, clips: list[OccludedClip], repor
 
 
 def score_clip(engine: FaceEngine, clip: OccludedClip, mode: str, outputs: list[np.ndarray], off: list[np.ndarray],
-               source_identity: np.ndarray, ms: float) -> ClipResult:
-    """One clip's numbers for ``outputs``; ``off``: the same clip swapped with occlusion off."""
+               source_identity: np.ndarray, ms: float, swapped: list[bool] | None = None) -> ClipResult:
+    """One clip's numbers for ``outputs``; ``off``: the same clip swapped with occlusion off;
+    ``swapped``: per frame, whether a face was swapped."""
+    present = [index for index, mask in enumerate(clip.masks) if mask.any()]
     scores = identity_scores(engine, clip, outputs, source_identity)
     outside = scores if clip.bare and clip.worn is None else \
         identity_scores(engine, clip, outside_object(clip, outputs, off), source_identity)
@@ -415,6 +427,7 @@ def score_clip(engine: FaceEngine, clip: OccludedClip, mode: str, outputs: list[
         identity_scored=len(scores), to_source=_mean([s for s, _ in scores]), to_target=_mean([t for _, t in scores]),
         outside_passed=_passes(outside), outside_to_source=_mean([s for s, _ in outside]),
         edge_flicker=None if clip.bare else edge_flicker(clip, outputs), ms=ms,
+        swapped=None if swapped is None or not present else float(np.mean([swapped[index] for index in present])),
     )
 
 
@@ -423,15 +436,23 @@ def _passes(scores: list[tuple[float, float]]) -> int:
 
 
 def run_occlusion_command(config: Config, frames: int = 24, quick: bool = False, report: str | None = None,
-                          as_json: bool = False, mode: str = "auto") -> int:
+                          as_json: bool = False, mode: str = "auto", arrivals: str | None = None) -> int:
     """``swapcast bench occlusion``: the set (``quick``: one face, the pan, two objects)
-    through the configured engine, and (not ``quick``) the bare pose clips; 0 when the
-    kept fraction reaches the target."""
+    through the configured engine, and (not ``quick``) the bare pose clips; or, with
+    ``arrivals`` (tuning, held-out or all), that half of the arrivals set
+    (``swapcast.benchmarks.arrivals``); 0 when the kept fraction reaches the target."""
     if frames < 8:
         print("bench occlusion: --frames must be at least 8 (the object comes in a quarter of the way)", file=sys.stderr)
         return 2
-    clips = occlusion_set(people=PEOPLE[:1], motions=MOTIONS[:1], objects=("cup", "gift"), frames=frames) if quick \
-        else occlusion_set(frames=frames) + bare_clips(frames=frames)
+    if arrivals is not None:
+        from swapcast.benchmarks.arrivals import HALVES, arrival_clip
+
+        cases = [case for half, chosen in HALVES.items() if arrivals in (half, "all") for case in chosen]
+        clips = [arrival_clip(case) for case in (cases[:2] if quick else cases)]
+    elif quick:
+        clips = occlusion_set(people=PEOPLE[:1], motions=MOTIONS[:1], objects=("cup", "gift"), frames=frames)
+    else:
+        clips = occlusion_set(frames=frames) + bare_clips(frames=frames)
     engine = FaceEngine(config.engine.settings())
     try:
         outcome = run_occlusion_benchmark(engine, clips, report=Path(report) if report else None, mode=mode)
@@ -458,6 +479,8 @@ def _summary(results: list[ClipResult], modes: tuple[str, ...]) -> dict[str, Any
             "to_source": _mean([r.to_source for r in rows if r.to_source is not None]),
             "to_target": _mean([r.to_target for r in rows if r.to_target is not None]),
             "edge_flicker": _mean([r.edge_flicker for r in rows]), "ms": _mean([r.ms for r in rows]),
+            "swapped": _mean([r.swapped for r in rows]),
+            "kept_and_swapped": _mean([r.kept * r.swapped for r in rows if r.swapped is not None]),
         }
     return summary
 
@@ -469,10 +492,10 @@ def _print_table(results: list[ClipResult], summary: dict[str, Any], out, on: st
         kept = "-" if row["kept"] is None else f"{100 * row['kept']:.1f}%"
         def share(key) -> str:
             return "-" if row.get(key) is None else f"{100 * row[key]:.0f}%"
-        return (f"{kept:>7} {share('identity_pass'):>6} {share('identity_pass_outside'):>6} {num(row['to_source']):>6} "
-                f"{num(row['to_target']):>6} {num(row['edge_flicker']):>6} {num(row['ms'], 1):>6}")
+        return (f"{kept:>7} {share('swapped'):>5} {share('identity_pass'):>6} {share('identity_pass_outside'):>6} "
+                f"{num(row['to_source']):>6} {num(row['to_target']):>6} {num(row['edge_flicker']):>6} {num(row['ms'], 1):>6}")
 
-    header = f"{'kept':>7} {'id ok':>6} {'id out':>6} {'d src':>6} {'d tgt':>6} {'edge':>6} {'ms':>6}"
+    header = f"{'kept':>7} {'swap':>5} {'id ok':>6} {'id out':>6} {'d src':>6} {'d tgt':>6} {'edge':>6} {'ms':>6}"
     print(f"{'clip':34} | occlusion {on + ':':9}{header} | off: {header}", file=out)
     by_clip: dict[str, dict[str, ClipResult]] = {}
     for r in results:
@@ -480,7 +503,8 @@ def _print_table(results: list[ClipResult], summary: dict[str, Any], out, on: st
     for name, modes in by_clip.items():
         rows = {mode: {"kept": r.kept, "identity_pass": r.identity_passed / r.identity_scored if r.identity_scored else None,
                        "identity_pass_outside": r.outside_passed / r.identity_scored if r.identity_scored else None,
-                       "to_source": r.to_source, "to_target": r.to_target, "edge_flicker": r.edge_flicker, "ms": r.ms}
+                       "to_source": r.to_source, "to_target": r.to_target, "edge_flicker": r.edge_flicker, "ms": r.ms,
+                       "swapped": r.swapped}
                 for mode, r in modes.items()}
         print(f"{name:34} | {'':19}{cells(rows[on])} | {'':5}{cells(rows['off'])}", file=out)
     print(f"{'all':34} | {'':19}{cells(summary[on])} | {'':5}{cells(summary['off'])}", file=out)
@@ -493,7 +517,7 @@ def _print_table(results: list[ClipResult], summary: dict[str, Any], out, on: st
     verdict = "holds" if kept is not None and kept >= KEPT_TARGET else "misses"
     print(f"occluder pixels kept with occlusion {on}: {100 * (kept or 0):.1f}% ({verdict} the {100 * KEPT_TARGET:.0f}% target); "
           "id ok = identity rule on the whole output face, id out = outside the object (its pixels from the "
-          "occlusion-off output); edge = output/input frame-to-frame change at the object's edge (1.0 = no added flicker)",
+          "occlusion-off output); swap = share of the object's frames with the face swapped; edge = output/input frame-to-frame change at the object's edge (1.0 = no added flicker)",
           file=out)
 
 

@@ -103,6 +103,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     occlusion.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
     occlusion.add_argument("--mode", choices=["auto", "objects"], default="auto",
                            help="the occlusion mode measured against off (objects: not the glasses a face wears; default auto)")
+    occlusion.add_argument("--arrivals", choices=["tuning", "held-out", "all"],
+                           help="the arrivals set instead: things coming in front of a turning, zooming head and staying "
+                                "(cups, a phone, a face mask, hands of several skin tones); tuning or held-out half")
     add_engine_flags(occlusion)
     occlusion.set_defaults(run=_run_occlusion)
 
@@ -140,7 +143,7 @@ def _run_occlusion(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     threads.apply(config.threads.budget(config.engine.runner_threads))
     return run_occlusion_command(config, frames=args.frames, quick=args.quick, report=args.report, as_json=args.json,
-                                 mode=args.mode)
+                                 mode=args.mode, arrivals=args.arrivals)
 
 
 def _run_provenance(args: argparse.Namespace) -> int:
