@@ -302,6 +302,10 @@ class JobsConfig(_Section):
     max_attempts: int = Field(3, ge=1, le=20)  # then the chunk goes to the dead-letter stream
     max_upload_mb: int = Field(2048, ge=1)
     max_active_per_user: int = Field(16, ge=1, description="a user's unfinished jobs; the next submission is a 429")
+    max_frames: int = Field(216_000, ge=1, description="frames a job's video may show (1 h at 60 fps); more fail the "
+                                                       "job at its split, before anything is decoded")
+    chunk_timeout_s: float = Field(600.0, gt=0, description="wall time one chunk's render may take; then it fails "
+                                                            "(and is retried up to max_attempts)")
     webhook_secret: str | None = None  # HMAC-SHA256 key for webhook bodies
 
     @model_validator(mode="after")
