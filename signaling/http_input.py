@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from gpu.errors import SwapcastError
+from signaling.log_safety import quoted
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ async def bad_input_middleware(request: web.Request, handler: Handler) -> web.St
     except BadInput as exc:
         return web.json_response({"error": exc.reason}, status=400)
     except (UnicodeError, RecursionError) as exc:
-        log.warning("%s %s: unreadable input reached the handler (answered 400)", request.method, request.path,
+        log.warning("%s %s: unreadable input reached the handler (answered 400)", request.method, quoted(request.path),
                     exc_info=True)
         reason = "the request nests too deeply" if isinstance(exc, RecursionError) else "the request is not valid UTF-8"
         return web.json_response({"error": reason}, status=400)

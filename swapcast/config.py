@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpu.engine import EngineSettings
 from gpu.errors import SwapcastError
@@ -23,13 +32,25 @@ from gpu.options import SwapOptions
 from gpu.processors import ProcessorSettings
 from gpu.processors.parser import DEFAULT_KEEP, REGIONS
 from gpu.threads import ThreadBudget
+from signaling.numbers import parse_natural
 
 ENV_PREFIX = "SWAPCAST_"
+_INTEGER = (int, int | None)
 CONFIG_ENV = "SWAPCAST_CONFIG"
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _integers_in_ascii(cls, value: object, info: ValidationInfo) -> object:
+        """An integer field written as text (the environment, a quoted YAML value) is read
+        by the project's one number parser: ASCII digits only, where the schema alone would
+        take ' 12', '+12' and '1_000'."""
+        if isinstance(value, str) and info.field_name is not None and cls.model_fields[info.field_name].annotation in _INTEGER:
+            return parse_natural(value.strip(), info.field_name)
+        return value
 
 
 class ProcessorsConfig(_Section):
