@@ -35,6 +35,29 @@ class BadInput(SwapcastError):
         return str(self)
 
 
+# invisible or layout-breaking: controls, surrogates, line and paragraph separators, and the
+# format characters that reorder or hide text (bidi embeddings, overrides, isolates; marks)
+_NOT_IN_NAMES = frozenset("\u061c\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                          "\u2060\u2066\u2067\u2068\u2069\ufeff")
+
+
+def display_name(value: object, what: str, max_chars: int) -> str:
+    """A name a user gives something (a stream key, a face), trimmed: what is checked here is
+    what is stored and shown. ``BadInput`` when it is no string, empty, longer than
+    ``max_chars`` or holds a character that breaks or disguises a line."""
+    if not isinstance(value, str):
+        raise BadInput(f"{what} must be a string")
+    name = value.strip()
+    if not name:
+        raise BadInput(f"{what} must not be empty")
+    if len(name) > max_chars:
+        raise BadInput(f"{what} is {len(name)} characters long; the limit is {max_chars}")
+    bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or c in _NOT_IN_NAMES), None)
+    if bad is not None:
+        raise BadInput(f"{what} must not contain control characters (found U+{ord(bad):04X})")
+    return name
+
+
 async def read_json(request: web.Request) -> object:
     """The request's JSON body; ``BadInput`` when it is not UTF-8, not JSON, nested too
     deeply to parse (the parser's recursion limit: no real request comes near it), or holds

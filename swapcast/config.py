@@ -148,6 +148,13 @@ class SwapConfig(_Section):
                              "which live sessions do not take yet; use 'all' or 'largest'")
         return merged
 
+    def normalised_changes(self, changes: object) -> dict[str, Any]:
+        """``changes`` as the schema reads them (``"smoothing": "off"`` is ``false``,
+        ``"blend": "0.5"`` is ``0.5``): what a session or stream key stores and answers, so
+        what was validated is what is kept. ``ValueError`` as ``with_live_changes``."""
+        merged = self.with_live_changes(changes).model_dump(mode="json")
+        return {name: merged[name] for name in changes}  # type: ignore[union-attr]  (a dict: checked above)
+
 
 class EncodeConfig(_Section):
     codec: str = "libx264"
@@ -260,9 +267,10 @@ class PushConfig(_Section):
     """Where stream keys may re-publish (their ``push`` destinations). The node opens those
     connections itself, so a user's key must not point them into the operator's network:
     loopback, private, link-local, shared, multicast, unspecified and other non-public
-    addresses (IPv6 ULA, IPv4-mapped/NAT64/6to4 forms of those too) are refused for users'
-    keys unless listed in ``allowed_networks``, when the key is made and again at every
-    connect (DNS answers change). Admins' and command-line keys are not restricted. Users'
+    addresses (IPv6 ULA too), and every IPv6 range that embeds or translates IPv4 (::/96,
+    ::ffff:0:0/96, ::ffff:0:0:0/96, 64:ff9b::/96, 64:ff9b:1::/48, 2002::/16, 2001::/32:
+    ``signaling.push_policy.IPV4_IN_IPV6``) are refused for users' keys unless listed in
+    ``allowed_networks``, when the key is made and again at every connect (DNS answers change). Admins' and command-line keys are not restricted. Users'
     job ``webhook_url``s are held to the same rule when the job is submitted."""
 
     allowed_hosts: list[str] = Field([], description="when set, users' keys push only to these hosts: a name, or "
@@ -282,6 +290,20 @@ class PushConfig(_Section):
             except ValueError:
                 raise ValueError(f"{network!r} is not an address or CIDR network") from None
         return networks
+
+
+class QuotasConfig(_Section):
+    """What one user can make the node keep or do, each bounded (docs/operations/threat-model.md
+    lists these with the other limits and where each is enforced). Going past one is a 409,
+    413 or 429 that says which limit it was; admins are held to them too."""
+
+    keys_per_user: int = Field(64, ge=1, le=100_000, description="stream keys one user holds, revoked ones not yet "
+                                                                 "replaced included (their oldest make room)")
+    push_per_key: int = Field(16, ge=0, le=1000, description="push destinations of one stream key made over the API")
+    faces_per_user: int = Field(64, ge=1, le=100_000, description="face pictures one user keeps (samples do not count)")
+    event_sockets_per_user: int = Field(8, ge=1, le=1000, description="events WebSockets one user holds open at once")
+    request_body_kb: int = Field(128, ge=16, le=16384, description="a JSON request body (uploads have their own limits: "
+                                                                   "faces 10 MB, verify 200 MB, jobs.max_upload_mb)")
 
 
 class ClusterConfig(_Section):
@@ -437,6 +459,7 @@ class Config(_Section):
     cluster: ClusterConfig = ClusterConfig()
     jobs: JobsConfig = JobsConfig()
     auth: AuthConfig = AuthConfig()
+    quotas: QuotasConfig = QuotasConfig()
     provenance: ProvenanceConfig = ProvenanceConfig()
 
     def file_data(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from signaling.gateway.proxy import (
 )
 from signaling.gateway.rtmp_relay import RtmpRelay
 from signaling.http_input import BadInput, bad_input_middleware, read_json
+from signaling.log_safety import quoted
 from signaling.openapi import add_openapi_route
 from signaling.registry.base import (
     NoCapacityError,
@@ -482,7 +483,7 @@ async def json_errors(request: web.Request,
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     except Exception:
-        log.exception("%s %s failed", request.method, request.path)
+        log.exception("%s %s failed", request.method, quoted(request.path))
         return error(500, "internal error (see the gateway log)")
 
 
@@ -510,9 +511,8 @@ def _patch_changes(body: dict[str, Any], record: SessionRecord) -> dict[str, Any
         raise web.HTTPBadRequest(reason="options must be a JSON object of swap settings")
     changes = dict(body)
     if "options" in changes:
-        changes["options"] = {**record.options, **changes["options"]}
-        try:
-            SwapConfig().with_live_changes(changes["options"])
+        try:  # stored as the schema reads them, as a node stores them
+            changes["options"] = SwapConfig().normalised_changes({**record.options, **changes["options"]})
         except ValueError as exc:
             raise web.HTTPBadRequest(reason=str(exc)) from None
     return changes
