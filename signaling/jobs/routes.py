@@ -427,7 +427,9 @@ def _text_field(name: str, value: Any) -> str:
         raise JobRequestError(f"unknown field {name!r}")
     if not isinstance(value, str):
         raise JobRequestError(f"{name} must be a string")
-    return value
+    if len(value.encode("utf-8", "surrogatepass")) > _MAX_FIELD_BYTES:  # as a form's text field
+        raise JobRequestError(f"field {name!r} is too long")
+    return value.strip()
 
 
 async def _read_text(part: BodyPartReader) -> str:

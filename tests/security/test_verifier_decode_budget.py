@@ -6,49 +6,21 @@ being counted, so the frame limit never ended the loop, and the 3 s media-time l
 
 from __future__ import annotations
 
-from fractions import Fraction
 from pathlib import Path
 
 import av
-import numpy as np
 import pytest
 
 from streamer.provenance import verify as verifier
+from swapcast.benchmarks.fuzz.video_bombs import odd_first_frame
 from swapcast.config import ProvenanceConfig
 
-FRAMES = 1500  # of the second size: more than the budget, fewer than a slow test
-
-
-def annex_b(width: int, height: int, frames: int) -> bytes:
-    """``frames`` identical H.264 frames (a few bytes each after the first), Annex B."""
-    context = av.CodecContext.create("libx264", "w")
-    context.width, context.height, context.pix_fmt = width, height, "yuv420p"
-    context.time_base = Fraction(1, 90000)
-    context.options = {"preset": "ultrafast", "tune": "zerolatency", "bframes": "0", "keyint": "100000"}
-    picture = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)
-    out = bytearray()
-    for number in range(frames):
-        frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
-        frame.pts = number
-        out += b"".join(bytes(p) for p in context.encode(frame))
-    return bytes(out + b"".join(bytes(p) for p in context.encode(None)))
+FRAMES = 1500  # of the second size (160x120): more than the budget, fewer than a slow test
 
 
 @pytest.fixture(scope="module")
-def odd_first_frame(tmp_path_factory) -> Path:
-    """One 64x64 frame, then FRAMES frames of 160x120, one 90 kHz tick apart, in an MP4."""
-    raw = tmp_path_factory.mktemp("odd") / "raw.h264"
-    raw.write_bytes(annex_b(64, 64, 1) + annex_b(160, 120, FRAMES))
-    path = raw.with_name("odd.mp4")
-    with av.open(str(raw), format="h264") as source, av.open(str(path), "w") as output:
-        stream = output.add_stream_from_template(source.streams.video[0])
-        stream.time_base = Fraction(1, 90000)
-        for number, packet in enumerate(p for p in source.demux(source.streams.video[0]) if p.size):
-            packet.stream, packet.time_base = stream, Fraction(1, 90000)
-            packet.pts = packet.dts = number
-            packet.duration = 1
-            output.mux(packet)
-    return path
+def odd_clip(tmp_path_factory) -> Path:
+    return odd_first_frame(tmp_path_factory.mktemp("odd"), FRAMES)
 
 
 class CountingAv:
@@ -82,10 +54,10 @@ class CountingAv:
         return Counted()
 
 
-def test_frames_of_another_size_count_and_the_decode_stops_within_its_budget(odd_first_frame, monkeypatch):
+def test_frames_of_another_size_count_and_the_decode_stops_within_its_budget(odd_clip, monkeypatch):
     counting = CountingAv()
     monkeypatch.setattr(verifier, "av", counting)
-    verdict = verifier.verify(odd_first_frame, ProvenanceConfig().settings())
+    verdict = verifier.verify(odd_clip, ProvenanceConfig().settings())
     assert verdict.kind == "video" and not verdict.detection.found
     assert counting.decoded <= verifier.MAX_DECODED_FRAMES + 1 < FRAMES + 1
 
