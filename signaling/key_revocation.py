@@ -71,12 +71,12 @@ class RevocationWatch:
             self._store_down = False
             for key_hash in live - active:
                 for holder in self._holders:
-                    await holder.end_key(key_hash, REVOKED)
+                    try:
+                        await holder.end_key(key_hash, REVOKED)
+                    except Exception:  # one stream failing to end must not keep the others on air
+                        log.exception("ending a revoked key's publish failed")
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._poll_s)
-            try:
-                await self.check_now()
-            except Exception:  # a bug here must not end the watch: the next poll tries again
-                log.exception("revocation check failed")
+            await self.check_now()

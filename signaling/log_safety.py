@@ -41,8 +41,9 @@ def _escape_one(match: re.Match[str]) -> str:
 
 
 def quoted(value: object, limit: int = 80) -> str:
-    """A client's text for a log line: escaped, cut at ``limit`` characters, in quotes."""
-    text = str(value)
+    """A client's text for a log line: secrets cut to hints, escaped, at most ``limit``
+    characters, in quotes."""
+    text = redact_secrets(str(value))
     cut = text[:limit] + "…" if len(text) > limit else text
     return '"' + escape(cut).replace('"', '\\"') + '"'
 
@@ -59,5 +60,6 @@ def redact_secrets(text: str) -> str:
 
 
 def safe_line(text: str) -> str:
-    """Escaped and redacted: what a log formatter writes for a record's message."""
-    return redact_secrets(escape(text))
+    """Redacted, then escaped (an escape must not glue a key to the text before it):
+    what a log formatter writes for a record's message."""
+    return escape(redact_secrets(text))

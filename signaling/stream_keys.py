@@ -120,7 +120,7 @@ CREATE INDEX IF NOT EXISTS stream_key_pushes_by_key ON stream_key_pushes (key_id
 _COLUMNS = "key_id, key_hash, owner, created, revoked, stream"
 DB_NAME = "stream-keys.db"
 LEGACY_NAME = "stream-keys.json"  # the store of earlier versions, moved into the database when first opened
-BUSY_TIMEOUT_S = 10.0  # a write of another process holds the database this long at most, as seen in practice: ms
+BUSY_TIMEOUT_S = 10.0  # the longest a read or write waits for another process's write (those take milliseconds)
 _T = TypeVar("_T")
 
 

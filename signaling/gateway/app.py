@@ -86,6 +86,7 @@ class GatewaySettings:
     rtmp_tls: ssl.SSLContext | None = None  # RTMPS beside the relay's RTMP (config tls)
     rtmp_tls_port: int = 0
     cors_origins: tuple[str, ...] = ()  # config server.cors_origins: pages elsewhere that may call it
+    event_sockets_per_user: int = 8  # config quotas.event_sockets_per_user
 
 
 @dataclass
@@ -421,7 +422,8 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
     r.add_patch("/whep/{session_id}/{viewer_id}", gateway.to_owner)
     r.add_post("/api/v1/faces", gateway.upload_face)
     if auth is not None:  # the events socket shows the caller's sessions: it needs to know who calls
-        add_event_routes(app, gateway.sessions_for, gateway.node_dicts)
+        add_event_routes(app, gateway.sessions_for, gateway.node_dicts,
+                         max_sockets_per_user=settings.event_sockets_per_user)
     add_openapi_route(app, gateway=True)  # before the catch-all below
     add_metrics_routes(app, metrics)
     r.add_route("*", "/api/v1/{tail:.*}", gateway.any_node)
