@@ -16,7 +16,10 @@ close) and ignored. On server shutdown every socket is closed with 1001 (going a
 
 Authentication is the auth middleware's (``?token=`` on the upgrade, since browsers cannot
 set headers there); a request that is not a WebSocket upgrade gets 426, and one user gets
-``MAX_SOCKETS_PER_USER`` sockets at once (429 past that).
+``max_sockets_per_user`` sockets at once (429 past that). A socket lives no longer than its
+token: when the token's ``exp`` passes, it is closed with 1008 (policy violation) and the
+reason "token expired", as a REST call with that token would get 401; the page reconnects
+with a fresh token.
 """
 
 from __future__ import annotations
@@ -37,14 +40,15 @@ log = logging.getLogger(__name__)
 EVENTS_PATH = "/api/v1/events"
 # every socket lists its user's sessions each interval (a gateway asks every node for it),
 # while the rate limit sees only the upgrade: one user's sockets at once are bounded
-MAX_SOCKETS_PER_USER = 8
+MAX_SOCKETS_PER_USER = 8  # the default of quotas.event_sockets_per_user
+TOKEN_EXPIRED = "token expired"
 ListSessions = Callable[[web.Request], Awaitable[list[dict[str, Any]]]]
 ListNodes = Callable[[], Awaitable[list[dict[str, Any]]]]
 _CLOSING = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 
 
 def add_event_routes(app: web.Application, list_sessions: ListSessions, list_nodes: ListNodes | None,
-                     interval_s: float = 1.0) -> None:
+                     interval_s: float = 1.0, max_sockets_per_user: int = MAX_SOCKETS_PER_USER) -> None:
     """Mount the events WebSocket. ``list_nodes`` None: snapshots carry no nodes."""
     sockets: set[web.WebSocketResponse] = set()
     per_user: collections.Counter[str] = collections.Counter()
@@ -56,8 +60,8 @@ def add_event_routes(app: web.Application, list_sessions: ListSessions, list_nod
         if not ws.can_prepare(request).ok:
             return web.json_response({"error": "a WebSocket endpoint: connect with Upgrade: websocket"}, status=426,
                                      headers={"Upgrade": "websocket", "Connection": "Upgrade"})
-        if per_user[caller.subject] >= MAX_SOCKETS_PER_USER:
-            return web.json_response({"error": f"{MAX_SOCKETS_PER_USER} event sockets of this user are open already, "
+        if per_user[caller.subject] >= max_sockets_per_user:
+            return web.json_response({"error": f"{max_sockets_per_user} event sockets of this user are open already, "
                                                "the most one user may hold; close one first"},
                                      status=429, headers={"Retry-After": "5"})
         per_user[caller.subject] += 1
@@ -92,8 +96,12 @@ def add_event_routes(app: web.Application, list_sessions: ListSessions, list_nod
 
 async def _stream(request: web.Request, ws: web.WebSocketResponse, list_sessions: ListSessions,
                   list_nodes: ListNodes | None, interval_s: float) -> None:
+    caller = principal(request)
     previous: dict[str, dict[str, Any]] | None = None
     while not ws.closed:
+        if caller.expired(time.time()):
+            await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=TOKEN_EXPIRED.encode())
+            return
         sessions = await list_sessions(request)
         current = {str(s.get("id")): s for s in sessions}
         if previous is not None:
@@ -106,7 +114,8 @@ async def _stream(request: web.Request, ws: web.WebSocketResponse, list_sessions
             snapshot["nodes"] = await list_nodes()
         await ws.send_json(snapshot)
         previous = current
-        if not await _idle(ws, interval_s):
+        wait = interval_s if caller.expires is None else max(0.0, min(interval_s, caller.expires - time.time()))
+        if not await _idle(ws, wait):
             return
 
 

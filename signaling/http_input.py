@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from gpu.errors import SwapcastError
+from signaling.log_safety import quoted
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,29 @@ class BadInput(SwapcastError):
     @property
     def reason(self) -> str:
         return str(self)
+
+
+# invisible or layout-breaking: controls, surrogates, line and paragraph separators, and the
+# format characters that reorder or hide text (bidi embeddings, overrides, isolates; marks)
+_NOT_IN_NAMES = frozenset("\u061c\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                          "\u2060\u2066\u2067\u2068\u2069\ufeff")
+
+
+def display_name(value: object, what: str, max_chars: int) -> str:
+    """A name a user gives something (a stream key, a face), trimmed: what is checked here is
+    what is stored and shown. ``BadInput`` when it is no string, empty, longer than
+    ``max_chars`` or holds a character that breaks or disguises a line."""
+    if not isinstance(value, str):
+        raise BadInput(f"{what} must be a string")
+    name = value.strip()
+    if not name:
+        raise BadInput(f"{what} must not be empty")
+    if len(name) > max_chars:
+        raise BadInput(f"{what} is {len(name)} characters long; the limit is {max_chars}")
+    bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or c in _NOT_IN_NAMES), None)
+    if bad is not None:
+        raise BadInput(f"{what} must not contain control characters (found U+{ord(bad):04X})")
+    return name
 
 
 async def read_json(request: web.Request) -> object:
@@ -73,7 +98,7 @@ async def bad_input_middleware(request: web.Request, handler: Handler) -> web.St
     except BadInput as exc:
         return web.json_response({"error": exc.reason}, status=400)
     except (UnicodeError, RecursionError) as exc:
-        log.warning("%s %s: unreadable input reached the handler (answered 400)", request.method, request.path,
+        log.warning("%s %s: unreadable input reached the handler (answered 400)", request.method, quoted(request.path),
                     exc_info=True)
         reason = "the request nests too deeply" if isinstance(exc, RecursionError) else "the request is not valid UTF-8"
         return web.json_response({"error": reason}, status=400)

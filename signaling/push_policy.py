@@ -21,13 +21,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from signaling.log_safety import quoted
 from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[str]]  # (host, port) -> the address to connect to
 
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _DEFAULT_PORTS = {"rtmp": 1935, "rtmps": 443, "http": 80, "https": 443}
 log = logging.getLogger(__name__)
 
@@ -37,27 +37,46 @@ class DestinationRefused(StreamKeyError, PermissionError):
     too, so a connecting client reports it like any other failure to connect."""
 
 
-def embedded_ipv4(address: IpAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4, Teredo), if any: those
-    reach the IPv4 host, so it is the one the rule is about."""
+@dataclass(frozen=True)
+class Ipv4InIpv6:
+    """An IPv6 range whose addresses carry or translate an IPv4 address: a packet sent to
+    one reaches an IPv4 host (through the kernel's mapping, a NAT64 or SIIT translator, a
+    6to4 or Teredo relay), whichever host the IPv4 part names. ``carried`` reads that IPv4
+    address where the range fixes where it sits (None: the operator's translator decides)."""
+
+    network: ipaddress.IPv6Network
+    name: str
+    carried: Callable[[ipaddress.IPv6Address], ipaddress.IPv4Address | None] | None
+
+
+def _last_32_bits(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+
+
+# Every range that embeds or translates IPv4, in one table: a user's destination in any of
+# them is refused unless push.allowed_networks holds it (or the IPv4 address it carries).
+IPV4_IN_IPV6 = tuple(Ipv4InIpv6(ipaddress.IPv6Network(network), name, carried) for network, name, carried in (
+    ("::/96", "IPv4-compatible (RFC 4291)", _last_32_bits),
+    ("::ffff:0:0/96", "IPv4-mapped (RFC 4291)", _last_32_bits),
+    ("::ffff:0:0:0/96", "IPv4-translated, SIIT (RFC 2765)", _last_32_bits),
+    ("64:ff9b::/96", "NAT64 well-known prefix (RFC 6052)", _last_32_bits),
+    ("64:ff9b:1::/48", "NAT64 local-use prefix (RFC 8215)", None),  # its prefix length is the operator's
+    ("2002::/16", "6to4 (RFC 3056)", lambda address: address.sixtofour),
+    ("2001::/32", "Teredo (RFC 4380)", lambda address: address.teredo[1] if address.teredo else None),
+))
+
+
+def ipv4_in_ipv6(address: IpAddress) -> Ipv4InIpv6 | None:
+    """The range of ``IPV4_IN_IPV6`` that ``address`` is in, if any."""
     if isinstance(address, ipaddress.IPv4Address):
         return None
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    if address.sixtofour is not None:
-        return address.sixtofour
-    return address.teredo[1] if address.teredo is not None else None
+    return next((entry for entry in IPV4_IN_IPV6 if address in entry.network), None)
 
 
 def is_public(address: IpAddress) -> bool:
     """A globally routable unicast address (not private, loopback, link-local, shared,
-    multicast, unspecified or reserved), judged by the IPv4 address inside it if any."""
-    inner = embedded_ipv4(address)
-    if inner is not None:
-        return is_public(inner)
-    return address.is_global and not address.is_multicast
+    multicast, unspecified or reserved) that carries no IPv4 address (``IPV4_IN_IPV6``)."""
+    return ipv4_in_ipv6(address) is None and address.is_global and not address.is_multicast
 
 
 @dataclass(frozen=True)
@@ -86,12 +105,24 @@ class PushPolicy:
             raise DestinationRefused(f"{what} host {host!r} is not in push.allowed_hosts")
 
     def check_address(self, host: str, address: IpAddress, what: str = "push destination") -> None:
-        if is_public(address) or any(address in net or (embedded_ipv4(address) or address) in net
-                                     for net in self.allowed_networks):
+        if self.allows(address):
             return
         shown = host if host == str(address) else f"{host} ({address})"
+        translated = ipv4_in_ipv6(address)
+        if translated is not None:
+            raise DestinationRefused(f"{what} {shown} is an IPv6 address that carries an IPv4 one "
+                                     f"({translated.name}), which is not a public address here; "
+                                     "the operator can allow it in push.allowed_networks")
         raise DestinationRefused(f"{what} {shown} is not a public address; "
                                  "the operator can allow it in push.allowed_networks")
+
+    def allows(self, address: IpAddress) -> bool:
+        """Public, or in ``allowed_networks`` (itself, or the IPv4 address it carries)."""
+        if is_public(address) or any(address in net for net in self.allowed_networks):
+            return True
+        translated = ipv4_in_ipv6(address)
+        inner = translated.carried(address) if translated is not None and translated.carried is not None else None
+        return inner is not None and any(inner in net for net in self.allowed_networks)
 
     async def check_new(self, url: str, what: str = "push destination") -> None:
         """At key creation: the host, and every address it resolves to now. A name that does
@@ -124,8 +155,8 @@ class PushPolicy:
         host as is when every active key pushing there is exempt, else ``resolve``."""
 
         async def resolve(host: str, port: int) -> str:
-            try:
-                records = [r for r in await asyncio.to_thread(store.list) if r.active and url in r.stream.push]
+            try:  # an indexed read of the keys pushing there, not of the whole store
+                records = await store.call(store.pushing_to, url)
             except StreamKeyError:  # an unreadable store exempts nobody
                 records = []
             if records and all(self.exempt(record) for record in records):
@@ -133,7 +164,7 @@ class PushPolicy:
             try:
                 return await self.resolve(host, port)
             except DestinationRefused as exc:
-                log.warning("push %s refused by the push policy: %s", redacted(url), exc)
+                log.warning("push %s refused by the push policy: %s", quoted(redacted(url)), exc)
                 raise
 
         return resolve

@@ -2,25 +2,30 @@
 configuration (source face, swap options, push destinations, recording).
 
 Keys are shown once when created; only their SHA-256 is stored, so a leaked store does not
-leak keys. The store is one JSON file written atomically; source faces are copied next to it
-so a key keeps working if the original photo moves. Nodes of a cluster may share the folder
-(a volume), so every read-modify-write holds an exclusive ``flock`` on a lock file beside it:
-two nodes creating keys at the same instant both keep theirs."""
+leak keys. The store is an SQLite database indexed by that hash (``StreamKeyStore``); source
+faces are copied next to it so a key keeps working if the original photo moves. Nodes of a
+cluster may share the folder (a volume): every write is one transaction, so two nodes
+creating keys at the same instant both keep theirs, and a revocation made on one node is
+seen by every node's ``signaling.key_revocation`` watch within a second."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import secrets
 import shutil
-import tempfile
+import sqlite3
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 from gpu.errors import SwapcastError
 
@@ -95,13 +100,88 @@ def check_destination(url: str) -> str:
     return url
 
 
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS stream_keys (
+    key_id TEXT PRIMARY KEY,
+    key_hash TEXT NOT NULL UNIQUE,
+    owner TEXT NOT NULL,
+    created REAL NOT NULL,
+    revoked REAL,
+    stream TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS stream_keys_by_owner ON stream_keys (owner, created);
+CREATE TABLE IF NOT EXISTS stream_key_pushes (
+    url TEXT NOT NULL,
+    key_id TEXT NOT NULL REFERENCES stream_keys (key_id) ON DELETE CASCADE,
+    PRIMARY KEY (url, key_id)
+);
+CREATE INDEX IF NOT EXISTS stream_key_pushes_by_key ON stream_key_pushes (key_id);
+"""
+_COLUMNS = "key_id, key_hash, owner, created, revoked, stream"
+DB_NAME = "stream-keys.db"
+LEGACY_NAME = "stream-keys.json"  # the store of earlier versions, moved into the database when first opened
+BUSY_TIMEOUT_S = 10.0  # the longest a read or write waits for another process's write (those take milliseconds)
+_T = TypeVar("_T")
+
+
 class StreamKeyStore:
-    """Stream keys persisted in ``<data_dir>/stream-keys.json`` (and faces in ``faces/``)."""
+    """Stream keys in ``<data_dir>/stream-keys.db`` (and copied faces in ``faces/``).
+
+    Every lookup is by an index: the key's hash (a publish), the key id (revoke), the owner
+    (their list and their quota), a push URL (the push policy's connect-time check). None
+    reads the whole store, so a bogus publish costs the same at 10 keys as at 100,000. The
+    synchronous methods do file I/O: the event loop calls them through ``call`` (the
+    store's own two threads) or uses the coroutines ``lookup`` and ``active_among``.
+    SQLite's own locking makes every write one transaction across processes, nodes sharing
+    the folder included (the rollback journal, not WAL, so a volume shared between hosts
+    works as far as its file locks do, as the flock of the JSON store needed too)."""
 
     def __init__(self, data_dir: str | Path) -> None:
         self.data_dir = Path(data_dir).expanduser()
-        self.path = self.data_dir / "stream-keys.json"
+        self.path = self.data_dir / DB_NAME
         self._faces = self.data_dir / "faces"
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._opened = threading.Lock()
+        self._ready = False
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- from the event loop ------------------------------------------------------------------
+
+    async def call(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``function(*args, **kwargs)`` (one of this store's methods) on the store's threads."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stream-keys")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(function, *args, **kwargs))
+
+    async def lookup(self, key: str) -> StreamKey | None:
+        """The record of a presented key, active or revoked (None: no such key)."""
+        return await self.call(self.record_of_hash, hash_key(key))
+
+    async def active_among(self, key_hashes: Iterable[str]) -> set[str]:
+        """Which of these key hashes belong to active keys (a live stream's key revoked since
+        is not among them)."""
+        wanted = list(dict.fromkeys(key_hashes))
+        return await self.call(self._active_among, wanted) if wanted else set()
+
+    def close(self) -> None:
+        """Let go of the threads and database connections (a node's cleanup)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        with self._opened:
+            for connection in self._connections:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.close()
+            self._connections.clear()
+            self._local = threading.local()
+
+    # -- synchronous (threads, the command line) ------------------------------------------------
+
+    def prepare(self) -> None:
+        """Create the database, or move an earlier version's JSON store into it; the first
+        use does it anyway, a node does it at start so no request waits for it."""
+        self._db()
 
     def add(self, name: str, source_face: str | Path | None = None, *, face_id: str | None = None,
             swap: dict | None = None, push: tuple[str, ...] = (), record: str | None = None,
@@ -110,7 +190,7 @@ class StreamKeyStore:
         """Create a key for a photo (copied into the store) or a face library id; returns
         (the secret key, shown only now, and its record). With ``max_per_owner`` the owner
         keeps at most that many records: their oldest revoked ones make room, and with
-        none revoked it is a ``StreamKeyLimitError`` (every publish reads the whole store)."""
+        none revoked it is a ``StreamKeyLimitError``."""
         if (source_face is None) == (face_id is None):
             raise StreamKeyError("a stream key needs either a source photo or a face id")
         for url in push:
@@ -119,17 +199,16 @@ class StreamKeyStore:
         if source is not None and not source.is_file():
             raise StreamKeyError(f"source face {source}: no such file")
         key = KEY_PREFIX + secrets.token_urlsafe(24)
-        with self._locked():
-            keys = self._load()
-            key_id = _fresh_key_id({k.key_id for k in keys})
+        with self._transaction() as db:
             if owner and max_per_owner is not None:
-                keys = _room_for_one_more(keys, owner, max_per_owner)
+                _make_room_for_one_more(db, owner, max_per_owner)
+            key_id = _fresh_key_id(db)
             stored_face = ""
             if source is not None:
                 self._faces.mkdir(parents=True, exist_ok=True)
                 stored_face = str(self._faces / f"{key_id}{source.suffix.lower()}")
                 shutil.copyfile(source, stored_face)
-            record = StreamKey(
+            made = StreamKey(
                 key_id=key_id,
                 key_hash=hash_key(key),
                 stream=StreamConfig(name=name, source_face=stored_face, swap=dict(swap or {}), push=tuple(push),
@@ -137,85 +216,194 @@ class StreamKeyStore:
                 created=time.time(),
                 owner=owner,
             )
-            keys.append(record)
-            self._save(keys)
-        return key, record
+            _insert(db, made)
+        return key, made
 
-    def list(self) -> list[StreamKey]:
-        return self._load()
+    def import_records(self, records: Iterable[StreamKey]) -> None:
+        """Store whole records at once, in one transaction (a migration, a benchmark's
+        store of 100,000 keys); a record whose key id is taken is left out."""
+        with self._transaction() as db:
+            _import(db, records)
+
+    def list(self, owner: str | None = None) -> list[StreamKey]:
+        """Every key (or one owner's), oldest first."""
+        if owner is None:
+            rows = self._rows(f"SELECT {_COLUMNS} FROM stream_keys ORDER BY created, key_id")
+        else:
+            rows = self._rows(f"SELECT {_COLUMNS} FROM stream_keys WHERE owner = ? ORDER BY created, key_id", (owner,))
+        return [_record(row) for row in rows]
 
     def get(self, key_id: str) -> StreamKey:
-        for record in self._load():
-            if record.key_id == key_id:
-                return record
-        raise StreamKeyError(f"no stream key with id {key_id!r}")
+        rows = self._rows(f"SELECT {_COLUMNS} FROM stream_keys WHERE key_id = ?", (key_id,))
+        if not rows:
+            raise StreamKeyError(f"no stream key with id {key_id!r}")
+        return _record(rows[0])
 
     def revoke(self, key_id: str) -> StreamKey:
-        with self._locked():
-            keys = self._load()
-            for index, record in enumerate(keys):
-                if record.key_id == key_id:
-                    if record.revoked is None:
-                        keys[index] = record = StreamKey(**{**asdict(record), "stream": record.stream, "revoked": time.time()})
-                        self._save(keys)
-                    return record
-        raise StreamKeyError(f"no stream key with id {key_id!r} (see 'swapcast keys list')")
+        with self._transaction() as db:
+            db.execute("UPDATE stream_keys SET revoked = ? WHERE key_id = ? AND revoked IS NULL", (time.time(), key_id))
+            row = db.execute(f"SELECT {_COLUMNS} FROM stream_keys WHERE key_id = ?", (key_id,)).fetchone()
+        if row is None:
+            raise StreamKeyError(f"no stream key with id {key_id!r} (see 'swapcast keys list')")
+        return _record(row)
 
     def find(self, key: str) -> StreamKey | None:
         """The active record for a secret key, or None (unknown or revoked)."""
-        wanted = hash_key(key)
-        return next((r for r in self._load() if r.active and secrets.compare_digest(r.key_hash, wanted)), None)
+        record = self.record_of_hash(hash_key(key))
+        return record if record is not None and record.active else None
+
+    def record_of_hash(self, key_hash: str) -> StreamKey | None:
+        rows = self._rows(f"SELECT {_COLUMNS} FROM stream_keys WHERE key_hash = ?", (key_hash,))
+        return _record(rows[0]) if rows else None
+
+    def pushing_to(self, url: str) -> list[StreamKey]:
+        """The active keys that push to ``url``."""
+        rows = self._rows(f"SELECT {', '.join('k.' + c for c in _COLUMNS.split(', '))} FROM stream_key_pushes AS p "
+                          "JOIN stream_keys AS k ON k.key_id = p.key_id WHERE p.url = ? AND k.revoked IS NULL", (url,))
+        return [_record(row) for row in rows]
+
+    def _active_among(self, key_hashes: list[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(key_hashes), 500):  # SQLite's bound on parameters per statement
+            part = key_hashes[start:start + 500]
+            rows = self._rows(
+                f"SELECT key_hash FROM stream_keys WHERE revoked IS NULL AND key_hash IN ({', '.join('?' * len(part))})",
+                part)
+            found.update(row[0] for row in rows)
+        return found
+
+    # -- the database ---------------------------------------------------------------------------
+
+    def _rows(self, sql: str, parameters: Iterable[object] = ()) -> list[tuple]:
+        try:
+            return self._db().execute(sql, tuple(parameters)).fetchall()
+        except sqlite3.Error as exc:
+            raise StreamKeyError(f"stream key store {self.path} cannot be read ({exc})") from None
+
+    def _db(self) -> sqlite3.Connection:
+        """This thread's connection (SQLite connections are not shared between threads)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            return connection
+        with self._opened:
+            if not self._ready:
+                self._create()
+            connection = self._connect()
+            self._connections.append(connection)
+        self._local.connection = connection
+        return connection
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                         check_same_thread=False)
+            connection.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            raise StreamKeyError(f"stream key store {self.path} cannot be opened ({exc})") from None
+        return connection
+
+    def _create(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        created = not self.path.exists()
+        db = self._connect()
+        try:
+            db.executescript(_SCHEMA)
+            if created:
+                os.chmod(self.path, 0o600)
+            self._migrate(db)
+        except sqlite3.Error as exc:
+            raise StreamKeyError(f"stream key store {self.path} is unusable ({exc})") from None
+        finally:
+            db.close()
+        self._ready = True
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Move the JSON store of earlier versions into the database, in one transaction;
+        the file stays beside it as ``stream-keys.json.migrated``. Several processes
+        starting at once each import it; the key ids make the second import a no-op."""
+        legacy = self.data_dir / LEGACY_NAME
+        if not legacy.exists():
+            return
+        try:
+            rows = json.loads(legacy.read_text(encoding="utf-8"))
+            records = [_legacy_record(row) for row in rows]
+        except FileNotFoundError:  # another process moved it just now
+            return
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise StreamKeyError(f"stream key store {legacy} is unreadable ({exc}); "
+                                 f"it was not moved into {self.path.name}") from None
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            _import(db, records)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        with contextlib.suppress(FileNotFoundError):
+            legacy.replace(legacy.with_name(LEGACY_NAME + ".migrated"))
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Exclusive across processes (and hosts sharing the folder, where the file system
-        supports ``flock``); readers need no lock, since the file is replaced atomically."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.data_dir / ".stream-keys.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _load(self) -> list[StreamKey]:
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (``IMMEDIATE``): a read-then-write of another
+        process cannot slip between our read and our write."""
+        db = self._db()
         try:
-            rows = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return []
-        except (OSError, ValueError) as exc:
-            raise StreamKeyError(f"stream key store {self.path} is unreadable ({exc})") from None
-        return [
-            StreamKey(**{**row, "stream": StreamConfig(**{**row["stream"], "push": tuple(row["stream"]["push"])})})
-            for row in rows
-        ]
-
-    def _save(self, keys: list[StreamKey]) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(prefix=".stream-keys.", dir=self.data_dir)
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump([asdict(k) for k in keys], out, indent=2)
-        os.chmod(temp, 0o600)
-        os.replace(temp, self.path)
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StreamKeyError(f"stream key store {self.path} is busy or unwritable ({exc})") from None
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException as exc:
+            db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StreamKeyError(f"stream key store {self.path}: the change failed ({exc})") from None
+            raise
 
 
-def _fresh_key_id(taken: set[str]) -> str:
+def _insert(db: sqlite3.Connection, made: StreamKey) -> None:
+    stream = asdict(made.stream)
+    db.execute(f"INSERT INTO stream_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+               (made.key_id, made.key_hash, made.owner, made.created, made.revoked, json.dumps(stream)))
+    db.executemany("INSERT OR IGNORE INTO stream_key_pushes (url, key_id) VALUES (?, ?)",
+                   [(url, made.key_id) for url in made.stream.push])
+
+
+def _import(db: sqlite3.Connection, records: Iterable[StreamKey]) -> None:
+    for made in records:
+        if db.execute("SELECT 1 FROM stream_keys WHERE key_id = ?", (made.key_id,)).fetchone() is None:
+            _insert(db, made)
+
+
+def _record(row: tuple) -> StreamKey:
+    key_id, key_hash, owner, created, revoked, stream = row
+    config = json.loads(stream)
+    return StreamKey(key_id=key_id, key_hash=key_hash, owner=owner, created=created, revoked=revoked,
+                     stream=StreamConfig(**{**config, "push": tuple(config.get("push", ()))}))
+
+
+def _legacy_record(row: dict) -> StreamKey:
+    return StreamKey(**{**row, "stream": StreamConfig(**{**row["stream"], "push": tuple(row["stream"]["push"])})})
+
+
+def _fresh_key_id(db: sqlite3.Connection) -> str:
     """A key id no record holds: a node keeps one live stream per key id (and the key's
     copied face is named by it), so two users' keys sharing an id would put the second
     one's publisher into the first one's stream."""
-    while (key_id := secrets.token_hex(4)) in taken:
+    while db.execute("SELECT 1 FROM stream_keys WHERE key_id = ?", (key_id := secrets.token_hex(4),)).fetchone():
         pass
     return key_id
 
 
-def _room_for_one_more(keys: list[StreamKey], owner: str, limit: int) -> list[StreamKey]:
-    """``keys`` without as many of ``owner``'s oldest revoked keys as it takes to add one."""
-    theirs = [k for k in keys if k.owner == owner]
-    excess = len(theirs) + 1 - limit
+def _make_room_for_one_more(db: sqlite3.Connection, owner: str, limit: int) -> None:
+    """Delete as many of ``owner``'s oldest revoked keys as it takes to add one."""
+    held = db.execute("SELECT COUNT(*) FROM stream_keys WHERE owner = ?", (owner,)).fetchone()[0]
+    excess = held + 1 - limit
     if excess <= 0:
-        return keys
-    revoked = sorted((k for k in theirs if not k.active), key=lambda k: k.revoked or 0.0)[:excess]
+        return
+    revoked = [row[0] for row in db.execute(
+        "SELECT key_id FROM stream_keys WHERE owner = ? AND revoked IS NOT NULL ORDER BY revoked LIMIT ?",
+        (owner, excess))]
     if len(revoked) < excess:
         raise StreamKeyLimitError(f"you already hold {limit} stream keys, the most one user may; revoke one first")
-    dropped = {id(k) for k in revoked}
-    return [k for k in keys if id(k) not in dropped]
+    db.executemany("DELETE FROM stream_keys WHERE key_id = ?", [(key_id,) for key_id in revoked])

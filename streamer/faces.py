@@ -21,7 +21,6 @@ import io
 import logging
 import secrets
 import threading
-import unicodedata
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -32,6 +31,7 @@ import numpy as np
 
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import ImageError, ManyFacesError, NoFaceError, SwapcastError
+from signaling.http_input import BadInput, display_name
 from signaling.registry import FaceLimitError, FaceRecord, MemoryRegistry, Registry
 from signaling.stream_keys import StreamConfig
 from streamer.media.images import HEADER_CHECKED_FORMATS
@@ -133,20 +133,12 @@ class FaceThumbnail:
 
 
 def face_name(value: object) -> str:
-    """A name as given by a user, trimmed; ``BadFaceNameError`` saying what is wrong."""
-    if not isinstance(value, str):
-        raise BadFaceNameError("name must be a string")
-    name = value.strip()
-    if not name:
-        raise BadFaceNameError("name must not be empty")
-    if len(name) > MAX_NAME_CHARS:
-        raise BadFaceNameError(f"name is {len(name)} characters long; the limit is {MAX_NAME_CHARS}")
-    # control, format, separator-of-lines and surrogate characters: invisible or layout-breaking
-    bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp")
-                or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"), None)
-    if bad is not None:
-        raise BadFaceNameError(f"name must not contain control characters (found U+{ord(bad):04X})")
-    return name
+    """A name as given by a user, trimmed; ``BadFaceNameError`` saying what is wrong (the
+    rule every name a user gives follows: ``signaling.http_input.display_name``)."""
+    try:
+        return display_name(value, "name", MAX_NAME_CHARS)
+    except BadInput as exc:
+        raise BadFaceNameError(exc.reason) from None
 
 
 def file_face_name(filename: str | None) -> str | None:

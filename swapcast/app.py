@@ -33,7 +33,8 @@ from signaling.events import add_event_routes
 from signaling.cors import CorsPolicy
 from signaling.http_input import bad_input_middleware
 from signaling.jobs import JobService, JobSettings, add_job_routes, face_checker
-from signaling.keys_api import KeyApi, add_key_routes
+from signaling.key_revocation import RevocationWatch
+from signaling.keys_api import KeyApi, KeyQuotas, add_key_routes
 from signaling.node_agent import AgentSettings, NodeAgent
 from signaling.openapi import add_openapi_route
 from signaling.push_policy import PushPolicy
@@ -71,6 +72,7 @@ class Node:
     rtmp_ingest: RtmpIngest  # OBS/ffmpeg publishers, re-publish, recording, play
     rtmp_server: RtmpServer
     keys: StreamKeyStore
+    revocations: RevocationWatch  # ends live publishes of keys revoked anywhere
     video_encoder: CodecChoice = SOFTWARE_ENCODE  # live.video_encoder, as chosen at start
     video_decoder: CodecChoice = SOFTWARE_DECODE  # live.video_decoder, as chosen at start
     agent: NodeAgent | None = None
@@ -88,6 +90,8 @@ class Node:
         return self.sessions.node_id
 
     async def startup(self, _: web.Application | None = None) -> None:
+        await self.keys.call(self.keys.prepare)  # creates the store, or moves a JSON store of earlier versions in
+        self.revocations.start()
         self.sessions.start()
         await self.rtmp_server.start()
         self.agent = NodeAgent(self.registry, self._node_info(), NodeHooksAdapter(self), AgentSettings(
@@ -108,6 +112,7 @@ class Node:
     async def shutdown(self, _: web.Application | None = None) -> None:
         """Before the HTTP server stops: end every live connection, then leave the
         registry, which moves the sessions' records to other nodes."""
+        await self.revocations.close()
         await self.sessions.close_all()
         await self.rtmp_ingest.close()
         await self.rtmp_server.close()
@@ -120,6 +125,7 @@ class Node:
 
     async def cleanup(self, _: web.Application | None = None) -> None:
         self.faces.close()
+        self.keys.close()
         if self.owns_registry:
             await self.registry.close()
 
@@ -195,7 +201,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     node_id = cluster.node_id or f"{socket.gethostname()}-{secrets.token_hex(3)}"
     shared = registry
     registry = shared or open_registry(cluster.redis_url, ttl_s=cluster.node_ttl_s)
-    faces = FaceLibrary(engine, registry)
+    faces = FaceLibrary(engine, registry, max_faces_per_owner=config.quotas.faces_per_user)
     keys = StreamKeyStore(config.server.data_dir)
     push_policy = node_push_policy(config)
     provenance = config.provenance.settings()  # the watermark on every swapped frame, live or recorded
@@ -229,7 +235,8 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
         max_pending_per_ip=config.rtmp.max_pending_per_ip,
     )
     return Node(config=config, engine=engine, registry=registry, faces=faces, sessions=sessions,
-                rtmp_ingest=ingest, rtmp_server=rtmp_server, keys=keys, video_encoder=video_encoder,
+                rtmp_ingest=ingest, rtmp_server=rtmp_server, keys=keys,
+                revocations=RevocationWatch(keys, (ingest, sessions)), video_encoder=video_encoder,
                 video_decoder=video_decoder, tls=tls, owns_registry=shared is None)
 
 
@@ -285,7 +292,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
                     data_dir=config.server.data_dir, is_public=is_public)
     node = node or build_node(config, engine=engine, registry=registry)
     node.sessions.max_sessions_per_owner = auth.max_sessions_per_user
-    app = web.Application(middlewares=[auth.middleware])
+    app = web.Application(middlewares=[auth.middleware], client_max_size=config.quotas.request_body_kb * 1024)
     app[NODE_KEY] = node
     app[AUTH_KEY] = auth
     turn = TurnCredentials.from_config(config.webrtc)
@@ -336,8 +343,8 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
         entry = await node.faces.get(face_id)
         require_visible(caller, entry.owner, f"no face with id {face_id!r}", shared_when_unowned=True)
 
-    def check_options(options: dict) -> None:
-        node.sessions.resolve_options(config.swap, options)
+    def normalise_options(options: object) -> dict[str, Any]:
+        return node.sessions.normalised_options(config.swap, options)
 
     app.router.add_get("/", index)
     app.router.add_get("/admin/", admin_page)
@@ -348,7 +355,9 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
     app.router.add_static("/web/", WEB_ROOT)
     webrtc_routes.add_routes(app, node.sessions, node.faces, auth.audit, all_sessions=node.live_sessions,
                             verifier=auth.verifier, signer=auth.url_signer)
-    add_key_routes(app, KeyApi(node.keys, check_face, check_options, auth.audit, node_push_policy(config)))
+    quotas = config.quotas
+    add_key_routes(app, KeyApi(node.keys, check_face, normalise_options, auth.audit, node_push_policy(config),
+                               KeyQuotas(quotas.keys_per_user, quotas.push_per_key), node.revocations.check_now))
     jobs = None  # offline jobs need Redis; without it their routes answer 503 saying so
     if config.cluster.redis_url:
         jobs = JobService.connect(config.cluster.redis_url, JobSettings.from_config(config.jobs, config.server.data_dir),
@@ -365,7 +374,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
     async def node_list() -> list[dict]:
         return [info.to_dict() for info in await node.registry.nodes()]
 
-    add_event_routes(app, visible_sessions, node_list)
+    add_event_routes(app, visible_sessions, node_list, max_sockets_per_user=quotas.event_sockets_per_user)
     app.middlewares.append(bad_input_middleware)  # innermost: what escapes a handler, before any 500
     CorsPolicy(config.server.cors_origins).install(app)  # outermost: pre-flights carry no token
 

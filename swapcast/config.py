@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpu.engine import EngineSettings
 from gpu.errors import SwapcastError
@@ -23,13 +32,25 @@ from gpu.options import SwapOptions
 from gpu.processors import ProcessorSettings
 from gpu.processors.parser import DEFAULT_KEEP, REGIONS
 from gpu.threads import ThreadBudget
+from signaling.numbers import parse_natural
 
 ENV_PREFIX = "SWAPCAST_"
+_INTEGER = (int, int | None)
 CONFIG_ENV = "SWAPCAST_CONFIG"
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _integers_in_ascii(cls, value: object, info: ValidationInfo) -> object:
+        """An integer field written as text (the environment, a quoted YAML value) is read
+        by the project's one number parser: ASCII digits only, where the schema alone would
+        take ' 12', '+12' and '1_000'."""
+        if isinstance(value, str) and info.field_name is not None and cls.model_fields[info.field_name].annotation in _INTEGER:
+            return parse_natural(value.strip(), info.field_name)
+        return value
 
 
 class ProcessorsConfig(_Section):
@@ -126,6 +147,13 @@ class SwapConfig(_Section):
             raise ValueError("invalid options: face_selection 'reference' needs a reference photo, "
                              "which live sessions do not take yet; use 'all' or 'largest'")
         return merged
+
+    def normalised_changes(self, changes: object) -> dict[str, Any]:
+        """``changes`` as the schema reads them (``"smoothing": "off"`` is ``false``,
+        ``"blend": "0.5"`` is ``0.5``): what a session or stream key stores and answers, so
+        what was validated is what is kept. ``ValueError`` as ``with_live_changes``."""
+        merged = self.with_live_changes(changes).model_dump(mode="json")
+        return {name: merged[name] for name in changes}  # type: ignore[union-attr]  (a dict: checked above)
 
 
 class EncodeConfig(_Section):
@@ -239,9 +267,10 @@ class PushConfig(_Section):
     """Where stream keys may re-publish (their ``push`` destinations). The node opens those
     connections itself, so a user's key must not point them into the operator's network:
     loopback, private, link-local, shared, multicast, unspecified and other non-public
-    addresses (IPv6 ULA, IPv4-mapped/NAT64/6to4 forms of those too) are refused for users'
-    keys unless listed in ``allowed_networks``, when the key is made and again at every
-    connect (DNS answers change). Admins' and command-line keys are not restricted. Users'
+    addresses (IPv6 ULA too), and every IPv6 range that embeds or translates IPv4 (::/96,
+    ::ffff:0:0/96, ::ffff:0:0:0/96, 64:ff9b::/96, 64:ff9b:1::/48, 2002::/16, 2001::/32:
+    ``signaling.push_policy.IPV4_IN_IPV6``) are refused for users' keys unless listed in
+    ``allowed_networks``, when the key is made and again at every connect (DNS answers change). Admins' and command-line keys are not restricted. Users'
     job ``webhook_url``s are held to the same rule when the job is submitted."""
 
     allowed_hosts: list[str] = Field([], description="when set, users' keys push only to these hosts: a name, or "
@@ -261,6 +290,20 @@ class PushConfig(_Section):
             except ValueError:
                 raise ValueError(f"{network!r} is not an address or CIDR network") from None
         return networks
+
+
+class QuotasConfig(_Section):
+    """What one user can make the node keep or do, each bounded (docs/operations/threat-model.md
+    lists these with the other limits and where each is enforced). Going past one is a 409,
+    413 or 429 that says which limit it was; admins are held to them too."""
+
+    keys_per_user: int = Field(64, ge=1, le=100_000, description="stream keys one user holds, revoked ones not yet "
+                                                                 "replaced included (their oldest make room)")
+    push_per_key: int = Field(16, ge=0, le=1000, description="push destinations of one stream key made over the API")
+    faces_per_user: int = Field(64, ge=1, le=100_000, description="face pictures one user keeps (samples do not count)")
+    event_sockets_per_user: int = Field(8, ge=1, le=1000, description="events WebSockets one user holds open at once")
+    request_body_kb: int = Field(128, ge=16, le=16384, description="a JSON request body (uploads have their own limits: "
+                                                                   "faces 10 MB, verify 200 MB, jobs.max_upload_mb)")
 
 
 class ClusterConfig(_Section):
@@ -302,6 +345,10 @@ class JobsConfig(_Section):
     max_attempts: int = Field(3, ge=1, le=20)  # then the chunk goes to the dead-letter stream
     max_upload_mb: int = Field(2048, ge=1)
     max_active_per_user: int = Field(16, ge=1, description="a user's unfinished jobs; the next submission is a 429")
+    max_frames: int = Field(216_000, ge=1, description="frames a job's video may show (1 h at 60 fps); more fail the "
+                                                       "job at its split, before anything is decoded")
+    chunk_timeout_s: float = Field(600.0, gt=0, description="wall time one chunk's render may take; then it fails "
+                                                            "(and is retried up to max_attempts)")
     webhook_secret: str | None = None  # HMAC-SHA256 key for webhook bodies
 
     @model_validator(mode="after")
@@ -412,6 +459,7 @@ class Config(_Section):
     cluster: ClusterConfig = ClusterConfig()
     jobs: JobsConfig = JobsConfig()
     auth: AuthConfig = AuthConfig()
+    quotas: QuotasConfig = QuotasConfig()
     provenance: ProvenanceConfig = ProvenanceConfig()
 
     def file_data(self) -> dict[str, Any]:

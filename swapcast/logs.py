@@ -7,9 +7,15 @@ UTC ISO 8601 with milliseconds, ``extra`` is whatever the call passed with
 ``log.info(..., extra={"session_id": ...})``, and ``exc`` (only when there is one) is the
 formatted traceback, kept inside the one line so an exception never splits a record.
 
+Neither format lets a record's text forge another record (``signaling.log_safety``): a
+text line's message has every line-breaking, terminal and bidi control character escaped and
+its traceback lines indented, so each line that starts at column 0 is a record's own first
+line; a JSON line escapes the separators JSON itself leaves raw (U+2028, U+2029, C1
+controls). Both cut swapcast's own secrets (stream keys, play tokens, JWTs) to a hint.
+
 The HTTP access log goes through ``RedactingAccessLogger``: a token in a query string
-(the events WebSocket's ``?token=``, since browsers cannot set headers on a WebSocket) is
-written as ``***``, so the access log never holds a credential.
+(the events WebSocket's ``?token=``, since browsers cannot set headers on a WebSocket) or a
+signed picture link's ``sig`` is written as ``***``, so the access log never holds a credential.
 """
 
 from __future__ import annotations
@@ -25,11 +31,36 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_log import AccessLogger
 
+from signaling.log_safety import redact_secrets, safe_line
+
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 # attributes every LogRecord has: anything else on a record came from ``extra=``
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+# what json.dumps leaves raw inside strings although line readers break there or it hides text
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+TRACEBACK_INDENT = "    "
+
+
+class TextFormatter(logging.Formatter):
+    """``logging.Formatter`` whose records stay one line each: the message escaped and
+    redacted (``signaling.log_safety.safe_line``), the traceback and stack lines under it
+    indented (and escaped), so no text of a record starts a line of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = safe_line(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        text = self.formatMessage(record)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        blocks = [record.exc_text] if record.exc_text else []
+        if record.stack_info:
+            blocks.append(self.formatStack(record.stack_info))
+        for block in blocks:
+            text += "".join(f"\n{TRACEBACK_INDENT}{safe_line(line)}" for line in block.splitlines())
+        return text
 
 
 class JsonFormatter(logging.Formatter):
@@ -41,18 +72,19 @@ class JsonFormatter(logging.Formatter):
             .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact_secrets(record.getMessage()),
         }
         for key, value in record.__dict__.items():
             if key not in _STANDARD and key not in entry:
                 entry[key] = value
         if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+            entry["exc"] = redact_secrets(self.formatException(record.exc_info))
         elif record.exc_text:
-            entry["exc"] = record.exc_text
+            entry["exc"] = redact_secrets(record.exc_text)
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        line = json.dumps(entry, default=str, ensure_ascii=False)
+        return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
 
 
 def configure_logging(level: int | str = logging.INFO, fmt: LogFormat = "text", stream: TextIO | None = None,
@@ -65,7 +97,7 @@ def configure_logging(level: int | str = logging.INFO, fmt: LogFormat = "text", 
     if fmt not in ("text", "json"):
         raise ValueError(f"log format must be 'text' or 'json', not {fmt!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=force)
     server_log = logging.getLogger("aiohttp.server")
     if not any(isinstance(f, ClientFaultFilter) for f in server_log.filters):
@@ -97,7 +129,7 @@ class ClientFaultFilter(logging.Filter):
         record.exc_info, record.exc_text = None, None
 
 
-SECRET_QUERY_PARAMETERS = frozenset({"token", "access_token"})
+SECRET_QUERY_PARAMETERS = frozenset({"token", "access_token", "sig"})
 
 
 class RedactingAccessLogger(AbstractAccessLogger):

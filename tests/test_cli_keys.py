@@ -1,10 +1,8 @@
 """`swapcast keys add | list | revoke`: keys persist, are shown once, and bad input is refused."""
 
-import json
-
 import pytest
 
-from signaling.stream_keys import StreamKeyStore
+from signaling.stream_keys import StreamKeyStore, hash_key
 from streamer.media.images import write_image
 from swapcast.cli import main
 
@@ -27,12 +25,12 @@ def test_add_list_revoke_round_trip(data_dir, face, capsys):
                  "--blend", "0.7", "--mouth-mask"]) == 0
     key = capsys.readouterr().out.splitlines()[0]
     assert key.startswith("sk_") and len(key) > 30
-    stored = (data_dir / "stream-keys.json").read_text()
-    assert key not in stored  # only the hash is kept
+    stored = (data_dir / "stream-keys.db").read_bytes()
+    assert key.encode() not in stored and hash_key(key).encode() in stored  # only the hash is kept
     record = StreamKeyStore(data_dir).find(key)
     assert record.stream.name == "studio" and record.stream.push == ("rtmp://127.0.0.1:1935/live/x",)
     assert record.stream.swap == {"blend": 0.7, "mouth_mask": True}
-    assert json.loads(stored)[0]["stream"]["source_face"].startswith(str(data_dir))
+    assert record.stream.source_face.startswith(str(data_dir))
 
     assert main(["keys", "list"]) == 0
     listing = capsys.readouterr().out
@@ -54,7 +52,7 @@ def test_add_list_revoke_round_trip(data_dir, face, capsys):
 def test_bad_keys_are_refused(data_dir, face, capsys, extra, needle):
     assert main(["keys", "add", "--source", str(face), *extra]) == 2
     assert needle in capsys.readouterr().err
-    assert not (data_dir / "stream-keys.json").exists()
+    assert not (data_dir / "stream-keys.db").exists() or StreamKeyStore(data_dir).list() == []
 
 
 def test_a_source_without_a_face_is_refused(data_dir, tmp_path, capsys):

@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 
 from swapcast.cli import main
-from swapcast.logs import JsonFormatter, configure_logging
+from swapcast.logs import TEXT_FORMAT, JsonFormatter, TextFormatter, configure_logging
 
 
 def json_logger(name: str) -> tuple[logging.Logger, io.StringIO]:
@@ -94,6 +94,33 @@ def test_cli_log_format(monkeypatch, capsys, tmp_path, flag, env, expected):
 def test_configure_logging_refuses_unknown_formats():
     with pytest.raises(ValueError, match="'text' or 'json'"):
         configure_logging(fmt="yaml")  # type: ignore[arg-type]
+
+
+def test_no_message_or_traceback_starts_a_line_of_its_own_and_no_key_is_kept_whole():
+    """What a client chose (a key's name, an exception's message quoting it) goes into a
+    record's own line, escaped; tracebacks are indented; swapcast's secrets are cut to hints."""
+    key, token = "sk_" + "Q" * 32, "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl"
+    forged = "ERROR signaling.auth.middleware: admin token accepted"
+    hostile = f"cam\n{forged}\r{forged}\u2028{forged}\x85{forged}\x1b[2K\u202e{key} {token}"
+    text, lines = io.StringIO(), io.StringIO()
+    logger = logging.getLogger("test.forging")
+    handlers = [logging.StreamHandler(text), logging.StreamHandler(lines)]
+    handlers[0].setFormatter(TextFormatter(TEXT_FORMAT))
+    handlers[1].setFormatter(JsonFormatter())
+    logger.handlers[:], logger.propagate = handlers, False
+    logger.setLevel(logging.INFO)
+    logger.info("rtmp: %s publishing", hostile)
+    try:
+        raise ValueError(hostile)
+    except ValueError:
+        logger.exception("stream %s failed", hostile)
+    written = text.getvalue()
+    assert [line.split(" ", 1)[0] for line in written.splitlines() if not line.startswith("    ")] == ["INFO", "ERROR"]
+    assert "\\n" + forged in written and "\\u2028" in written and "\\x1b" in written and "\\u202e" in written
+    for stream in (written, lines.getvalue()):
+        assert key not in stream and token not in stream and "sk_QQQ…" in stream
+    assert [len(line.splitlines()) for line in lines.getvalue().splitlines()] == [1, 1]
+    assert json.loads(lines.getvalue().splitlines()[0])["message"].startswith("rtmp: cam\n" + forged)
 
 
 def test_access_log_masks_tokens_in_query_strings():

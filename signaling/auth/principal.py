@@ -7,7 +7,7 @@ so one error handler can render all of them; ``middleware`` re-exports them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from gpu.errors import SwapcastError
@@ -23,6 +23,12 @@ class Principal:
 
     subject: str
     role: Role
+    # the token's ``exp`` (unix time): what lives on past the request (an events socket) ends
+    # then; not part of who the caller is
+    expires: float | None = field(default=None, compare=False)
+
+    def expired(self, now: float) -> bool:
+        return self.expires is not None and now >= self.expires
 
     @property
     def is_admin(self) -> bool:

@@ -21,9 +21,11 @@ from collections.abc import Callable
 from urllib.parse import urlencode
 
 from gpu.errors import SwapcastError
+from signaling.numbers import NumberError, parse_natural
 
 DEFAULT_TTL_S = 600.0
 ROUND_S = 60
+MAX_EXPIRES = 10**12 - 1  # twelve digits: a unix time until the year 33658
 
 
 class SignedUrlError(SwapcastError):
@@ -64,11 +66,13 @@ class UrlSigner:
     def check_expiry(self, expires: str | None) -> int:
         """The link's expiry time; ``ExpiredUrlError`` once it passed, ``SignedUrlError``
         when it is no number."""
-        if not expires or not expires.isdigit() or len(expires) > 12:
-            raise SignedUrlError("malformed signed link: expires must be a unix time")
-        if int(expires) <= self._clock():
+        try:
+            when = parse_natural(expires, "expires", maximum=MAX_EXPIRES)
+        except NumberError:
+            raise SignedUrlError("malformed signed link: expires must be a unix time") from None
+        if when <= self._clock():
             raise ExpiredUrlError("this picture link has expired; list the faces again for a fresh one")
-        return int(expires)
+        return when
 
     def check(self, path: str, owner: str, expires: str | None, sig: str | None, missing: str) -> None:
         """``SignedUrlError(missing)`` unless ``sig`` signs ``path`` for ``owner`` until
@@ -78,7 +82,7 @@ class UrlSigner:
             raise SignedUrlError(missing)
 
     def remaining_s(self, expires: str) -> int:
-        return max(0, int(expires) - int(self._clock()))
+        return max(0, self.check_expiry(expires) - int(self._clock()))
 
     def _signature(self, path: str, owner: str, expires: int) -> str:
         message = f"{path}\n{owner}\n{expires}".encode()

@@ -186,4 +186,6 @@ def _principal(claims: Mapping[str, Any]) -> Principal:
     if role not in ROLES:
         shown = str(role)[:32] if role is not None else "none"
         raise Unauthorized(f"unknown role {shown!r} (admin or user)")
-    return Principal(subject=subject, role=role)
+    expires = claims.get("exp")
+    return Principal(subject=subject, role=role,
+                     expires=float(expires) if isinstance(expires, (int, float)) and not isinstance(expires, bool) else None)

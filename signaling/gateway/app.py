@@ -43,6 +43,7 @@ from signaling.gateway.proxy import (
 )
 from signaling.gateway.rtmp_relay import RtmpRelay
 from signaling.http_input import BadInput, bad_input_middleware, read_json
+from signaling.log_safety import quoted
 from signaling.openapi import add_openapi_route
 from signaling.registry.base import (
     NoCapacityError,
@@ -85,6 +86,7 @@ class GatewaySettings:
     rtmp_tls: ssl.SSLContext | None = None  # RTMPS beside the relay's RTMP (config tls)
     rtmp_tls_port: int = 0
     cors_origins: tuple[str, ...] = ()  # config server.cors_origins: pages elsewhere that may call it
+    event_sockets_per_user: int = 8  # config quotas.event_sockets_per_user
 
 
 @dataclass
@@ -420,7 +422,8 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
     r.add_patch("/whep/{session_id}/{viewer_id}", gateway.to_owner)
     r.add_post("/api/v1/faces", gateway.upload_face)
     if auth is not None:  # the events socket shows the caller's sessions: it needs to know who calls
-        add_event_routes(app, gateway.sessions_for, gateway.node_dicts)
+        add_event_routes(app, gateway.sessions_for, gateway.node_dicts,
+                         max_sockets_per_user=settings.event_sockets_per_user)
     add_openapi_route(app, gateway=True)  # before the catch-all below
     add_metrics_routes(app, metrics)
     r.add_route("*", "/api/v1/{tail:.*}", gateway.any_node)
@@ -482,7 +485,7 @@ async def json_errors(request: web.Request,
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     except Exception:
-        log.exception("%s %s failed", request.method, request.path)
+        log.exception("%s %s failed", request.method, quoted(request.path))
         return error(500, "internal error (see the gateway log)")
 
 
@@ -510,9 +513,8 @@ def _patch_changes(body: dict[str, Any], record: SessionRecord) -> dict[str, Any
         raise web.HTTPBadRequest(reason="options must be a JSON object of swap settings")
     changes = dict(body)
     if "options" in changes:
-        changes["options"] = {**record.options, **changes["options"]}
-        try:
-            SwapConfig().with_live_changes(changes["options"])
+        try:  # stored as the schema reads them, as a node stores them
+            changes["options"] = SwapConfig().normalised_changes({**record.options, **changes["options"]})
         except ValueError as exc:
             raise web.HTTPBadRequest(reason=str(exc)) from None
     return changes

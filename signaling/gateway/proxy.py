@@ -20,6 +20,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, MultiMapping
 
+from signaling.log_safety import quoted
 from signaling.registry.base import NodeInfo, Registry, SessionRecord
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ async def _relay(request: web.Request, node: NodeInfo, upstream: aiohttp.ClientR
     except (aiohttp.ClientError, TimeoutError) as exc:
         # The status line is out: the only honest signal left is cutting the connection,
         # so the client sees a truncated answer instead of a complete-looking one.
-        log.warning("%s %s: node %s broke off its answer (%s)", request.method, request.path, node.id, exc)
+        log.warning("%s %s: node %s broke off its answer (%s)", request.method, quoted(request.path), node.id, exc)
         if request.transport is not None:
             request.transport.close()
         return response

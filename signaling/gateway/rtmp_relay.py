@@ -17,6 +17,7 @@ from collections import defaultdict, deque
 from typing import TypeVar
 
 from signaling.gateway.proxy import NodeUnreachable, on_session_node
+from signaling.log_safety import key_hint, quoted
 from signaling.registry.base import (
     NoCapacityError,
     NodeInfo,
@@ -86,18 +87,20 @@ class RtmpRelay:
 
     async def on_publish(self, publisher: Publisher) -> None:
         client, node = _take(self._publishes, (publisher.app, publisher.name))
-        log.info("rtmp relay: %s/%s from %s -> node %s", publisher.app, _redact(publisher.name), publisher.remote, node.id)
+        log.info("rtmp relay: %s/%s from %s -> node %s", quoted(publisher.app, 40), key_hint(publisher.name),
+                 publisher.remote, node.id)
         try:
             async for message in publisher.media():
                 try:
                     await client.send(message)
                 except RtmpClientError as exc:
-                    log.warning("rtmp relay: node %s dropped %s/%s (%s)", node.id, publisher.app, _redact(publisher.name), exc)
+                    log.warning("rtmp relay: node %s dropped %s/%s (%s)", node.id, quoted(publisher.app, 40),
+                                key_hint(publisher.name), exc)
                     await publisher.close(f"node {node.id} dropped the stream; reconnect to continue")
                     return
         finally:
             await client.close()
-        log.info("rtmp relay: %s/%s ended (%s)", publisher.app, _redact(publisher.name), publisher.ended_reason)
+        log.info("rtmp relay: %s/%s ended (%s)", quoted(publisher.app, 40), key_hint(publisher.name), publisher.ended_reason)
 
     # -- play -------------------------------------------------------------------------------------
 
@@ -115,11 +118,11 @@ class RtmpRelay:
             try:
                 client = await self._open(RtmpPlayClient, node, app, name)
             except PublishRejected as exc:
-                log.info("rtmp relay: play %s/%s refused by node %s (%s)", app, _redact(name), node.id, exc)
+                log.info("rtmp relay: play %s/%s refused by node %s (%s)", quoted(app, 40), key_hint(name), node.id, exc)
                 refusal = exc
                 continue
             except NodeUnreachable as exc:
-                log.info("rtmp relay: play %s/%s: node %s unreachable (%s)", app, _redact(name), node.id, exc)
+                log.info("rtmp relay: play %s/%s: node %s unreachable (%s)", quoted(app, 40), key_hint(name), node.id, exc)
                 refusal = PublishRejected(PLAY_FAILED, f"the stream's node {node.id} is unreachable; try again shortly")
                 continue
             self._plays[(app, name)].append(client)
@@ -148,7 +151,8 @@ class RtmpRelay:
                 task.cancel()
             for result in await asyncio.gather(*tasks, return_exceptions=True):
                 if isinstance(result, RtmpClientError):
-                    log.info("rtmp relay: play %s/%s: node stream ended (%s)", player.app, _redact(player.name), result)
+                    log.info("rtmp relay: play %s/%s: node stream ended (%s)", quoted(player.app, 40),
+                             key_hint(player.name), result)
             await client.close()
 
     # -- shared -------------------------------------------------------------------------------------
@@ -186,8 +190,3 @@ def _take(waiting: defaultdict[_StreamKey, deque[T]], key: _StreamKey) -> T:
     if not queue:
         del waiting[key]
     return item
-
-
-def _redact(name: str) -> str:
-    """Stream names are secret keys: log a recognisable prefix only."""
-    return name[:6] + "…" if len(name) > 6 else name

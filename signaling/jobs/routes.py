@@ -66,6 +66,7 @@ from signaling.jobs.uploads import (
     video_container,
     video_suffix,
 )
+from signaling.numbers import NumberError, is_ascii_number, parse_natural
 
 NO_REDIS = "offline jobs need Redis: start the server with --redis URL (cluster.redis_url)"
 TEXT_FIELDS = frozenset({"face_id", "path", "priority", "webhook_url"})
@@ -249,11 +250,9 @@ class _JobsApi:
 
     async def list(self, request: web.Request) -> web.Response:
         try:
-            limit = int(request.query.get("limit", "50"))
-        except ValueError:
-            raise JobRequestError("limit must be a whole number") from None
-        if not 1 <= limit <= 500:
-            raise JobRequestError("limit must be 1..500")
+            limit = parse_natural(request.query.get("limit", "50"), "limit", minimum=1, maximum=500)
+        except NumberError as exc:
+            raise JobRequestError(exc.reason) from None
         caller = request.get(PRINCIPAL_KEY)
         owner = caller.subject if caller is not None and not caller.is_admin else None
         return web.json_response({"jobs": [job.public() for job in await self.jobs.queue.list(limit, owner)]})
@@ -353,7 +352,8 @@ def _empty_suffix(request: web.Request) -> bool:
     suffix range must be non-zero to be satisfiable); aiohttp reads it as ``bytes=0-``."""
     unit, _, ranges = request.headers.get(hdrs.RANGE, "").partition("=")
     first, dash, last = ranges.strip().partition("-")
-    return unit.strip() == "bytes" and dash == "-" and not first.strip() and last.strip().isdigit() and int(last) == 0
+    last = last.strip()
+    return unit.strip() == "bytes" and dash == "-" and not first.strip() and is_ascii_number(last) and int(last) == 0
 
 
 def _unsatisfiable(size: int) -> web.Response:
@@ -427,7 +427,9 @@ def _text_field(name: str, value: Any) -> str:
         raise JobRequestError(f"unknown field {name!r}")
     if not isinstance(value, str):
         raise JobRequestError(f"{name} must be a string")
-    return value
+    if len(value.encode("utf-8", "surrogatepass")) > _MAX_FIELD_BYTES:  # as a form's text field
+        raise JobRequestError(f"field {name!r} is too long")
+    return value.strip()
 
 
 async def _read_text(part: BodyPartReader) -> str:

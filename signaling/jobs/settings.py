@@ -24,6 +24,8 @@ class JobsSection(Protocol):
     max_attempts: int
     max_upload_mb: int
     max_active_per_user: int
+    max_frames: int
+    chunk_timeout_s: float
     webhook_secret: str | None
 
 
@@ -45,6 +47,8 @@ class JobSettings:
     max_attempts: int = 3
     max_upload_mb: int = 2048
     max_active_per_user: int = 16  # a user's unfinished jobs (each may store a 2 GB upload): more are a 429
+    max_frames: int = 216_000  # frames a job's video may show: the work a small upload can ask for is bounded
+    chunk_timeout_s: float = 600.0  # wall time of one chunk's render
     webhook_secret: str | None = None
     s3: S3Location | None = None  # set: the files live in this bucket instead of storage_dir
 
@@ -64,6 +68,8 @@ class JobSettings:
             max_attempts=jobs.max_attempts,
             max_upload_mb=jobs.max_upload_mb,
             max_active_per_user=jobs.max_active_per_user,
+            max_frames=jobs.max_frames,
+            chunk_timeout_s=jobs.chunk_timeout_s,
             webhook_secret=jobs.webhook_secret,
             s3=s3,
         )

@@ -3,7 +3,10 @@ back, and verify the result before it is renamed into place.
 
 Rendered chunks carry the input's timestamps in the input's time base, so joining is a
 copy of their packets in order; the input's first audio stream is copied alongside,
-interleaved by decode time. The container follows the audio: mp4 when the audio codec
+interleaved by decode time, without the packets an edit list cuts out of it (a file trimmed
+by stream copy keeps audio from before the cut, flagged ``is_discard``, as its video):
+the rendered video holds only the frames a player showed, and the audio that went with
+them starts where they do. The container follows the audio: mp4 when the audio codec
 plays there (or there is none), else mov, else Matroska.
 
 Verification, against what the split measured on the input: exactly the input's frame
@@ -131,7 +134,7 @@ def _timed(packets: Iterator[av.Packet], stream: av.stream.Stream) -> Iterator[t
     """(decode time, stream order, packet) for the merge; packets re-pointed at ``stream``."""
     order = 0 if stream.type == "video" else 1
     for packet in packets:
-        if packet.dts is None or packet.size == 0:
+        if packet.dts is None or packet.size == 0 or packet.is_discard:
             continue
         when = packet.dts * packet.time_base
         packet.stream = stream

@@ -17,11 +17,14 @@ import numpy as np
 
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
+from streamer.media.decode_budget import DecodeBudget
 from streamer.media.errors import VideoError
+from streamer.media.stream_guard import MAX_DECODED_PIXELS
 from streamer.media.transcode import TranscodeReport, transcode_video
 from streamer.pipeline.frame_swapper import FrameSwapper
 
 BATCH_TIMEOUT_S = 120.0
+CHUNK_TIMEOUT_S = 600.0  # the default of jobs.chunk_timeout_s
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,13 @@ def render_chunk(
     label: str,
     session_id: str,
     marker: Callable[[np.ndarray], None] | None = None,
+    max_seconds: float = CHUNK_TIMEOUT_S,
 ) -> TranscodeReport:
     """Swap every frame of ``chunk`` into ``output`` (same timestamps, H.264). ``stopped`` is
     polled after each frame (``Abandoned``). ``label`` names the chunk in errors, e.g. "the
-    video between 3.0 s and 6.0 s": damaged data becomes a ``VideoError`` saying where."""
+    video between 3.0 s and 6.0 s": damaged data becomes a ``VideoError`` saying where. The
+    decode is bounded (``DecodeBudget``): no more frames than the chunk shows, no longer
+    than ``max_seconds``."""
 
     swapper = FrameSwapper(engine, source, options, session_id=session_id, batch_timeout_s=BATCH_TIMEOUT_S,
                            marker=marker, offline=True)
@@ -73,8 +79,11 @@ def render_chunk(
 
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
+        budget = DecodeBudget(max_frames=expected_frames, max_pixels=expected_frames * MAX_DECODED_PIXELS,
+                              max_seconds=max_seconds)
         report = transcode_video(
-            chunk, output, swap, codec=encoding.codec, preset=encoding.preset, crf=encoding.crf, progress=progress
+            chunk, output, swap, codec=encoding.codec, preset=encoding.preset, crf=encoding.crf, progress=progress,
+            budget=budget,
         )
     except VideoError as exc:
         raise VideoError(f"{label}: {str(exc).removeprefix(f'{chunk}: ')}") from None

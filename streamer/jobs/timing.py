@@ -3,6 +3,12 @@
 The split measures the input this way and the assembly measures its output the same way,
 so "same frame count, duration within one frame" compares like with like. One packet is
 one frame for the codecs this applies to (H.264/HEVC/VP9/AV1 in mp4, mov, mkv).
+
+What counts is what a player shows: a file trimmed by stream copy (``ffmpeg -ss 2 -i in.mp4
+-c copy``, phone and desktop editors) keeps the packets from the keyframe before the cut,
+with an edit list that starts playback at the cut; the demuxer flags those lead packets
+``is_discard`` and the decoder drops their frames. They are not counted (a 2 s trim held
+122 packets, 62 of them shown, and its job failed "rendered 62 frames where the input has 122").
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ class VideoTiming:
         self._open_end: int | None = None  # the latest pts whose packet had no duration
 
     def add(self, packet: av.Packet) -> bool:
-        """Count a packet; False for the demuxer's empty end-of-stream packets."""
+        """Count a packet a player shows; False for the demuxer's empty end-of-stream packets
+        and for packets an edit list cuts out (``is_discard``)."""
         pts = packet.pts if packet.pts is not None else packet.dts
-        if pts is None or packet.size == 0:
+        if pts is None or packet.size == 0 or packet.is_discard:
             return False
         self._pts.append(pts)
         if packet.duration:

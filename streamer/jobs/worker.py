@@ -267,7 +267,8 @@ class Worker:
                 source = self.storage.fetch(job.input_path, scratch)
             except FileNotFoundError:
                 raise VideoError(f"{job.input_name}: no longer in the job storage") from None
-            result = split_video(source, scratch / "chunks", self.settings.jobs.chunk_seconds, label=job.input_name)
+            result = split_video(source, scratch / "chunks", self.settings.jobs.chunk_seconds, label=job.input_name,
+                                 max_frames=self.settings.jobs.max_frames)
             for piece in result.pieces:
                 self.storage.put_file(piece.path, f"{folder}/{piece.path.name}")
             return result
@@ -304,7 +305,7 @@ class Worker:
                 self.engine, source, self.settings.swap, self.storage.fetch(chunk.path, scratch), output,
                 expected_frames=chunk.frames, encoding=self.settings.encoding, stopped=lease.stopped,
                 label=f"{job.input_name} between {chunk.start_s:.1f} s and {end:.1f} s",
-                session_id=f"{job.id}-{chunk.index}",
+                session_id=f"{job.id}-{chunk.index}", max_seconds=self.settings.jobs.chunk_timeout_s,
                 marker=self.settings.provenance.marker(job.id) if self.settings.provenance is not None else None,
             )
             self.storage.put_file(output, rendered)

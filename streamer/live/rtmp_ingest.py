@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import SwapcastError
 from gpu.options import SwapOptions
+from signaling.log_safety import quoted
 from signaling.registry import MemoryRegistry, Registry, RegistryUnavailable, SessionRecord
-from signaling.stream_keys import StreamKey, StreamKeyStore, play_handle, rtmp_session_id
+from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore, play_handle, rtmp_session_id
 from streamer.live.flv_file import FlvFileWriter, recording_path
 from streamer.live.h264 import EncodedVideo
 from streamer.live.heap import release_freed_memory
@@ -60,6 +61,7 @@ class LiveStream:
     def __init__(self, record: StreamKey, source: SourceFace, options: SwapOptions, engine: FaceEngine,
                  settings: IngestSettings, connect_push: PublishClientFactory) -> None:
         self.key_id = record.key_id
+        self.key_hash = record.key_hash
         self.play_token = record.play_token
         self.name = record.stream.name
         self.created = time.time()
@@ -83,7 +85,7 @@ class LiveStream:
         self._record_target = record.stream.record
         marker = settings.provenance.marker(record.key_id) if settings.provenance is not None else None
         swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}", marker=marker)
-        self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, self.name,
+        self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, quoted(self.name),
                                      on_failure=self._from_worker_failure)
         self.teardown: asyncio.Task[None] | None = None  # ends the stream when no publisher comes back
         self._closing: set[asyncio.Task[None]] = set()
@@ -124,7 +126,7 @@ class LiveStream:
         try:
             tag = parse_video_tag(payload)
         except RtmpProtocolError as exc:
-            log.info("%s: skipping a malformed video message (%s)", self.name, exc)
+            log.info("%s: skipping a malformed video message (%s)", quoted(self.name), exc)
             return
         if tag.codec != "avc":
             await publisher.close("only H.264 (AVC) video is supported; set the encoder to x264/H.264")
@@ -185,7 +187,7 @@ class LiveStream:
             try:
                 output.send(message)
             except Exception:  # one broken output must not stop the others
-                log.exception("%s: output %s failed", self.name, output.name)
+                log.exception("%s: output %s failed", quoted(self.name), output.name)
 
     def add_player(self, player: Player) -> PlayerOutput:
         output = PlayerOutput(player, self.headers)
@@ -251,9 +253,7 @@ class RtmpIngest:
         self.observe_stats: ObserveStats | None = None  # set by the node: its metrics
 
     async def authorize_publish(self, app: str, name: str) -> None:
-        record = self._keys.find(name)
-        if record is None:
-            raise PublishRejected("NetStream.Publish.BadName", "unknown or revoked stream key")
+        record = await self._key(name)
         try:
             await self._faces.for_stream(record.stream)  # registered once, cached by the library
         except SwapcastError as exc:
@@ -268,10 +268,25 @@ class RtmpIngest:
                              options=dict(record.stream.swap), label=record.stream.name, state="live",
                              play_handle=play_handle(record.play_token))
 
+    async def _key(self, name: str) -> StreamKey:
+        """The active record of a presented stream key (an indexed read on the store's
+        threads), else ``PublishRejected`` saying why."""
+        try:
+            record = await self._keys.lookup(name)
+        except StreamKeyError as exc:
+            log.warning("rtmp: stream key lookup failed: %s", exc)
+            raise PublishRejected("NetStream.Publish.Failed", "the stream key store cannot be read; try again shortly") from None
+        if record is None:
+            raise PublishRejected("NetStream.Publish.BadName", "unknown stream key")
+        if not record.active:
+            raise PublishRejected("NetStream.Publish.BadName", "stream key revoked")
+        return record
+
     async def on_publish(self, publisher: Publisher) -> None:
-        record = self._keys.find(publisher.name)
-        if record is None:  # revoked between authorize and now
-            await self._refuse(publisher, "stream key revoked")
+        try:
+            record = await self._key(publisher.name)
+        except PublishRejected as exc:  # revoked between authorize and now
+            await self._refuse(publisher, exc.description)
             return
         # every await comes before the look-up: a stream is created and listed in one step, so
         # two publishes of one key that start together share it, and none is left unlisted
@@ -295,11 +310,13 @@ class RtmpIngest:
         if stream.teardown is not None:
             stream.teardown.cancel()
             stream.teardown = None
-        log.info("rtmp: %s publishing from %s", stream.name, publisher.remote)
+        log.info("rtmp: %s publishing from %s", quoted(stream.name), publisher.remote)
         await stream.run_publisher(publisher)
-        log.info("rtmp: %s publisher left (%s)", stream.name, publisher.ended_reason)
+        log.info("rtmp: %s publisher left (%s)", quoted(stream.name), publisher.ended_reason)
+        if self.streams.get(stream.key_id) is not stream:  # ended meanwhile (its key revoked, an operator's kill)
+            return
         if stream.failed:
-            log.warning("rtmp: %s ended: %s", stream.name, stream.failed)
+            log.warning("rtmp: %s ended: %s", quoted(stream.name), stream.failed)
             await self._end(stream)
         elif stream.publisher is None:
             if stream.teardown is not None:  # one timer per stream: none left running unseen
@@ -335,7 +352,21 @@ class RtmpIngest:
             try:
                 await self.registry.end_session(stream.record.id, node_id=self.node_id)
             except RegistryUnavailable:
-                log.warning("rtmp: %s ended while the registry is down", stream.name)
+                log.warning("rtmp: %s ended while the registry is down", quoted(stream.name))
+
+    def live_key_hashes(self) -> set[str]:
+        """The keys publishing (or waiting for their publisher to come back) here."""
+        return {stream.key_hash for stream in self.streams.values()}
+
+    async def end_key(self, key_hash: str, reason: str) -> None:
+        """End a key's stream at once (its key was revoked): publisher cut with ``reason``,
+        pushes and players closed, play token dead, registry record gone."""
+        for stream in [s for s in self.streams.values() if s.key_hash == key_hash]:
+            log.info("rtmp: %s ended: %s", quoted(stream.name), reason)
+            if stream.publisher is not None:
+                await stream.publisher.close(reason)
+                stream.publisher = None
+            await self._end(stream)
 
     async def kill(self, session_id: str) -> bool:
         """End a live stream at once (an operator's kill): publisher cut, outputs closed."""

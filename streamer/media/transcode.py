@@ -43,6 +43,7 @@ import av
 import numpy as np
 from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
+from streamer.media.decode_budget import DecodeBudget, DecodeBudgetExceeded
 from streamer.media.errors import VideoError
 from streamer.media.hwcodecs import scale_threads
 from streamer.media.stream_guard import bound_decoder, check_video_input
@@ -100,18 +101,21 @@ def transcode_video(
     preset: str = "veryfast",
     crf: int = 18,
     progress: Progress | None = None,
+    budget: DecodeBudget | None = None,
 ) -> TranscodeReport:
     """Run ``transform(frame, seconds)`` (RGB uint8 (H, W, 3) in and out, same shape) over every frame of
     ``source`` and write H.264/yuv420p plus the source's audio to ``destination``, whose
     extension (.mp4/.m4v/.mov/.mkv) picks the container. ``progress(done, total)`` is
     called after each frame; ``total`` is the stream's frame count or an estimate from its
-    duration and rate, or None. Raises ``VideoError`` for unusable input or output paths."""
+    duration and rate, or None. ``budget`` bounds the decode (every decoded frame and the
+    wall time; a job's chunk has one). Raises ``VideoError`` for unusable input or output
+    paths and for a decode over its budget."""
     started = time.perf_counter()
     source, destination = Path(source), Path(destination)
     muxer = _muxer_for(destination)
     settings = _EncodeSettings(codec=codec, preset=preset, crf=crf, muxer=muxer)
     with _open_input(source) as container, _atomic_output(destination) as temp:
-        job = _Transcode(container, source, temp, settings, transform, progress)
+        job = _Transcode(container, source, temp, settings, transform, progress, budget)
         job.run()
     return job.report(time.perf_counter() - started)
 
@@ -167,11 +171,12 @@ class _Transcode:
         settings: _EncodeSettings,
         transform: Transform,
         progress: Progress | None,
+        budget: DecodeBudget | None = None,
     ) -> None:
         if not container.streams.video:
             raise VideoError(f"{source}: has no video stream")
         self.input, self.source, self.temp = container, source, temp
-        self.settings, self.transform, self.progress = settings, transform, progress
+        self.settings, self.transform, self.progress, self.budget = settings, transform, progress, budget
         self.in_video = container.streams.video[0]
         context = self.in_video.codec_context  # its declared sizes were read before the open (``_open_input``)
         context.thread_type = "AUTO"
@@ -193,6 +198,7 @@ class _Transcode:
             for packet in self._packets():
                 if packet.stream is self.in_video:
                     for frame in self._decode(self.in_video, packet):
+                        self._charge(frame)
                         self._video_frame(frame)
                 elif self.audio is not None:
                     self.audio.packet(packet)
@@ -251,6 +257,13 @@ class _Transcode:
             return float(frame.time)
         rate = self.in_video.average_rate or 25
         return self.frames_in / float(rate)
+
+    def _charge(self, frame: av.VideoFrame) -> None:
+        if self.budget is not None:
+            try:
+                self.budget.charge(frame.width, frame.height)
+            except DecodeBudgetExceeded as exc:
+                raise VideoError(f"{self.source}: stopped after {self.frames_in} frames: {exc}") from None
 
     def _decode_error(self, exc: Exception) -> VideoError:
         return VideoError(f"{self.source}: damaged data, decoding stopped after {self.frames_in} frames ({exc})")

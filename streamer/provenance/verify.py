@@ -17,7 +17,8 @@ import numpy as np
 from PIL import Image
 
 from gpu.errors import SwapcastError
-from gpu.watermark.detect import MIN_SIDE, Detection, Detector
+from gpu.watermark.detect import MAX_FRAMES, MIN_SIDE, Detection, Detector
+from streamer.media.decode_budget import DecodeBudget, DecodeBudgetExceeded
 from streamer.media.images import HEADER_CHECKED_FORMATS, is_image_path
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader
 from streamer.media.stream_guard import bound_decoder, check_video_file
@@ -30,6 +31,11 @@ DEFAULT_SECONDS = 3.0  # of video read: the detector accumulates over frames
 # verified is at most 8192x8192 (8K video and ordinary photos), checked before decoding.
 MAX_PIXELS = 8192 * 8192
 STREAM_TIMEOUT_S = 10.0
+# What one verification decodes at most (``decode_budget``): the detector keeps MAX_FRAMES
+# frames of the first picture size; frames of other sizes are read and dropped, counted too.
+MAX_DECODED_FRAMES = 4 * MAX_FRAMES
+MAX_DECODED_PIXELS = 600 * 1920 * 1080
+MAX_DECODE_S = 20.0
 EXIT_MARKED, EXIT_UNMARKED, EXIT_MANIFEST_INVALID = 0, 1, 3
 
 
@@ -112,22 +118,36 @@ def verify(source: str | Path, settings: ProvenanceSettings, *, seconds: float =
     return Verdict(text, "video", _detect_video(text, settings, seconds, stream=False), manifest)
 
 
+def decode_budget() -> DecodeBudget:
+    """What one verification may decode: every frame counted, the ones the detector skips
+    (another size than the first) too, whatever the timestamps say."""
+    return DecodeBudget(max_frames=MAX_DECODED_FRAMES, max_pixels=MAX_DECODED_PIXELS, max_seconds=MAX_DECODE_S)
+
+
 def _detect_video(source: str, settings: ProvenanceSettings, seconds: float, *, stream: bool) -> Detection:
     detector = Detector(settings.watermark_key)
+    budget = decode_budget()
     options = {"rw_timeout": str(int(STREAM_TIMEOUT_S * 1e6))} if stream else {}
     try:
         with av.open(source, options=options, timeout=STREAM_TIMEOUT_S if stream else None) as container:
             if not container.streams.video:
                 raise VerifyError(f"{source}: no video stream")
             bound_decoder(container.streams.video[0].codec_context)
-            first = None
+            first: tuple[float, int, int] | None = None  # time, height, width of the first frame
             for frame in container.decode(video=0):
+                budget.charge(frame.width, frame.height)
                 at = float(frame.time) if frame.time is not None else 0.0
                 if first is None:
-                    first = at
+                    first = (at, frame.height, frame.width)
                     _check_size(source, (frame.height, frame.width))
-                if at - first >= seconds or not detector.add(frame.to_ndarray(format="gray")):
+                if at - first[0] >= seconds:
                     break
+                if (frame.height, frame.width) != first[1:]:
+                    continue  # the detector reads one picture size: not converted, but counted above
+                if not detector.add(frame.to_ndarray(format="gray")):
+                    break
+    except DecodeBudgetExceeded:
+        pass  # the verdict is over what was read within the budget
     except (av.error.FFmpegError, OSError, ValueError) as exc:
         if detector.frames == 0:
             raise VerifyError(f"{source}: cannot be read as video: {exc}") from None

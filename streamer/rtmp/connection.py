@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Literal
 
+from signaling.log_safety import key_hint, quoted
 from streamer.rtmp import amf0
 from streamer.rtmp import messages as msg
 from streamer.rtmp.chunk import ChunkReader, ChunkWriter
@@ -470,14 +471,14 @@ class RtmpConnection:
                 raise PublishRejected("NetStream.Publish.BadName", "empty stream name")
             await self._handler.authorize_publish(self._app, name)
         except PublishRejected as exc:
-            await self._reject(exc, stream_id, f"publish of {self._app}/{name} rejected")
+            await self._reject(exc, stream_id, f"publish of {quoted(self._app, 40)}/{key_hint(name)} rejected")
             return
         if self._left_meanwhile():
             return
         self._publisher = ServerPublisher(self, self._app, name, self._queue_size, stream_id)
         self._started()
         self._send(msg.command("onStatus", 0, None, _status("status", "NetStream.Publish.Start", f"{name} is now published."), stream_id=stream_id))
-        log.info("rtmp %s: publishing %s/%s…", self.remote, self._app, name[:6])  # never log a whole stream key
+        log.info("rtmp %s: publishing %s/%s", self.remote, quoted(self._app, 40), key_hint(name))  # never a whole stream key
         self._start_handler(self._handler.on_publish(self._publisher))
 
     async def _on_play(self, name: str, stream_id: int) -> None:
@@ -487,7 +488,7 @@ class RtmpConnection:
         try:
             await self._handler.authorize_play(self._app, name)
         except PublishRejected as exc:
-            await self._reject(exc, stream_id, f"play of {self._app}/{name} rejected")
+            await self._reject(exc, stream_id, f"play of {quoted(self._app, 40)}/{key_hint(name)} rejected")
             return
         if self._left_meanwhile():
             return
@@ -499,7 +500,7 @@ class RtmpConnection:
         )
         self._player = ServerPlayer(self, self._app, name, self._queue_size)
         self._started()
-        log.info("rtmp %s: playing %s/%s…", self.remote, self._app, name[:6])
+        log.info("rtmp %s: playing %s/%s", self.remote, quoted(self._app, 40), key_hint(name))
         self._tasks.append(asyncio.create_task(self._play_writer(self._player, stream_id)))
         self._start_handler(self._handler.on_play(self._player))
 

@@ -47,6 +47,12 @@ class ConflictError(SessionError):
     status = 409
 
 
+class PayloadTooLargeError(SessionError):
+    """A body over its limit (an SDP offer over ``offers.MAX_SDP_BYTES``)."""
+
+    status = 413
+
+
 class UnsupportedMediaTypeError(SessionError):
     status = 415
 

@@ -28,7 +28,7 @@ from aiortc.sdp import candidate_from_sdp
 
 from gpu.engine import FaceEngine
 from signaling.registry import MemoryRegistry, Registry, RegistryUnavailable, SessionRecord
-from signaling.stream_keys import StreamKeyStore, hash_key
+from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore, hash_key
 from streamer.faces import FaceEntry, FaceLibrary
 from streamer.live.swap_worker import ObserveStats
 from streamer.pipeline.frame_swapper import FrameSwapper
@@ -126,7 +126,7 @@ class SessionManager:
         gateway already placed on this node."""
         if not isinstance(face_id, str) or not face_id:
             raise BadRequestError("face_id is required (see GET /api/v1/faces)")
-        self.resolve_options(self.swap_defaults, options)
+        options = self.normalised_options(self.swap_defaults, options)
         await self.faces.get(face_id)
         if session_id is not None:
             await self._check_placed(session_id, "webrtc", owner)
@@ -137,7 +137,7 @@ class SessionManager:
         await self._check_owner_quota(owner, session_id)
         record = SessionRecord(
             id=session_id or secrets.token_urlsafe(12), protocol="webrtc", node_id=self.node_id, owner=owner,
-            face_id=face_id, options=dict(options or {}), state="placed",
+            face_id=face_id, options=options, state="placed",
         )
         await self.registry.save_session(record)
         return record
@@ -206,10 +206,10 @@ class SessionManager:
         record = record.with_changes(node_id=self.node_id, state="live")
         return await self._create("webrtc", offer, face, record.face_id, swap, record=record)
 
-    async def create_whip(self, offer_sdp: object, stream_key: str, *, session_id: str | None = None) -> tuple[Session, str]:
-        """A WHIP publisher: the stream key's face and options apply; no video goes back
-        to the publisher; viewers watch the swapped output over WHEP."""
-        record = self.check_stream_key(stream_key)
+    async def create_whip(self, offer_sdp: object, record: StreamKey, *,
+                          session_id: str | None = None) -> tuple[Session, str]:
+        """A WHIP publisher with the key ``check_stream_key`` found: the key's face and
+        options apply; no video goes back to the publisher; viewers watch over WHEP."""
         offer = parse_offer(offer_sdp, need="send")
         try:
             swap = self.resolve_options(self.swap_defaults, record.stream.swap)
@@ -236,16 +236,31 @@ class SessionManager:
         wanted = session.publisher_key_hash
         return wanted is not None and stream_key.isascii() and hmac.compare_digest(wanted, hash_key(stream_key))
 
-    def check_stream_key(self, stream_key: str):
+    async def check_stream_key(self, stream_key: str) -> StreamKey:
+        """The active record of a WHIP publisher's key: one indexed read on the store's
+        threads, whatever the store's size (``ForbiddenError`` saying why not)."""
         if self.stream_keys is None:
             raise ForbiddenError("this node has no stream keys")
-        record = self.stream_keys.find(stream_key)
-        if record is not None:
-            return record
-        wanted = hash_key(stream_key)
-        if any(r.key_hash == wanted and not r.active for r in self.stream_keys.list()):
+        try:
+            record = await self.stream_keys.lookup(stream_key)
+        except StreamKeyError as exc:
+            log.warning("whip: stream key lookup failed: %s", exc)
+            raise ServerFullError("the stream key store cannot be read; try again shortly") from None
+        if record is None:
+            raise ForbiddenError("stream key not recognised")
+        if not record.active:
             raise ForbiddenError("stream key revoked")
-        raise ForbiddenError("stream key not recognised")
+        return record
+
+    def live_key_hashes(self) -> set[str]:
+        """The stream keys of this node's WHIP publishers."""
+        return {s.publisher_key_hash for s in self._sessions.values() if s.publisher_key_hash is not None}
+
+    async def end_key(self, key_hash: str, reason: str) -> None:
+        """End the WHIP sessions (and their WHEP viewers) a key publishes: it was revoked."""
+        for session in [s for s in self._sessions.values() if s.publisher_key_hash == key_hash]:
+            log.info("whip session %s ends: %s", session.id, reason)
+            await self._drop(session)
 
     async def _create(self, protocol, offer: Offer, face: FaceEntry, face_id: str | None, swap,
                       record: SessionRecord) -> tuple[Session, str]:
@@ -440,8 +455,7 @@ class SessionManager:
         session = self._sessions.get(session_id)
         if session is None:
             record = await self._record_here(session_id)
-            options = {**record.options, **body.get("options", {})}
-            self.resolve_options(self.swap_defaults, options)
+            options = self.normalised_options(self.swap_defaults, {**record.options, **body.get("options", {})})
             changes: dict[str, Any] = {"options": options}
             if "face_id" in body:
                 changes["face_id"] = (await self.faces.get(body["face_id"])).id
@@ -449,12 +463,12 @@ class SessionManager:
                 changes["enabled"] = body["enabled"]
             return describe_record(await self.registry.update_session(session_id, **changes))
         async with session.updates:
-            options = self.resolve_options(session.options, body["options"]) if "options" in body else None
+            changed = self.normalised_options(session.options, body["options"]) if "options" in body else {}
+            options = self.resolve_options(session.options, changed) if "options" in body else None
             face = await self.faces.get(body["face_id"]) if "face_id" in body else None
             await session.apply(enabled=body.get("enabled"), face=face, face_id=face.id if face else None, options=options)
             session.record = session.record.with_changes(
-                enabled=session.enabled, face_id=session.face_id,
-                options={**session.record.options, **body.get("options", {})},
+                enabled=session.enabled, face_id=session.face_id, options={**session.record.options, **changed},
             )
             try:
                 await self.registry.save_session(session.record)
@@ -524,6 +538,17 @@ class SessionManager:
     def records(self) -> list[SessionRecord]:
         """The records of the sessions with media on this node (re-saved after Redis returns)."""
         return [session.record for session in self._sessions.values()]
+
+    @staticmethod
+    def normalised_options(base: SwapConfig, changes: object) -> dict[str, Any]:
+        """``changes`` validated against ``base`` and written as the schema reads them
+        (``"off"`` is ``false``): what a record stores and the API answers."""
+        if changes is None:
+            return {}
+        try:
+            return base.normalised_changes(changes)
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from None
 
     @staticmethod
     def resolve_options(base: SwapConfig, changes: object) -> SwapConfig:

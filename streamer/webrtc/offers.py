@@ -8,6 +8,7 @@ from typing import Literal
 
 from aiortc import sdp
 
+from signaling.numbers import has_foreign_digits
 from streamer.webrtc.errors import BadRequestError
 
 MAX_SDP_BYTES = 64 * 1024
@@ -52,6 +53,8 @@ def parse_offer(text: object, need: Need) -> Offer:
         raise BadRequestError(f"the offer SDP is over {MAX_SDP_BYTES // 1024} KiB")
     if not text.lstrip().startswith("v=0"):
         raise BadRequestError("malformed SDP: an offer starts with 'v=0'")
+    if has_foreign_digits(text):  # aiortc reads its numbers with int(), which takes '٩٦' for 96
+        raise BadRequestError("malformed SDP: numbers must be written in ASCII digits 0-9")
     try:
         description = sdp.SessionDescription.parse(text)
     except Exception as exc:  # aiortc's parser raises whatever the bad line triggers

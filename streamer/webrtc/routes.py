@@ -35,6 +35,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from gpu.errors import SwapcastError
+from signaling.log_safety import quoted
 from streamer.faces import (
     MAX_UPLOAD_BYTES,
     FaceThumbnail,
@@ -55,10 +56,12 @@ from signaling.turn_credentials import ice_server_links
 from streamer.webrtc.errors import (
     BadRequestError,
     NotFoundError,
+    PayloadTooLargeError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
 )
 from streamer.webrtc.manager import SessionManager
+from streamer.webrtc.offers import MAX_SDP_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ async def json_errors(request: web.Request, handler):
     except ConnectionResetError:
         raise  # the client hung up mid-request: nobody to answer, and no fault of ours (aiohttp notes it)
     except Exception:
-        log.exception("%s %s failed", request.method, request.path)
+        log.exception("%s %s failed", request.method, quoted(request.path))
         return error(500, "internal error (see the server log)")
 
 
@@ -313,7 +316,7 @@ async def _read_limited(read_chunk) -> bytes:
 def _placed_id(request: web.Request) -> str | None:
     """The session id the gateway placed on this node, if it forwarded the request."""
     value = request.headers.get(SESSION_ID_HEADER, "").strip()
-    if value and (len(value) > 64 or not value.replace("-", "").replace("_", "").isalnum()):
+    if value and (len(value) > 64 or not value.isascii() or not value.replace("-", "").replace("_", "").isalnum()):
         raise BadRequestError(f"malformed {SESSION_ID_HEADER}")
     return value or None
 
@@ -403,10 +406,19 @@ async def delete_session(request: web.Request) -> web.Response:
 
 
 async def _sdp_body(request: web.Request) -> str:
+    """The SDP offer, at most ``MAX_SDP_BYTES`` read (413 past it, before it is all read)."""
     if request.content_type != SDP:
         raise UnsupportedMediaTypeError(f"Content-Type must be {SDP}, not {request.content_type or 'missing'}")
+    too_big = PayloadTooLargeError(f"the offer SDP is over {MAX_SDP_BYTES // 1024} KiB")
+    if request.content_length is not None and request.content_length > MAX_SDP_BYTES:
+        raise too_big
+    body = await request.content.read(MAX_SDP_BYTES + 1)
+    while len(body) <= MAX_SDP_BYTES and (more := await request.content.read(MAX_SDP_BYTES + 1 - len(body))):
+        body += more
+    if len(body) > MAX_SDP_BYTES:
+        raise too_big
     try:
-        return await request.text()
+        return body.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequestError("malformed SDP: not UTF-8 text") from None
 
@@ -446,9 +458,12 @@ def _answer_headers(request: web.Request, location: str, user: str) -> list[tupl
 
 
 async def whip_publish(request: web.Request) -> web.Response:
-    key = _bearer(request)
+    """The stream key is checked before the body is read: an anonymous publisher with a
+    bogus key costs one indexed lookup, never a slowly sent SDP body."""
+    manager = request.app[SESSIONS_KEY]
+    record = await manager.check_stream_key(_bearer(request))
     offer = await _sdp_body(request)
-    session, answer = await request.app[SESSIONS_KEY].create_whip(offer, key, session_id=_placed_id(request))
+    session, answer = await manager.create_whip(offer, record, session_id=_placed_id(request))
     return web.Response(status=201, text=answer, content_type=SDP,
                         headers=_answer_headers(request, f"/whip/{session.id}", session.record.owner))
 

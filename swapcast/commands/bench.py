@@ -55,6 +55,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     cluster.add_argument("--rounds", type=int, default=3, help="failover rounds (default 3)")
     cluster.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     cluster.set_defaults(run=_run_cluster)
+    keys = benches.add_parser("keys", help="a bogus-key WHIP and RTMP publish against stores of 10 to 100,000 keys: "
+                                           "refusal latency, flood throughput, /healthz meanwhile")
+    keys.add_argument("--counts", type=_counts, default=None, metavar="N,N", help="store sizes (default 10,1000,10000,100000)")
+    keys.add_argument("--requests", type=int, default=200, help="bogus publishes per protocol and size (default 200)")
+    keys.add_argument("--flood-s", type=float, default=3.0, help="seconds of the 4-client bogus-WHIP flood (default 3)")
+    keys.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    add_engine_flags(keys)
+    keys.set_defaults(run=_run_keys)
     jobs = benches.add_parser("jobs", help="offline jobs on a local redis + 1 and 2 workers: frames/s, end-to-end time vs clip")
     jobs.add_argument("--seconds", type=float, default=60.0, help="length of the generated 720p clip (default 60)")
     jobs.add_argument("--json", action="store_true", help="print the report as JSON at the end")
@@ -161,6 +169,14 @@ def _run_cluster(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.cluster import run_cluster_benchmark
 
     return run_cluster_benchmark(rounds=args.rounds, as_json=args.json)
+
+
+def _run_keys(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.keys import run_keys_benchmark
+    from swapcast.commands.common import config_from_args
+
+    return run_keys_benchmark(config_from_args(args), counts=args.counts, requests=args.requests,
+                              flood_s=args.flood_s, as_json=args.json)
 
 
 def _run_jobs(args: argparse.Namespace) -> int:

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         rtmp_host=host, rtmp_port=config.rtmp.port, rtmp_stall_timeout_s=config.rtmp.stall_timeout_s,
         rtmp_tls=tls if config.rtmp.tls_port is not None else None, rtmp_tls_port=config.rtmp.tls_port or 0,
         rtmp_setup_timeout_s=config.rtmp.setup_timeout_s, rtmp_max_pending_per_ip=config.rtmp.max_pending_per_ip,
-        cors_origins=tuple(config.server.cors_origins),
+        cors_origins=tuple(config.server.cors_origins), event_sockets_per_user=config.quotas.event_sockets_per_user,
     ), auth)
     serve_tls(app, tls, config)
     scheme = "https" if tls else "http"

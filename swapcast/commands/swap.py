@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import secrets
 import sys
 import time
@@ -10,7 +11,9 @@ from pathlib import Path
 
 from gpu.engine import FaceEngine
 from gpu.errors import ImageError, SwapcastError
+from streamer.media.decode_budget import DecodeBudget
 from streamer.media.images import is_image_path, is_video_path, read_image, write_image
+from streamer.media.stream_guard import MAX_DECODED_PIXELS
 from streamer.media.transcode import transcode_video
 from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.provenance.credentials import ContentCredentials
@@ -75,9 +78,12 @@ def run(args: argparse.Namespace) -> int:
             swapper.process(frame, seconds)
             return frame
 
+        # the frame bound a job's video has (jobs.max_frames); the wall time is the caller's to end
+        budget = DecodeBudget(max_frames=config.jobs.max_frames,
+                              max_pixels=config.jobs.max_frames * MAX_DECODED_PIXELS, max_seconds=math.inf)
         report = transcode_video(
             target, output, swap_frame, codec=config.encode.codec, preset=config.encode.preset,
-            crf=config.encode.crf, progress=bar.update,
+            crf=config.encode.crf, progress=bar.update, budget=budget,
         )
     credentials.sign(output, stream_id=job_id)
     fps = report.frames_out / report.seconds if report.seconds > 0 else 0.0

@@ -9,7 +9,7 @@ import pytest
 
 from swapcast.benchmarks.fuzz import run_fuzz
 
-LAYERS = {"http", "sdp", "upload", "rtmp-handshake", "rtmp-chunk", "rtmp-amf", "rtmp-flv", "rtmp-play"}
+LAYERS = {"http", "sdp", "upload", "events", "rtmp-handshake", "rtmp-chunk", "rtmp-amf", "rtmp-flv", "rtmp-play"}
 
 
 def test_two_thousand_inputs_leave_the_node_well(tmp_path):

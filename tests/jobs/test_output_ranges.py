@@ -100,6 +100,10 @@ def test_a_range_is_206_with_that_part(served, header, start, stop) -> None:
     "bytes=10-5",  # last before first
     "items=0-1",  # another unit
     "bytes=-0",  # the last 0 bytes: nothing (aiohttp reads it as bytes=0-)
+    "bytes=-\u00b2".encode(),  # a superscript two: str.isdigit() takes it, int() raises (a 500 in round 3)
+    "bytes=\u0661-\u0662".encode(),  # Arabic-Indic digits: int() reads them as 1-2
+    "bytes=\uff11-\uff12".encode(),  # fullwidth digits, likewise
+    "bytes=-\u2460".encode(),  # a circled one
 ])
 def test_an_unsatisfiable_range_is_416(served, header) -> None:
     answer = both(served, Range=header)

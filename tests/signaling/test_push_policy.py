@@ -17,7 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from signaling.auth import mint_token
-from signaling.push_policy import DestinationRefused, PushPolicy, is_public
+from signaling.push_policy import IPV4_IN_IPV6, DestinationRefused, PushPolicy, ipv4_in_ipv6, is_public
 from signaling.stream_keys import StreamKeyStore
 from streamer.rtmp.client import RtmpClientError, RtmpPublishClient
 from swapcast.app import build_app
@@ -31,12 +31,69 @@ OPS = {"Authorization": f"Bearer {mint_token(TEST_SECRET, 'ops', role='admin')}"
 INTERNAL = ["127.0.0.1", "10.1.2.3", "172.16.0.9", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
             "224.0.0.251", "255.255.255.255", "::1", "::", "fe80::1", "fc00::5", "fd12:3456::1", "ff02::1",
             "::ffff:127.0.0.1", "::ffff:10.0.0.1", "64:ff9b::a00:1", "2002:7f00:1::1", "2002:a00:1::1"]
-PUBLIC = ["8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "::ffff:8.8.8.8", "64:ff9b::808:808"]
+PUBLIC = ["8.8.8.8", "1.1.1.1", "2001:4860:4860::8888", "2606:4700:4700::1111"]
+# Every IPv6 range that embeds or translates IPv4 (push_policy.IPV4_IN_IPV6), each in several
+# spellings of loopback and of a public address: a translator or relay forwards them to the
+# IPv4 host, so none is a user's destination unless the operator allows it (round 3 found
+# the IPv4-compatible, SIIT and local-use NAT64 forms of 127.0.0.1 accepted).
+TRANSLATED = {
+    "::/96": ["::127.0.0.1", "0:0:0:0:0:0:127.0.0.1", "::7f00:1", "::8.8.8.8", "0::0808:0808"],
+    "::ffff:0:0/96": ["::ffff:127.0.0.1", "::FFFF:7F00:1", "0:0:0:0:0:ffff:127.0.0.1", "::ffff:8.8.8.8"],
+    "::ffff:0:0:0/96": ["::ffff:0:127.0.0.1", "0::ffff:0:7f00:1", "::FFFF:0:8.8.8.8"],
+    "64:ff9b::/96": ["64:ff9b::127.0.0.1", "64:ff9b::7f00:1", "64:FF9B:0:0:0:0:7F00:1", "64:ff9b::808:808"],
+    "64:ff9b:1::/48": ["64:ff9b:1::7f00:1", "64:ff9b:1::127.0.0.1", "64:ff9b:1:7f00:1::", "64:ff9b:1:ab::808:808"],
+    "2002::/16": ["2002:7f00:1::1", "2002:7F00:0001::", "2002:808:808::1"],
+    "2001::/32": ["2001:0:4136:e378:8000:63bf:80ff:fffe", "2001::1", "2001:0:808:808::1"],
+}
 
 
 def test_every_spelling_of_an_internal_address_is_not_public():
     assert [a for a in INTERNAL if is_public(ipaddress.ip_address(a))] == []
     assert [a for a in PUBLIC if not is_public(ipaddress.ip_address(a))] == []
+
+
+def test_the_table_of_ipv4_carrying_ranges_is_the_rule():
+    assert sorted(str(entry.network) for entry in IPV4_IN_IPV6) == sorted(TRANSLATED)
+    for network, spellings in TRANSLATED.items():
+        for spelling in spellings:
+            address = ipaddress.ip_address(spelling)
+            assert not is_public(address), spelling
+            assert str(ipv4_in_ipv6(address).network) == network, spelling
+
+
+def test_every_spelling_of_every_ipv4_carrying_range_is_refused_at_creation_and_at_connect(monkeypatch):
+    """As a literal host at creation (check_new), and as what a name resolves to at connect
+    (resolve): both paths, every spelling, unless the operator lists the range."""
+    answer = {}
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, port, *args, **kwargs: [
+        (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (answer["address"], port, 0, 0))])
+
+    async def checks():
+        refused, allowed = {}, {}
+        for network, spellings in TRANSLATED.items():
+            operator = PushPolicy.from_lists([], [network])
+            for spelling in spellings:
+                outcomes = []
+                try:
+                    await PushPolicy().check_new(f"rtmp://[{spelling}]:1935/live/x")
+                    outcomes.append("created")
+                except DestinationRefused as exc:
+                    outcomes.append(str(exc))
+                answer["address"] = spelling
+                try:
+                    await PushPolicy().resolve("cdn.example", 1935)
+                    outcomes.append("connected")
+                except DestinationRefused as exc:
+                    outcomes.append(str(exc))
+                refused[spelling] = outcomes
+                allowed[spelling] = await operator.resolve("cdn.example", 1935)
+        return refused, allowed
+
+    refused, allowed = asyncio.run(checks())
+    for spelling, (at_creation, at_connect) in refused.items():
+        assert "carries an IPv4 one" in at_creation and "push.allowed_networks" in at_creation, spelling
+        assert "carries an IPv4 one" in at_connect, spelling
+    assert all(ipaddress.ip_address(allowed[s]) == ipaddress.ip_address(s) for s in allowed)
 
 
 def test_new_destinations_are_checked_by_address_and_host():

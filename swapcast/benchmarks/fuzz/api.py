@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from signaling.openapi import openapi_document
 from swapcast.benchmarks.fuzz.fixtures import Fixtures
-from swapcast.benchmarks.fuzz.mutate import NON_UTF8, hostile_value, json_body, mutate_bytes
+from swapcast.benchmarks.fuzz.mutate import FOREIGN_DIGITS, NON_UTF8, hostile_value, json_body, mutate_bytes
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
 from swapcast.benchmarks.fuzz.outcome import Outcome, http_outcome
 from swapcast.benchmarks.fuzz.tokens import authorization
@@ -44,7 +44,8 @@ def base_body(operation: str, fixtures: Fixtures, offer: str) -> object | None:
         "offerSession": {"sdp": offer, "type": "offer"},
         "addCandidate": {"candidate": CANDIDATE, "sdpMid": "0", "sdpMLineIndex": 0},
         "updateSession": {"enabled": False, "face_id": face, "options": {"blend": 0.5, "face_selection": "all"}},
-        "createKey": {"name": "fuzzed", "face_id": face, "options": {"feather": 0.1}},
+        "createKey": {"name": "fuzzed", "face_id": face, "options": {"feather": 0.1, "smoothing": "off"},
+                      "push": ["rtmp://cdn.example/live/x"]},
         "submitJob": {"face_id": face, "path": "fuzz/input.mp4", "priority": "normal"},
     }.get(operation)
 
@@ -66,6 +67,8 @@ class ApiLayer:
         headers = self._headers(rng, route)
         body = b""
         base = base_body(route.operation, self.fixtures, self.offer)
+        if route.operation == "createKey" and rng.random() < 0.3:
+            base = {**base, "push": self._push_list(rng)}
         if base is not None or rng.random() < 0.1:
             body = json_body(rng, base if base is not None else hostile_value(rng))
             headers.append((b"Content-Type", rng.choice((b"application/json",) * 6 + (
@@ -90,14 +93,33 @@ class ApiLayer:
                          else rng.choice(HOSTILE_SEGMENTS))
                 path = path.replace("{" + name + "}", value.decode("latin-1"))
         target = path.encode("latin-1")
+        if route.operation == "faceThumbnail" and rng.random() < 0.5:  # a signed link, as an <img> sends it
+            expires = rng.choice((b"9999999999", b"1", b"", b"-1", b"9" * 40, b"1_0", b"+1", b"%20123",
+                                  quote(rng.choice(FOREIGN_DIGITS)).encode()))
+            sig = rng.choice((b"x", b"", b"0" * 64, b"%ff", b"a" * 5000))
+            return target + b"?expires=" + expires + b"&sig=" + sig
         if rng.random() < 0.3:
-            name = rng.choice((b"limit", b"name", b"token", b"offset", b"a", b"\xff", b"limit[]"))
+            name = rng.choice((b"limit", b"name", b"token", b"offset", b"a", b"\xff", b"limit[]", b"expires", b"sig"))
             value = rng.choice((b"10", b"-1", b"0", b"99999999999999999999", b"1e3", b"%ff", b"", b"x" * 3000,
+                                quote(rng.choice(FOREIGN_DIGITS)).encode(),
                                 quote(str(hostile_value(rng)).encode("utf-8", "surrogatepass")).encode(), rng.choice(self.fixtures.bearer_tokens())))
             target += b"?" + name + b"=" + value
             if rng.random() < 0.2:
                 target += b"&" + name + b"=" + value
         return target
+
+    def _push_list(self, rng: random.Random) -> list:
+        """Push destinations of a new key: past the quota, repeated, or spelled to reach the
+        node's own network (every IPv6 form that carries IPv4)."""
+        inner = rng.choice(("[::127.0.0.1]", "[::ffff:0:127.0.0.1]", "[64:ff9b:1::7f00:1]", "[::ffff:7f00:1]",
+                            "[2002:7f00:1::1]", "[2001:0:4136:e378:8000:63bf:80ff:fffe]", "127.0.0.1:6379",
+                            "169.254.169.254", "[fe80::1%25eth0]", "localhost", "0x7f000001", "2130706433"))
+        return rng.choice((
+            [f"rtmp://cdn.example/live/{n}" for n in range(rng.choice((17, 200, 3000)))],
+            ["rtmp://cdn.example/live/x"] * rng.choice((2, 50)),
+            [f"rtmp://{inner}/live/x"],
+            [f"rtmps://{inner}:443/app/k", "rtmp://cdn.example/live/y"],
+        ))
 
     def _headers(self, rng: random.Random, route: Route) -> list[tuple[bytes, bytes]]:
         good = self.fixtures.bearer_tokens()
@@ -111,7 +133,9 @@ class ApiLayer:
             headers.append(rng.choice((
                 (b"X-Swapcast-Session-Id", rng.choice((b"", b"a" * 65, b"..", b"\xff", b"abc-_", b"x y"))),
                 (b"Range", rng.choice((b"bytes=-0", b"bytes=0-", b"bytes=5-1", b"bytes=-99999999999999999999",
-                                       b"bytes=0-1,2-3", b"items=0-1", b"bytes=\xff", b"bytes=1-1" * 500))),
+                                       b"bytes=0-1,2-3", b"items=0-1", b"bytes=\xff", b"bytes=1-1" * 500,
+                                       b"bytes=-" + rng.choice(FOREIGN_DIGITS).encode(),
+                                       rng.choice(FOREIGN_DIGITS).encode() + b"-"))),
                 (b"If-Range", rng.choice((b'"etag"', b"Wed, 21 Oct 2015 07:28:00 GMT", b"\xff"))),
                 (b"Idempotency-Key", rng.choice((b"", b"k" * 300, b"\xc3\x28", b"same"))),
                 (b"X-Forwarded-For", rng.choice((b"1.2.3.4", b"::1, 127.0.0.1", b"garbage", b"\xff", b",,,"))),

@@ -11,6 +11,12 @@ from typing import Any
 
 INTERESTING_BYTES = (0x00, 0xFF, 0x7F, 0x80, 0x01, 0xFE, 0xC0, 0xC3, 0xED, 0x22, 0x5C, 0x0A, 0x0D)
 NON_UTF8 = (b"\xff", b"\xfe\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80", b"\xc0\xaf")
+# digits Python's str.isdigit() (and int(), for some) takes that are not ASCII: superscript,
+# circled, Kharoshthi, fullwidth, Arabic-Indic, Devanagari, mathematical
+FOREIGN_DIGITS = ("\u00b9", "\u2461", "\U00010a40", "\uff11\uff12", "\u0661\u0662", "\u0967", "\U0001d7d9",
+                  "1\u00b2", "\uff10")
+# what a schema's lax reading turns into a boolean or number (stored raw once: round 3)
+LAX_SCALARS = ("off", "on", "yes", "no", "0", "1", "true", "False", "0.5", " 1 ", "1_0", "+1", "\u0661")
 INTERESTING_INTS = (0, -1, 1, 2**7, 2**8, 2**15, 2**16, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53 + 1, 2**63, -(2**63),
                     2**64, 10**30)
 
@@ -58,6 +64,7 @@ def hostile_value(rng: random.Random, depth: int = 0) -> Any:
         lambda: rng.choice(("é", "\u202e", "\ud800", "\x00", "../../etc/passwd", "%00", "\n\r", "null",
                             "<script>", "rtmp://127.0.0.1:6379/x", "file:///etc/passwd", "sk_", "🙂" * 50)),
         lambda: [], lambda: {},
+        lambda: rng.choice(FOREIGN_DIGITS), lambda: rng.choice(LAX_SCALARS),
     ]
     if depth < 3:
         choices += [

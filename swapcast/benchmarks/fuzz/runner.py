@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from swapcast.benchmarks.fuzz.api import ApiLayer
+from swapcast.benchmarks.fuzz.events import EventsLayer
 from swapcast.benchmarks.fuzz.fixtures import Fixtures, refresh, set_up
 from swapcast.benchmarks.fuzz.http_hold import HttpHoldLayer
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
@@ -26,7 +27,7 @@ from swapcast.benchmarks.fuzz.sdp import SdpLayer, make_offers
 from swapcast.benchmarks.fuzz.uploads import UploadLayer, verify_clips
 from swapcast.benchmarks.fuzz.video_bombs import encode_clip
 
-HTTP_WEIGHTS = {"http": 93, "upload": 4, "sdp": 2, "hold": 1}  # of the HTTP workers' cases (uploads and offers cost the node most; a hold lasts the header timeout)
+HTTP_WEIGHTS = {"http": 92, "upload": 4, "sdp": 2, "hold": 1, "events": 1}  # of the HTTP workers' cases (uploads and offers cost the node most; a hold lasts the header timeout)
 RTMP_WEIGHTS = {"handshake": 20, "chunk": 25, "amf": 30, "play": 20, "flv": 2, "hold": 1, "oversize": 1}  # a publish costs the node a swap per frame  # of the RTMP workers' cases
 HTTP_WORKERS, RTMP_WORKERS = 12, 10
 THREAD_SLACK = 16  # threads the node may hold at the end above its start (pools grown on demand)
@@ -255,7 +256,8 @@ async def _fuzz(node: FuzzNode, workdir: Path, inputs: int, seconds: float, seed
         raise RuntimeError("the RTMP oversize layer needs ffmpeg's camera recording (testsrc at 320x240)")
     layers = {"http": ApiLayer(node, fixtures, offers["browser"]), "sdp": SdpLayer(node, fixtures, offers),
               "upload": UploadLayer(node, fixtures, _job_video(workdir), verify_clips(workdir)), "rtmp": RtmpLayers(node, fixtures, recordings),
-              "oversize": RtmpOversizeLayer(node, fixtures, camera, BUSY_RSS_BOUND_MB), "hold": HttpHoldLayer(node)}
+              "oversize": RtmpOversizeLayer(node, fixtures, camera, BUSY_RSS_BOUND_MB), "hold": HttpHoldLayer(node),
+              "events": EventsLayer(node)}
     run = _Run(node, fixtures, layers, inputs, time.monotonic() + seconds, report_dir, progress)
     node.new_log_problems()  # set-up is not under test
     run.sample("start")

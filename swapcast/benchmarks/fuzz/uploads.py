@@ -17,7 +17,14 @@ from swapcast.benchmarks.fuzz.fixtures import Fixtures
 from swapcast.benchmarks.fuzz.mutate import NON_UTF8, mutate_bytes
 from swapcast.benchmarks.fuzz.node import FuzzNode, build_request, send_raw
 from swapcast.benchmarks.fuzz.outcome import Outcome, http_outcome
-from swapcast.benchmarks.fuzz.video_bombs import DESCRIBED_AGAIN, WAYS, crafted_clip, described_again, encode_clip
+from swapcast.benchmarks.fuzz.video_bombs import (
+    DESCRIBED_AGAIN,
+    WAYS,
+    crafted_clip,
+    described_again,
+    encode_clip,
+    odd_first_frame,
+)
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -119,8 +126,9 @@ class VerifyClip:
 
 
 def verify_clips(folder: Path) -> list[VerifyClip]:
-    """Every way of ``video_bombs`` and the plain file of each codec (ffmpeg needed), and
-    20 s MP4s whose second sample description declares the size from 14 s on."""
+    """Every way of ``video_bombs`` and the plain file of each codec (ffmpeg needed), 20 s
+    MP4s whose second sample description declares the size from 14 s on, and a 64x64 frame
+    followed by 3,000 frames of another size at 90 kHz (``odd_first_frame``)."""
     clips = []
     for codec in dict(WAYS):
         plain = encode_clip(codec, folder, seconds=2.0)
@@ -132,6 +140,8 @@ def verify_clips(folder: Path) -> list[VerifyClip]:
     for codec in DESCRIBED_AGAIN:
         crafted = described_again(encode_clip(codec, longer, seconds=20.0), codec, keyframe=15)
         clips.append(VerifyClip(f"{codec}/described-again", crafted.read_bytes(), crafted.suffix, True))
+    odd = odd_first_frame(folder, 3000)  # decoded within the verifier's budget, not to its end
+    clips.append(VerifyClip("h264/odd-first-frame", odd.read_bytes(), odd.suffix, False))
     return clips
 
 

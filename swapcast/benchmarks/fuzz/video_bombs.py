@@ -4,16 +4,21 @@ from the second keyframe on (H.264/HEVC SPS, VP8/VP9 keyframe, AV1 sequence head
 decoder given one allocates the declared size: a 64x64 HEVC file declaring 16000x16000 grew
 its decoder by 4 GB. The fuzzer uploads them and the security tests feed them to every path
 that decodes a file. ``described_again``: an MP4 whose later samples a second sample
-description (declaring that size) describes, handed to the decoder as new extradata."""
+description (declaring that size) describes, handed to the decoder as new extradata.
+``odd_first_frame``: a small first frame, then many identical frames of another size one
+90 kHz tick apart, which a reader that skips what it cannot use without counting it never
+stops reading (round 3: 45-130 s in the verifier for 335 KB)."""
 
 from __future__ import annotations
 
 import struct
 import subprocess
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 import av
+import numpy as np
 
 from swapcast.benchmarks.fuzz.picture_bombs import (
     resize_av1_temporal_unit,
@@ -192,3 +197,36 @@ def _rebuild(data: bytes, at: int, header: int, size: int, edit: Callable[[tuple
             new = edit(here, data[child + child_header:child + child_size])
             out += data[child:child + child_size] if new is None else _box(kind, new)
     return bytes(out)
+
+
+def _same_frames_annex_b(width: int, height: int, frames: int) -> bytes:
+    """``frames`` identical H.264 frames (a few bytes each after the first), Annex B."""
+    context = av.CodecContext.create("libx264", "w")
+    context.width, context.height, context.pix_fmt = width, height, "yuv420p"
+    context.time_base = Fraction(1, 90000)
+    context.options = {"preset": "ultrafast", "tune": "zerolatency", "bframes": "0", "g": "100000"}
+    picture = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    out = bytearray()
+    for number in range(frames):
+        frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+        frame.pts = number
+        out += b"".join(bytes(p) for p in context.encode(frame))
+    return bytes(out + b"".join(bytes(p) for p in context.encode(None)))
+
+
+def odd_first_frame(folder: Path, frames: int, size: tuple[int, int] = (160, 120)) -> Path:
+    """An MP4: one 64x64 frame, then ``frames`` identical frames of ``size``, one 90 kHz
+    tick apart (all of them 1/90 s of media time per thousand frames)."""
+    raw = folder / f"odd-{frames}.h264"
+    raw.write_bytes(_same_frames_annex_b(64, 64, 1) + _same_frames_annex_b(*size, frames))
+    path = raw.with_suffix(".mp4")
+    with av.open(str(raw), format="h264") as source, av.open(str(path), "w") as output:
+        stream = output.add_stream_from_template(source.streams.video[0])
+        stream.time_base = Fraction(1, 90000)
+        for number, packet in enumerate(p for p in source.demux(source.streams.video[0]) if p.size):
+            packet.stream, packet.time_base = stream, Fraction(1, 90000)
+            packet.pts = packet.dts = number
+            packet.duration = 1
+            output.mux(packet)
+    raw.unlink()
+    return path
