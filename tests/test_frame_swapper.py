@@ -131,3 +131,25 @@ def test_streams_overlap_only_at_a_shared_batcher_that_waits_for_company(engine,
         swapper.close()
     finally:
         waiting.close()
+
+
+def test_file_stages_make_the_frames_process_makes(engine, astronaut_source, grace_image):
+    """The three steps a file's frames take on threads of their own (track, prepare, run and
+    paste) swap exactly as ``process`` does, frame by frame, with every stateful step
+    (tracker, smoothing, per-track shape and occlusion models) fed in order."""
+    from streamer.pipeline.stage_threads import run_stages
+
+    frames = moving_face_frames(grace_image, 10, (480, 360))
+    one_by_one = [frame.copy() for frame in frames]
+    serial = FrameSwapper(engine, astronaut_source, offline=True)
+    for number, frame in enumerate(one_by_one):
+        serial.process(frame, number / 30)
+    staged = FrameSwapper(engine, astronaut_source, offline=True)
+    steps = staged.file_stages()
+    stages = [lambda item, step=step: (step(item[0], item[1]), item[1]) for step in steps]
+    out: list[np.ndarray] = []
+    run_stages(((frame.copy(), number / 30) for number, frame in enumerate(frames)), stages, lambda item: out.append(item[0]))
+    assert len(out) == len(frames)
+    assert sum(bool(np.any(a != b)) for a, b in zip(out, frames, strict=True)) == len(frames)  # every frame swapped
+    for expected, got in zip(one_by_one, out, strict=True):
+        np.testing.assert_array_equal(got, expected)

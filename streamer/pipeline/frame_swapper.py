@@ -65,6 +65,15 @@ class StageTimes:
 
 
 @dataclass
+class TrackedFrame:
+    """A frame between ``FrameSwapper.track`` and ``prepare``: the faces its tracker found."""
+
+    frame: np.ndarray
+    times: StageTimes
+    faces: list[Face]
+
+
+@dataclass
 class SwapInFlight:
     """A frame between ``FrameSwapper.begin`` and ``complete``: its faces prepared and, when
     ``rows`` is set, already queued at the batcher."""
@@ -137,6 +146,11 @@ class FrameSwapper:
         """Track and prepare one video frame. With ``overlap`` its faces are queued at the
         batcher at once, so the caller can begin its next frame while they run; ``complete``
         then waits for them and swaps the frame in place. Frames must complete in order."""
+        return self.prepare(self.track(frame, timestamp), overlap)
+
+    def track(self, frame: np.ndarray, timestamp: float) -> TrackedFrame:
+        """``begin``'s first half: the content gate's sample and the tracker (faces found,
+        nothing prepared yet). Frames must be tracked, prepared and completed in order."""
         self._check_content(frame, timestamp)
         times = StageTimes()
         started = _started()
@@ -144,7 +158,29 @@ class FrameSwapper:
         _record(times, "track", started)
         self._forget_ended_tracks(faces)
         self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
-        return self._prepare(frame, faces, times, overlap)
+        return TrackedFrame(frame, times, faces)
+
+    def prepare(self, tracked: TrackedFrame, overlap: bool = False) -> SwapInFlight:
+        """``begin``'s second half: the faces of a ``track``ed frame chosen, cropped and (with
+        ``overlap``) queued at the batcher."""
+        return self._prepare(tracked.frame, tracked.faces, tracked.times, overlap)
+
+    def file_stages(self) -> tuple[Callable[[np.ndarray, float], TrackedFrame],
+                                   Callable[[TrackedFrame, float], SwapInFlight],
+                                   Callable[[SwapInFlight, float], np.ndarray]]:
+        """``process`` in three steps for a file's frames, each of which may run on a thread
+        of its own (``streamer.media.transcode``): track, prepare, then run and paste. The
+        frames come out as ``process`` makes them. Rows go to the batcher as soon as they
+        are prepared where its runner gains from company (a GPU's: a file's consecutive
+        frames share runner calls); on the CPU they run in the last step's thread."""
+        batcher = self._batcher_now()
+        overlap = batcher is not None and batcher.wait_for_company
+
+        def run_and_paste(flight: SwapInFlight, timestamp: float) -> np.ndarray:
+            self.complete(flight)
+            return flight.frame
+
+        return (self.track, lambda tracked, timestamp: self.prepare(tracked, overlap), run_and_paste)
 
     def complete(self, flight: SwapInFlight) -> StageTimes:
         return self._marked(flight.frame, self._finish(flight))
