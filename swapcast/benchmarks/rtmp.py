@@ -171,7 +171,14 @@ def _add_key(store: StreamKeyStore, face: Path, name: str) -> tuple[str, str]:
     return key, record.play_token
 
 
-def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool) -> int:
+def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool, on_air: str = "swapcast",
+                       on_air_seconds: float = 10.0) -> int:
+    from swapcast.benchmarks import rtmp_on_air
+
+    if on_air != "none" and not rtmp_on_air.publisher_available(on_air):
+        from swapcast.config import ConfigError
+
+        raise ConfigError(f"--on-air {on_air}: the {on_air} program is not installed here")
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-") as folder:
         face = Path(folder) / "astronaut.png"
         write_image(face, astronaut())
@@ -190,6 +197,12 @@ def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool) -> int:
                 print(f"{count} publisher(s): {run['fps_out_mean']:.1f} fps out per stream, ingest->egress latency "
                       f"p50 {run['latency_p50_ms']:.0f} ms / p99 {run['latency_p99_ms']:.0f} ms, "
                       f"server CPU {100 * run['server_cpu_per_stream']:.0f}% of a core per stream, RSS {run['server_rss_mb']:.0f} MB")
+            if on_air != "none":
+                def add_key(push_url: str) -> str:
+                    return store.add("on-air", face, push=(push_url,), push_unrestricted=True)[0]
+
+                report["on_air"] = asyncio.run(rtmp_on_air.measure_on_air(server.rtmp_port, add_key, on_air, on_air_seconds,
+                                                                           Path(folder)))
         finally:
             server.close()
     single = report["runs"]["1"]
@@ -197,6 +210,9 @@ def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool) -> int:
           f"{'PASS' if single['fps_out_mean'] >= TARGET_FPS else 'FAIL'}")
     print(f"target: ingest->egress added latency p50 <= {TARGET_LATENCY_P50_MS:.0f} ms: {single['latency_p50_ms']:.0f} ms -> "
           f"{'PASS' if single['latency_p50_ms'] <= TARGET_LATENCY_P50_MS else 'FAIL'}")
+    if "on_air" in report:
+        for line in rtmp_on_air.describe(report["on_air"]):
+            print(line)
     if as_json:
         print(json.dumps(report))
     return 0
