@@ -112,7 +112,8 @@ def same_frames(a: Path, b: Path) -> tuple[bool, float]:
 
 
 def measure_offline(frames: int = 300, rounds: int = 2, baseline: Path | None = None, sizes: list[str] | None = None,
-                    swapper: str | None = None, err: TextIO = sys.stderr) -> dict[str, Any]:
+                    swapper: str | None = None, err: TextIO | None = None) -> dict[str, Any]:
+    err = err or sys.stderr
     codes = ([Code("baseline", baseline.resolve())] if baseline else []) + [Code("current")]
     extra = ["--swapper", swapper] if swapper else []
     report: dict[str, Any] = {"frames": frames, "rounds": rounds, "swapper": swapper or "auto", "cpu_count": os.cpu_count(),
@@ -207,10 +208,11 @@ def _print(report: dict[str, Any], out: TextIO) -> None:
 
 
 def run_offline_benchmark(*, frames: int = 300, rounds: int = 2, baseline: str | None = None, sizes: list[str] | None = None,
-                          swapper: str | None = None, as_json: bool = False, out: TextIO = sys.stdout,
-                          err: TextIO = sys.stderr) -> int:
+                          swapper: str | None = None, as_json: bool = False, out: TextIO | None = None,
+                          err: TextIO | None = None) -> int:
     from swapcast.config import ConfigError
 
+    out, err = out or sys.stdout, err or sys.stderr
     if frames <= SHORT_FRAMES or rounds < 1:
         raise ConfigError(f"--frames must be more than {SHORT_FRAMES} and --rounds at least 1")
     unknown = [s for s in sizes or [] if s not in SIZES]

@@ -72,6 +72,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     offline.set_defaults(run=_run_offline)
     jobs = benches.add_parser("jobs", help="offline jobs on a local redis + 1 and 2 workers: frames/s, end-to-end time vs clip")
     jobs.add_argument("--seconds", type=float, default=60.0, help="length of the generated 720p clip (default 60)")
+    jobs.add_argument("--cores-per-worker", type=int, metavar="N",
+                      help="pin each worker to N cores of its own, as on separate N-core machines (default: all share)")
     jobs.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     add_engine_flags(jobs)
     jobs.set_defaults(run=_run_jobs)
@@ -186,7 +188,8 @@ def _run_jobs(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.jobs import run_jobs_benchmark
     from swapcast.commands.common import config_from_args
 
-    return run_jobs_benchmark(config_from_args(args), seconds=args.seconds, as_json=args.json)
+    return run_jobs_benchmark(config_from_args(args), seconds=args.seconds, as_json=args.json,
+                              cores_per_worker=args.cores_per_worker)
 
 
 def _run_quality(args: argparse.Namespace) -> int:
