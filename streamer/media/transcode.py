@@ -340,7 +340,8 @@ class _Transcode:
                 or result.dtype != np.uint8:
             got = f"{result.dtype} {result.shape}" if isinstance(result, np.ndarray) else type(result).__name__
             raise ValueError(f"transform must return uint8 {(self.out_video.height, self.out_video.width, 3)}, got {got}")
-        out = av.VideoFrame.from_ndarray(np.ascontiguousarray(result), format="rgb24")
+        # the array itself as the converter's input (from_ndarray would copy it first: 0.4 ms a 720p frame)
+        out = av.VideoFrame.from_numpy_buffer(np.ascontiguousarray(result), format="rgb24")
         out = out.reformat(
             format="yuv420p", dst_colorspace=_OUT_COLORSPACE, dst_color_range=_OUT_RANGE, interpolation=_TO_YUV_FLAGS,
             threads=scale_threads(),

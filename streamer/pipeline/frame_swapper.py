@@ -156,14 +156,17 @@ class FrameSwapper:
         started = _started()
         faces = self._tracker.process(frame, timestamp)
         _record(times, "track", started)
-        self._forget_ended_tracks(faces)
-        self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
         return TrackedFrame(frame, times, faces)
 
     def prepare(self, tracked: TrackedFrame, overlap: bool = False) -> SwapInFlight:
         """``begin``'s second half: the faces of a ``track``ed frame chosen, cropped and (with
-        ``overlap``) queued at the batcher."""
-        return self._prepare(tracked.frame, tracked.faces, tracked.times, overlap)
+        ``overlap``) queued at the batcher. What this stream keeps per track (identities,
+        occlusion models) is kept and dropped here, so a file's prepare step (on a thread
+        of its own) is the only one to touch it, frame after frame."""
+        faces = tracked.faces
+        self._forget_ended_tracks(faces)
+        self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
+        return self._prepare(tracked.frame, faces, tracked.times, overlap)
 
     def file_stages(self) -> tuple[Callable[[np.ndarray, float], TrackedFrame],
                                    Callable[[TrackedFrame, float], SwapInFlight],
@@ -240,7 +243,8 @@ class FrameSwapper:
             try:
                 flight.rows = batcher.submit(self.session_id, flight.jobs)
             except BatcherBusy:
-                self._dropped(flight)
+                if not self.offline:  # a file's frame is never dropped: its rows run in complete()
+                    self._dropped(flight)
         return flight
 
     def _finish(self, flight: SwapInFlight) -> StageTimes:
@@ -276,7 +280,17 @@ class FrameSwapper:
         batcher = self._batcher_now()
         if batcher is None:
             return run_jobs(flight.swapper.runner, flight.jobs)
-        return batcher.run(self.session_id, flight.jobs, timeout=self.batch_timeout_s)
+        if not self.offline:
+            return batcher.run(self.session_id, flight.jobs, timeout=self.batch_timeout_s)
+        # a file's frame waits for room (its later frames' rows, queued ahead, free it) rather than being dropped
+        deadline = time.monotonic() + self.batch_timeout_s
+        while True:
+            try:
+                return batcher.run(self.session_id, flight.jobs, timeout=max(0.0, deadline - time.monotonic()))
+            except BatcherBusy:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"no room at the batcher for {len(flight.jobs)} rows in {self.batch_timeout_s} s") from None
+                time.sleep(0.002)
 
     def _dropped(self, flight: SwapInFlight) -> None:
         """The batcher refused the faces or they timed out: the frame goes on unswapped."""
