@@ -191,18 +191,18 @@ def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool, on_air: s
         try:
             print(f"rtmp bench: swapcast serve pid {server.process.pid}, 640x480@{FPS} publishers, {seconds:.0f} s per run")
             report: dict[str, Any] = {"seconds": seconds, "runs": {}}
+            if on_air != "none":  # first, on the fresh node: a streamer going on air on an idle server
+                def add_key(push_url: str) -> str:
+                    return store.add("on-air", face, push=(push_url,), push_unrestricted=True)[0]
+
+                report["on_air"] = asyncio.run(rtmp_on_air.measure_on_air(server.rtmp_port, add_key, on_air, on_air_seconds,
+                                                                           Path(folder)))
             for count in counts:
                 run = _measure(server, runs_keys[count], seconds)
                 report["runs"][str(count)] = run
                 print(f"{count} publisher(s): {run['fps_out_mean']:.1f} fps out per stream, ingest->egress latency "
                       f"p50 {run['latency_p50_ms']:.0f} ms / p99 {run['latency_p99_ms']:.0f} ms, "
                       f"server CPU {100 * run['server_cpu_per_stream']:.0f}% of a core per stream, RSS {run['server_rss_mb']:.0f} MB")
-            if on_air != "none":
-                def add_key(push_url: str) -> str:
-                    return store.add("on-air", face, push=(push_url,), push_unrestricted=True)[0]
-
-                report["on_air"] = asyncio.run(rtmp_on_air.measure_on_air(server.rtmp_port, add_key, on_air, on_air_seconds,
-                                                                           Path(folder)))
         finally:
             server.close()
     single = report["runs"]["1"]
