@@ -266,8 +266,8 @@ class LiveSwapWorker:
         try:
             while (items := self._inbox.take_all(wait=waiting is None and not self._decoded)) is not None:
                 self._decode_all(items)
-                newest = self._next_decoded()
-                begun = self._begin(newest.frame, newest.arrived) if newest is not None else None
+                ready = self._next_decoded()
+                begun = self._begin(ready.frame, ready.arrived) if ready is not None else None
                 if waiting is not None:
                     self._finish_and_encode(waiting)
                     waiting = None
