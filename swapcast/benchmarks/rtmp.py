@@ -172,7 +172,7 @@ def _add_key(store: StreamKeyStore, face: Path, name: str) -> tuple[str, str]:
 
 
 def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool, on_air: str = "swapcast",
-                       on_air_seconds: float = 10.0) -> int:
+                       on_air_seconds: float = 10.0, destination_delay_ms: float = 300.0) -> int:
     from swapcast.benchmarks import rtmp_on_air
 
     if on_air != "none" and not rtmp_on_air.publisher_available(on_air):
@@ -196,7 +196,7 @@ def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool, on_air: s
                     return store.add("on-air", face, push=(push_url,), push_unrestricted=True)[0]
 
                 report["on_air"] = asyncio.run(rtmp_on_air.measure_on_air(server.rtmp_port, add_key, on_air, on_air_seconds,
-                                                                           Path(folder)))
+                                                                           Path(folder), destination_delay_ms / 1000.0))
             for count in counts:
                 run = _measure(server, runs_keys[count], seconds)
                 report["runs"][str(count)] = run

@@ -59,14 +59,16 @@ class Received:
 
 
 class Destination:
-    """An RTMP server that takes any one publish and keeps what it sends (no playing)."""
+    """An RTMP server that takes any one publish and keeps what it sends (no playing);
+    ``accept_delay_s`` holds the publish's acceptance back, as a platform's round trips do."""
 
-    def __init__(self) -> None:
+    def __init__(self, accept_delay_s: float = 0.0) -> None:
         self.received = Received()
+        self.accept_delay_s = accept_delay_s
         self.server = RtmpServer(self, port=0)
 
     async def authorize_publish(self, app: str, name: str) -> None:
-        return None
+        await asyncio.sleep(self.accept_delay_s)
 
     async def on_publish(self, publisher: Publisher) -> None:
         async for message in publisher.media():
@@ -184,15 +186,17 @@ def publisher_available(publisher: str) -> bool:
 # -- the run -----------------------------------------------------------------------------------
 
 
-async def measure_on_air(node_rtmp_port: int, add_key, publisher: str, seconds: float, workdir: Path) -> dict[str, Any]:
-    """``add_key(push_url) -> stream key`` makes the key on the node; the destination and the
-    publisher run here."""
+async def measure_on_air(node_rtmp_port: int, add_key, publisher: str, seconds: float, workdir: Path,
+                         destination_delay_s: float = 0.0) -> dict[str, Any]:
+    """``add_key(push_url) -> stream key`` makes the key on the node; the destination (its
+    handshake taking ``destination_delay_s`` more, as a platform far away) and the publisher
+    run here."""
     clip = workdir / "obs-like.flv"
     if not clip.exists():
         await asyncio.to_thread(write_obs_like_flv, clip, seconds)
     messages = read_flv_tags(clip)
     sent = published_frames(messages)
-    destination = Destination()
+    destination = Destination(destination_delay_s)
     await destination.server.start()
     try:
         key = add_key(destination.url)
@@ -213,7 +217,7 @@ async def measure_on_air(node_rtmp_port: int, add_key, publisher: str, seconds: 
     finally:
         await destination.server.close()
     received = destination.received
-    report: dict[str, Any] = {"publisher": publisher, "seconds": seconds}
+    report: dict[str, Any] = {"publisher": publisher, "seconds": seconds, "destination_delay_s": destination_delay_s}
     video = received.frames("video")
     report["first_frame_s"] = (min(at for _, at in video) - started) if video else None
     # counted, not matched by timestamp: an outside publisher re-times the clip (GStreamer by
@@ -237,7 +241,8 @@ def describe(report: dict[str, Any]) -> list[str]:
     share = report["video_delivered_share"]
     meta = report["metadata"]
     return [
-        f"on air ({report['publisher']} publisher, {report['seconds']:.0f} s clip, B-frames, AAC; a push destination): "
+        f"on air ({report['publisher']} publisher, {report['seconds']:.0f} s clip, B-frames, AAC; a push destination "
+        f"accepting {1000 * report['destination_delay_s']:.0f} ms late): "
         f"first swapped frame at the destination {'never' if first is None else f'{first:.2f} s'} after the publish "
         f"started; video {report['video_delivered']}/{report['video_published']} frames delivered ({100 * share:.1f}%, "
         f"first {report['video_first_ms']} ms, last {report['video_last_ms']} ms; published "

@@ -53,6 +53,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="then publish a clip (B-frames, AAC) to a key with a push destination: first-frame delay and "
                            "frames delivered there; the publisher (default swapcast's own client; none: skip)")
     rtmp.add_argument("--on-air-seconds", type=float, default=10.0, help="length of that clip (default 10)")
+    rtmp.add_argument("--destination-delay-ms", type=float, default=300.0, metavar="MS",
+                      help="the push destination accepts the publish this much later, as a platform a few round trips "
+                           "away does (default 300)")
     rtmp.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     rtmp.set_defaults(run=_run_rtmp)
     cluster = benches.add_parser("cluster", help="registry placement latency (200 at once) and failover time after SIGKILL")
@@ -211,7 +214,8 @@ def _run_fuzz(args: argparse.Namespace) -> int:
 def _run_rtmp(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.rtmp import run_rtmp_benchmark
 
-    return run_rtmp_benchmark(args.publishers, args.seconds, args.json, on_air=args.on_air, on_air_seconds=args.on_air_seconds)
+    return run_rtmp_benchmark(args.publishers, args.seconds, args.json, on_air=args.on_air, on_air_seconds=args.on_air_seconds,
+                              destination_delay_ms=args.destination_delay_ms)
 
 
 def _run_webrtc(args: argparse.Namespace) -> int:
