@@ -219,6 +219,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
             push_retry_initial_s=live.push_retry_initial_s,
             push_retry_max_s=live.push_retry_max_s,
             provenance=provenance,
+            catch_up_s=live.rtmp_catch_up_ms / 1000.0,
         ),
         lambda url: RtmpPublishClient(url, resolve=push_policy.resolver(keys, url), tls=push_tls),  # checked at every connect
         faces,

@@ -216,6 +216,9 @@ class LiveConfig(_Section):
     keyframe_interval_s: float = Field(2.0, gt=0, le=10)
     push_retry_initial_s: float = Field(1.0, gt=0)
     push_retry_max_s: float = Field(30.0, gt=0)
+    rtmp_catch_up_ms: int = Field(500, ge=0, le=2000, description="how long a decoded RTMP frame may wait for the swap "
+                                  "before it is dropped: a publisher's start-up burst is swapped, not dropped; 0 = only "
+                                  "the newest frame, as WebRTC sessions (decoded frames held: at most this long's worth)")
     # H.264 out (RTMP re-publish, WebRTC): auto = NVENC when it opens here, else x264;
     # nvenc where it cannot open is a start-up error
     video_encoder: Literal["auto", "software", "nvenc"] = "auto"

@@ -9,14 +9,15 @@ from tqdm import tqdm
 
 
 class ProgressBar:
-    """``update(done, total)`` as the media layer reports it; a context manager."""
+    """``update(done, total)`` as the media layer reports it; a context manager. Both forms
+    show the rate: tqdm its own (frame/s), the periodic lines the average since the start."""
 
     def __init__(self, label: str, enabled: bool = True, log_every_s: float = 5.0) -> None:
         self.label = label
         self.enabled = enabled
         self.log_every_s = log_every_s
         self._bar: tqdm | None = None
-        self._last_log = time.monotonic()
+        self._started = self._last_log = time.monotonic()
 
     def __enter__(self) -> ProgressBar:
         if self.enabled:
@@ -31,7 +32,8 @@ class ProgressBar:
         elif time.monotonic() - self._last_log >= self.log_every_s:
             self._last_log = time.monotonic()
             share = f"/{total} ({100 * done / total:.0f}%)" if total else ""
-            print(f"{self.label}: {done}{share} frames", file=sys.stderr, flush=True)
+            rate = done / max(self._last_log - self._started, 1e-9)
+            print(f"{self.label}: {done}{share} frames, {rate:.1f} frames/s", file=sys.stderr, flush=True)
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

@@ -131,3 +131,61 @@ def test_streams_overlap_only_at_a_shared_batcher_that_waits_for_company(engine,
         swapper.close()
     finally:
         waiting.close()
+
+
+def test_file_stages_make_the_frames_process_makes(engine, astronaut_source, grace_image):
+    """The three steps a file's frames take on threads of their own (track, prepare, run and
+    paste) swap exactly as ``process`` does, frame by frame, with every stateful step
+    (tracker, smoothing, per-track shape and occlusion models) fed in order."""
+    from streamer.pipeline.stage_threads import run_stages
+
+    frames = moving_face_frames(grace_image, 10, (480, 360))
+    one_by_one = [frame.copy() for frame in frames]
+    serial = FrameSwapper(engine, astronaut_source, offline=True)
+    for number, frame in enumerate(one_by_one):
+        serial.process(frame, number / 30)
+    staged = FrameSwapper(engine, astronaut_source, offline=True)
+    steps = staged.file_stages()
+    stages = [lambda item, step=step: (step(item[0], item[1]), item[1]) for step in steps]
+    out: list[np.ndarray] = []
+    run_stages(((frame.copy(), number / 30) for number, frame in enumerate(frames)), stages, lambda item: out.append(item[0]))
+    assert len(out) == len(frames)
+    assert sum(bool(np.any(a != b)) for a, b in zip(out, frames, strict=True)) == len(frames)  # every frame swapped
+    for expected, got in zip(one_by_one, out, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_files_frames_wait_for_a_busy_batcher_rather_than_go_unswapped(engine, astronaut_source, grace_image, monkeypatch):
+    """A file's rows queued ahead at a batcher that waits for company (a GPU node's) can fill
+    the session's allowance: the next frame's rows then run when there is room again, in
+    the last step, instead of the frame going out unswapped as a live frame would."""
+    import time
+
+    from gpu.batcher import MicroBatcher
+    from streamer.pipeline.stage_threads import run_stages
+
+    frames = moving_face_frames(grace_image, 8, (480, 360))
+    serial = [frame.copy() for frame in frames]
+    one_by_one = FrameSwapper(engine, astronaut_source, offline=True)
+    for number, frame in enumerate(serial):
+        one_by_one.process(frame, number / 30)
+    class SlowRunner:  # the engine's runner, slower than a frame's prepare: rows of two frames overlap
+        def run(self, feeds):
+            time.sleep(0.05)
+            return engine.swapper.runner.run(feeds)
+
+    strict = MicroBatcher(SlowRunner(), max_pending_per_session=1, wait_for_company=True, name="strict")
+    monkeypatch.setattr(engine, "_batcher", strict)
+    try:
+        staged = FrameSwapper(engine, astronaut_source, offline=True)
+        steps = staged.file_stages()
+        stages = [lambda item, step=step: (step(item[0], item[1]), item[1]) for step in steps]
+        out: list[np.ndarray] = []
+        run_stages(((f.copy(), n / 30) for n, f in enumerate(frames)), stages, lambda item: out.append(item[0]))
+        refused = strict.metrics()["rejected_rows"]
+    finally:
+        strict.close()
+    assert refused > 0  # the allowance was full at times: those frames' rows ran later
+    assert staged.frames_dropped_by_batcher == 0
+    for expected, got in zip(serial, out, strict=True):
+        np.testing.assert_array_equal(got, expected)

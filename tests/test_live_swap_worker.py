@@ -267,3 +267,103 @@ def test_the_hand_over_is_bounded_in_bytes_too():
         assert sum(len(i.data) for i in inbox._items) <= inbox.max_bytes
     assert [i.dts // 33 for i in inbox.take_all()] == [40, 41]  # restarted at the newest keyframe
     assert inbox.dropped == 42 - 2
+
+
+def b_frame_stream(frames: list[np.ndarray], fps: int = 30) -> tuple[bytes, list[VideoSample]]:
+    """The frames as OBS's x264 sends them: B-frames (2), so decode order is not display
+    order and each sample has a composition offset. (avcC, samples in decode order)."""
+    encoder = av.CodecContext.create("libx264", "w")
+    encoder.width, encoder.height, encoder.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
+    encoder.time_base = Fraction(1, 1000)
+    encoder.options = {"preset": "veryfast", "bf": "2", "g": "60"}
+    packets = []
+    for index, rgb in enumerate(frames):
+        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+        frame.pts = round(index * 1000 / fps)
+        packets += encoder.encode(frame)
+    packets += encoder.encode(None)
+    record, samples = b"", []
+    for packet in packets:
+        units = split_annexb(bytes(packet))
+        sps = [u for u in units if u[0] & 0x1F == 7]
+        pps = [u for u in units if u[0] & 0x1F == 8]
+        if sps and not record:
+            record = avc_decoder_config(sps[0], pps[0])
+        data = to_avcc([u for u in units if u[0] & 0x1F not in (7, 8, 9)])
+        samples.append(VideoSample(data, packet.dts, packet.pts - packet.dts, keyframe=packet.is_keyframe))
+    assert any(s.composition_offset for s in samples)  # B-frames: the decoder reorders
+    return record, samples
+
+
+def test_every_frame_of_a_b_frame_stream_comes_out_when_the_publisher_leaves(engine, astronaut_image, grace_image):
+    """A decoder holds the last frames of a B-frame stream back for reordering: the end of the
+    publish flushes them out, swapped and encoded, so every frame sent is sent on."""
+    from streamer.live.swap_worker import EndOfPublish
+
+    frames = moving_face_frames(grace_image, 20, (320, 240))
+    record, samples = b_frame_stream(frames)
+    out = Collector()
+    source = engine.register_source(astronaut_image)
+    # frames wait as long as they need (no drop on a slow machine): the count is exact
+    worker = LiveSwapWorker(FrameSwapper(engine, source), EncoderSettings(bitrate_kbps=800), out, name="b-frames",
+                            catch_up_s=3600.0)
+    worker.push(SequenceHeader(record))
+    for sample in samples:
+        worker.push(sample)
+    worker.push(EndOfPublish())
+    _wait_for(lambda: worker.stats.frames_out == len(frames))
+    # the decoder is ready for the next publish (a resume) at once
+    worker.push(SequenceHeader(record))
+    for sample in samples:
+        worker.push(VideoSample(sample.data, sample.dts + 2000, sample.composition_offset, sample.keyframe))
+    worker.push(EndOfPublish())
+    _wait_for(lambda: worker.stats.frames_out == 2 * len(frames))
+    worker.stop()
+    shown = sorted(s.dts + s.composition_offset for s in samples)
+    assert [p.pts for p in out.packets] == shown + [t + 2000 for t in shown]
+    assert worker.stats.frames_dropped == 0 and worker.stats.decode_errors == 0
+
+
+def test_a_frames_latency_counts_from_its_own_packet_not_the_one_that_released_it(engine, astronaut_image, grace_image):
+    """With B-frames a frame leaves the decoder when a later packet arrives; its latency
+    must count from the arrival of its own packet (the reorder wait included)."""
+    from streamer.live.swap_worker import EndOfPublish
+
+    frames = moving_face_frames(grace_image, 12, (320, 240))
+    record, samples = b_frame_stream(frames)
+    origin = time.monotonic() - 10_000.0
+    # arrival times 100 s apart per ms of pts: a frame stamped with another packet's arrival is off by >= 3300 s
+    stamped = [VideoSample(s.data, s.dts, s.composition_offset, s.keyframe, arrived=origin - 100.0 * (s.dts + s.composition_offset))
+               for s in samples]
+    out = Collector()
+    latencies: list[float] = []
+    worker = LiveSwapWorker(FrameSwapper(engine, engine.register_source(astronaut_image)), EncoderSettings(bitrate_kbps=800),
+                            out, name="stamps", catch_up_s=1e9)
+    worker.stats.observer = lambda stats, latency_ms, stages: latencies.append(latency_ms)
+    started = time.monotonic()
+    worker.push(SequenceHeader(record))
+    for sample in stamped:
+        worker.push(sample)
+    worker.push(EndOfPublish())
+    _wait_for(lambda: worker.stats.frames_out == len(frames))
+    worker.stop()
+    ended = time.monotonic()
+    for packet, latency_ms in zip(out.packets, latencies, strict=True):
+        own = origin - 100.0 * packet.pts  # when its own packet arrived
+        assert started - own <= latency_ms / 1000.0 <= ended - own, (packet.pts, latency_ms)
+
+
+def test_a_start_up_burst_is_swapped_when_it_may_wait(engine, astronaut_image, camera_stream):
+    """What a publisher sends at once when it starts (encoded while it connected) is swapped
+    frame by frame when frames may wait long enough (RTMP's catch-up), not dropped to the newest."""
+    record, packets, _ = camera_stream
+    out = Collector()
+    worker = LiveSwapWorker(FrameSwapper(engine, engine.register_source(astronaut_image)), EncoderSettings(bitrate_kbps=2000),
+                            out, name="burst", catch_up_s=3600.0)
+    worker.push(SequenceHeader(record))
+    for packet in packets:
+        worker.push(VideoSample(packet.data, packet.dts))
+    _wait_for(lambda: worker.stats.frames_out == len(packets))
+    worker.stop()
+    assert worker.stats.frames_dropped == 0
+    assert [p.pts for p in out.packets] == [p.pts for p in packets]

@@ -21,6 +21,8 @@ from streamer.live.rtmp_ingest import IngestSettings, RtmpIngest
 from streamer.live.swap_worker import EncoderSettings
 from streamer.media.images import write_image
 from streamer.rtmp.client import RtmpPublishClient
+from streamer.rtmp.flv import is_sequence_header
+from streamer.rtmp.handler import MediaMessage, PublishRejected
 from streamer.rtmp.server import RtmpServer
 from streamer.samples import moving_face_frames
 from swapcast.config import SwapConfig
@@ -80,10 +82,12 @@ async def run_process(command: list[str], timeout: float) -> int:
 class Node:
     """The RTMP half of a swapcast node, as `swapcast serve` wires it."""
 
-    def __init__(self, engine, data_dir: Path, stall_timeout: float = 5.0, resume_window_s: float = 30.0):
+    def __init__(self, engine, data_dir: Path, stall_timeout: float = 5.0, resume_window_s: float = 30.0,
+                 catch_up_s: float = 0.5):
         self.keys = StreamKeyStore(data_dir)
         settings = IngestSettings(EncoderSettings(bitrate_kbps=2000, keyframe_interval_s=1.0),
-                                  push_retry_initial_s=0.2, push_retry_max_s=1.0, resume_window_s=resume_window_s)
+                                  push_retry_initial_s=0.2, push_retry_max_s=1.0, resume_window_s=resume_window_s,
+                                  catch_up_s=catch_up_s)
         self.faces = FaceLibrary(engine)
         self.ingest = RtmpIngest(self.keys, engine, lambda swap: SwapConfig(**swap).options(), settings, RtmpPublishClient,
                                  self.faces)
@@ -402,3 +406,149 @@ def test_rapid_replace_and_unpublish_leaves_no_swap_thread_after_the_resume_wind
             return sessions
 
     assert asyncio.run(scenario()) == []
+
+
+# -- on air: what a push destination and a player get from the first frame on --------------------
+
+
+class Recorder:
+    """A push destination in this process: takes one publish (after ``accept_delay_s``, as a
+    platform's slower handshake) and keeps its video timestamps, audio timestamps and metadata."""
+
+    def __init__(self, accept_delay_s: float = 0.0) -> None:
+        self.accept_delay_s = accept_delay_s
+        self.video: list[int] = []
+        self.audio: list[int] = []
+        self.metadata: dict | None = None
+        self.server = RtmpServer(self, port=0)
+
+    async def authorize_publish(self, app: str, name: str) -> None:
+        await asyncio.sleep(self.accept_delay_s)
+
+    async def on_publish(self, publisher) -> None:
+        async for message in publisher.media():
+            if message.kind == "data":
+                self.metadata = onmetadata(message.payload)
+            elif not is_sequence_header(message.kind, message.payload):
+                (self.video if message.kind == "video" else self.audio).append(message.timestamp)
+
+    async def authorize_play(self, app: str, name: str) -> None:
+        raise PublishRejected("NetStream.Play.StreamNotFound", "a destination only")
+
+    async def on_play(self, player) -> None:
+        return None
+
+    @property
+    def url(self) -> str:
+        return f"rtmp://127.0.0.1:{self.server.port}/live/out"
+
+
+def onmetadata(payload: bytes) -> dict | None:
+    from streamer.rtmp import amf0
+
+    values = amf0.decode_all(payload)
+    values = values[1:] if values[:1] == ["@setDataFrame"] else values
+    return dict(values[1]) if len(values) == 2 and values[0] == "onMetaData" else None
+
+
+def obs_metadata() -> MediaMessage:
+    """What OBS says about its own encode (which the node replaces with its own)."""
+    from streamer.rtmp import amf0
+
+    return MediaMessage("data", 0, amf0.encode("onMetaData", amf0.EcmaArray({
+        "encoder": "obs-output module (libobs version 30.0.2)", "width": 1920.0, "height": 1080.0, "framerate": 25.0,
+        "videocodecid": 7.0, "videodatarate": 6000.0, "audiocodecid": 10.0, "audiosamplerate": 48000.0,
+        "audiosamplesize": 16.0, "stereo": True, "audiodatarate": 160.0})))
+
+
+def test_a_slow_destination_gets_the_stream_from_its_first_frame(engine, grace_image, face_file, tmp_path):
+    """A destination whose handshake takes longer than the first frame's swap (a platform far
+    away) still gets the stream from its first keyframe: the start waits for the connection
+    instead of going out before it, which cost a whole GOP (the node's keyframe interval here
+    is 1 s; 2 s by default)."""
+
+    async def scenario():
+        destination = Recorder(accept_delay_s=0.7)
+        await destination.server.start()
+        try:
+            async with Node(engine, tmp_path / "data", resume_window_s=0.5) as node:
+                key, record = node.keys.add("cam", face_file, push=(destination.url,))
+                await publish(node.url(key), camera_messages(grace_image, 50))  # 2 s at 25 fps
+                await wait_until(lambda: destination.video and destination.video[-1] >= 1900)
+                stream = node.ingest.streams[record.key_id]
+                return destination.video, stream.worker.stats.snapshot()
+        finally:
+            await destination.server.close()
+
+    video, stats = asyncio.run(scenario())
+    assert video[0] < 200, video[:5]  # the first swapped frames, not the second GOP's (>= 1000 ms)
+    assert len(video) == stats["frames_out"]  # everything the node sent went there
+
+
+def test_destinations_and_players_get_the_nodes_own_metadata(engine, grace_image, face_file, tmp_path):
+    """The video is the node's encode: its size, codec and bitrate, encoder swapcast; the
+    audio passes through, so its fields stay the publisher's."""
+    from streamer.rtmp.client import RtmpPlayClient
+
+    async def scenario():
+        destination = Recorder()
+        await destination.server.start()
+        try:
+            async with Node(engine, tmp_path / "data", resume_window_s=0.5) as node:
+                key, record = node.keys.add("cam", face_file, push=(destination.url,))
+                client = await publish(node.url(key), [obs_metadata(), *camera_messages(grace_image, 15)], close=False)
+                stream = node.ingest.streams[record.key_id]
+                await wait_until(lambda: stream.worker.stats.frames_out >= 3 and destination.metadata is not None)
+                viewer = RtmpPlayClient(node.url(record.play_token))
+                await viewer.connect()
+                seen = None
+                async for message in viewer.media():
+                    if message.kind == "data":
+                        seen = onmetadata(message.payload)
+                        break
+                await viewer.close()
+                await client.close()
+                return destination.metadata, seen
+        finally:
+            await destination.server.close()
+
+    pushed, played = asyncio.run(scenario())
+    for metadata in (pushed, played):
+        assert metadata["encoder"] == "swapcast"
+        assert (metadata["width"], metadata["height"]) == (320.0, 240.0)  # what camera_messages sends, not OBS's claim
+        assert metadata["videocodecid"] == 7.0 and metadata["videodatarate"] == 2000.0  # the node's encoder
+        assert metadata["framerate"] == 25.0
+        assert {k: metadata[k] for k in ("audiocodecid", "audiosamplerate", "audiosamplesize", "stereo", "audiodatarate")} == {
+            "audiocodecid": 10.0, "audiosamplerate": 48000.0, "audiosamplesize": 16.0, "stereo": True, "audiodatarate": 160.0}
+        assert "obs" not in str(metadata).lower()
+
+
+def test_a_publishers_start_up_burst_is_swapped_and_sent_on(engine, grace_image, face_file, tmp_path):
+    """OBS sends what it encoded while it connected all at once: those frames wait for the
+    swap (RTMP's catch-up) rather than being dropped to the newest, and reach the destination."""
+
+    async def scenario():
+        destination = Recorder()
+        await destination.server.start()
+        try:
+            # frames may wait as long as they need here: the policy, not this machine's speed, is tested
+            async with Node(engine, tmp_path / "data", catch_up_s=60.0) as node:
+                key, record = node.keys.add("cam", face_file, push=(destination.url,))
+                messages = camera_messages(grace_image, 45)
+                client = RtmpPublishClient(node.url(key))
+                await client.connect()
+                for message in messages[:21]:  # the header and 20 frames at once
+                    await client.send(message)
+                for message in messages[21:]:
+                    await asyncio.sleep(0.04)
+                    await client.send(message)
+                await client.close()
+                stream = node.ingest.streams[record.key_id]
+                await wait_until(lambda: stream.worker.stats.frames_out == 45 and len(destination.video) == 45)
+                return destination.video, stream.worker.stats.snapshot()
+        finally:
+            await destination.server.close()
+
+    video, stats = asyncio.run(scenario())
+    assert stats["frames_dropped"] == 0 and stats["frames_in"] == 45
+    assert video == [40 * i for i in range(45)]

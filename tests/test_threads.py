@@ -149,14 +149,17 @@ def _phase(sessions: int, fps: float, cpu_ms_per_frame: float) -> dict:
     return {"sessions": sessions, "fps_out_per_session": fps, "fps_out_min": fps, "server_latency_p50_ms": 20.0,
             "rtt_p50_ms": 90.0, "rtt_p99_first_half_ms": 100.0, "rtt_p99_second_half_ms": 110.0,
             "server_frames_dropped": 0, "server_cpu_ms_per_frame_out": cpu_ms_per_frame,
-            "server_cpu_cores": cpu_ms_per_frame * fps / 1000}
+            "server_cpu_cores": cpu_ms_per_frame * fps / 1000, "other_cpu_cores": 0.0}
 
 
 def test_bench_judges_cpu_per_session_at_30_fps_and_every_sessions_fps():
     def verdict(phases: list[dict], topic: str) -> str:
         return next(line for line in _verdicts({"resolution": "640x480", "phases": phases}) if topic in line)
 
-    assert verdict([_phase(1, 30.0, 24.0)], "core per").endswith("PASS")  # 0.72 core
+    assert verdict([_phase(1, 30.0, 18.0)], "core per").endswith("PASS")  # 0.54 core
+    assert verdict([_phase(1, 30.0, 24.0)], "core per").endswith("FAIL")  # 0.72 core: over the 0.6 target
     assert verdict([_phase(1, 15.0, 30.0)], "core per").endswith("FAIL")  # 0.45 core now, 0.9 at 30 fps
     assert verdict([_phase(1, 30.0, 24.0), _phase(2, 26.0, 24.0)], "each >=").endswith("PASS")
     assert verdict([_phase(1, 30.0, 24.0), _phase(2, 16.4, 24.0)], "each >=").endswith("FAIL")
+    assert verdict([_phase(1, 30.0, 18.0), _phase(3, 24.5, 18.0)], "3 sessions each").endswith("PASS")
+    assert verdict([_phase(1, 30.0, 18.0), _phase(3, 17.6, 18.0)], "3 sessions each").endswith("FAIL")

@@ -389,3 +389,58 @@ def test_transform_gets_each_frames_time(media: dict[str, Path], tmp_path: Path)
     transcode_video(media["aac.mp4"], tmp_path / "out.mp4", lambda f, t: times.append(t) or f)
     assert len(times) > 2 and all(b > a for a, b in zip(times, times[1:]))
     assert times[1] - times[0] == pytest.approx(1 / FPS, abs=1e-3)
+
+
+# --- a transform in stages -------------------------------------------------------------------
+
+
+def test_a_transform_in_stages_writes_the_same_file(media: dict[str, Path], tmp_path: Path) -> None:
+    """Stages on threads of their own, handing each other what they like, write the file a
+    single transform writes: the same packets (video and audio, bytes and times) in the same
+    order (Matroska's random segment id aside)."""
+    whole, staged = tmp_path / "whole.mkv", tmp_path / "staged.mkv"
+
+    def both(frame: np.ndarray, seconds: float) -> np.ndarray:
+        frame[: frame.shape[0] // 2] = 255 - frame[: frame.shape[0] // 2]
+        frame[:, :8] = int(seconds * 100) % 256
+        return frame
+
+    def first(frame: np.ndarray, seconds: float) -> tuple[np.ndarray, int]:
+        frame[: frame.shape[0] // 2] = 255 - frame[: frame.shape[0] // 2]
+        return frame, int(seconds * 100) % 256
+
+    def second(pair: tuple[np.ndarray, int], seconds: float) -> np.ndarray:
+        frame, level = pair
+        frame[:, :8] = level
+        return frame
+
+    transcode_video(media["opus.mkv"], whole, both)
+    report = transcode_video(media["opus.mkv"], staged, [first, second])
+    assert report.frames_out == COUNT
+    assert _packets(staged) == _packets(whole)
+
+
+def _packets(path: Path) -> list[tuple[int, int | None, int | None, bytes]]:
+    with av.open(str(path)) as container:
+        return [(p.stream.index, p.pts, p.dts, bytes(p)) for p in container.demux() if p.size]
+
+
+def test_a_stage_that_fails_stops_the_run_and_leaves_nothing(media: dict[str, Path], tmp_path: Path) -> None:
+    stopped_at: list[int] = []
+
+    def fail_at_ten(frame: np.ndarray, seconds: float) -> np.ndarray:
+        if seconds * FPS >= 10:
+            raise RuntimeError("model failed")
+        return frame
+
+    def stop_after_five(done: int, total: int | None) -> None:
+        stopped_at.append(done)
+        if done == 5:
+            raise KeyboardInterrupt  # e.g. a worker told to stop: raised from the progress call
+
+    with pytest.raises(RuntimeError, match="model failed"):
+        transcode_video(media["aac.mp4"], tmp_path / "a.mp4", [identity, fail_at_ten])
+    with pytest.raises(KeyboardInterrupt):
+        transcode_video(media["aac.mp4"], tmp_path / "b.mp4", [identity, identity], progress=stop_after_five)
+    assert stopped_at == [1, 2, 3, 4, 5]
+    assert list(tmp_path.iterdir()) == []

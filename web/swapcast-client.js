@@ -326,13 +326,34 @@ export async function tuneSender(sender, { maxBitrateKbps = 2500, degradationPre
 }
 
 /**
+ * Play the swapped video as soon as it is decoded: the receiver's jitter buffer target (ms;
+ * `playoutDelayHint`, in s, where a browser has only that). The server's frames come over
+ * one network hop at a steady pace, so the browser's own buffering is latency for nothing.
+ */
+export function lowLatencyReceiver(receiver, targetMs = 0) {
+  try {
+    if ('jitterBufferTarget' in receiver) {
+      receiver.jitterBufferTarget = targetMs;
+      return true;
+    }
+    if ('playoutDelayHint' in receiver) {
+      receiver.playoutDelayHint = targetMs / 1000;
+      return true;
+    }
+  } catch (err) {
+    console.warn('swapcast: could not lower the receiver\'s jitter buffer', err);
+  }
+  return false;
+}
+
+/**
  * One live swap: a peer connection to the server plus its API session.
  * Events (all optional): onTrack(stream), onState(state), onEnded(reason).
  */
 export class LiveSwap {
   constructor(client, {
     onTrack, onState, onEnded, onReconnecting, iceServers = [], iceTransportPolicy = 'all', codec = 'video/H264',
-    maxBitrateKbps = 2500, stallMs = 1000, maxReconnects = 8,
+    maxBitrateKbps = 2500, stallMs = 1000, maxReconnects = 8, jitterBufferTargetMs = 0,
   } = {}) {
     this.client = client;
     this.onTrack = onTrack || (() => {});
@@ -346,6 +367,7 @@ export class LiveSwap {
     this.maxBitrateKbps = maxBitrateKbps;
     this.stallMs = stallMs;
     this.maxReconnects = maxReconnects;
+    this.jitterBufferTargetMs = jitterBufferTargetMs; // null: the browser's own choice
     this.pc = null;
     this.sessionId = null;
     this.remoteStream = null;
@@ -399,6 +421,7 @@ export class LiveSwap {
       sendEncodings: [{ maxBitrate: this.maxBitrateKbps * 1000 }],
     });
     this.codecPreferred = preferCodec(transceiver, this.codec);
+    if (this.jitterBufferTargetMs !== null) lowLatencyReceiver(transceiver.receiver, this.jitterBufferTargetMs);
     this.transceiver = transceiver;
     pc.addEventListener('track', (event) => {
       if (this.pc !== pc) return;

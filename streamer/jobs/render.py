@@ -1,5 +1,5 @@
 """Render one chunk: the same path as ``swapcast swap`` on a video (``transcode_video`` with a
-``FrameSwapper`` whose face rows go through the engine's micro-batcher), plus the checks a
+``FrameSwapper``'s file stages, whose face rows go through the engine's micro-batcher), plus the checks a
 piece of a bigger video needs.
 
 Offline renders must swap every frame: the live policy of sending a frame on unswapped
@@ -69,10 +69,6 @@ def render_chunk(
     swapper = FrameSwapper(engine, source, options, session_id=session_id, batch_timeout_s=BATCH_TIMEOUT_S,
                            marker=marker, offline=True)
 
-    def swap(frame: np.ndarray, seconds: float) -> np.ndarray:
-        swapper.process(frame, seconds)
-        return frame
-
     def progress(done: int, total: int | None) -> None:
         if stopped():
             raise Abandoned
@@ -81,9 +77,9 @@ def render_chunk(
     try:
         budget = DecodeBudget(max_frames=expected_frames, max_pixels=expected_frames * MAX_DECODED_PIXELS,
                               max_seconds=max_seconds)
-        report = transcode_video(
-            chunk, output, swap, codec=encoding.codec, preset=encoding.preset, crf=encoding.crf, progress=progress,
-            budget=budget,
+        report = transcode_video(  # track, prepare and swap overlap with decode and encode (``file_stages``)
+            chunk, output, swapper.file_stages(), codec=encoding.codec, preset=encoding.preset, crf=encoding.crf,
+            progress=progress, budget=budget,
         )
     except VideoError as exc:
         raise VideoError(f"{label}: {str(exc).removeprefix(f'{chunk}: ')}") from None

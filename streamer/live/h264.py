@@ -85,6 +85,19 @@ class H264Decoder(SoftwareFallback):
             self._context = self._open()
             return list(self._context.decode(packet))
 
+    def flush(self) -> list[av.VideoFrame]:
+        """The frames the decoder still holds (a stream with B-frames keeps the last ones back
+        for reordering): at the end of a publish every frame sent comes out. The decoder is
+        then ready for a new run of samples from a keyframe."""
+        if self._context is None:
+            return []
+        try:
+            frames = list(self._context.decode(None))
+        except av.error.FFmpegError:  # a decoder in a bad state has nothing to give back
+            frames = []
+        self._context = self._open()
+        return frames
+
     def _open(self) -> av.CodecContext:
         context = av.CodecContext.create(self.codec_name, "r")
         context.extradata = self._record

@@ -119,7 +119,13 @@ class PushConnection(Protocol):
 
 class PushOutput:
     """Re-publishes the swapped stream to one RTMP destination, reconnecting with
-    exponential backoff (``retry_initial_s`` doubling up to ``retry_max_s``)."""
+    exponential backoff (``retry_initial_s`` doubling up to ``retry_max_s``).
+
+    The stream's start waits for the first connection (a platform's handshake takes a few
+    round trips): until that attempt ends, messages queue, so the destination gets the
+    stream from its first keyframe rather than from the next one, a GOP (2 s) later. Once
+    connected, a destination that goes down misses what is sent until it is back, and
+    then starts again at a keyframe."""
 
     QUEUE_LIMIT = 300  # ~10 s of video + audio; beyond it video is dropped to the next keyframe
     HARD_LIMIT = 4 * QUEUE_LIMIT  # audio and headers too: the backlog is dropped, media restarts at a keyframe
@@ -136,15 +142,18 @@ class PushOutput:
         self._retry = (retry_initial_s, retry_max_s)
         self._queue: asyncio.Queue[MediaMessage] = asyncio.Queue()
         self._gate = KeyframeGate()
+        self._starting = True  # the first connection attempt has not ended: messages wait for it
+        self._whole = True  # the queue holds everything sent since the start, headers included
         self._task = asyncio.create_task(self._run(), name=self.name)
 
     def send(self, message: MediaMessage) -> None:
-        if not self.connected:
-            return  # while down nothing is queued; headers are resent on (re)connect
+        if not self.connected and not self._starting:
+            return  # while down nothing is queued; headers are resent on reconnect
         if self._queue.qsize() >= self.HARD_LIMIT:  # a destination that takes nothing: never grow without bound
             while not self._queue.empty():
                 self._queue.get_nowait()
             self._gate = KeyframeGate()
+            self._whole = False
         if _is_header(message):
             self._queue.put_nowait(message)
             return
@@ -160,10 +169,12 @@ class PushOutput:
             self.attempts += 1
             try:
                 await client.connect()
+                whole, self._starting = self._starting and self._whole, False
                 self.connected, self.last_error, delay = True, None, self._retry[0]
                 log.info("%s: connected", self.name)
-                for header in self._headers.messages():
-                    await client.send(header)
+                if not whole:  # else the queue starts with them, in the order they came
+                    for header in self._headers.messages():
+                        await client.send(header)
                 while True:
                     await client.send(await self._queue.get())
             except asyncio.CancelledError:
@@ -173,7 +184,7 @@ class PushOutput:
             except Exception as exc:  # any failure of the destination: log, back off, retry
                 self.last_error = str(exc) or type(exc).__name__
                 log.info("%s: %s; retrying in %.1f s", self.name, self.last_error, delay)
-            self.connected = False
+            self.connected = self._starting = False
             self._gate = KeyframeGate()
             while not self._queue.empty():
                 self._queue.get_nowait()

@@ -29,8 +29,16 @@ from streamer.live.flv_file import FlvFileWriter, recording_path
 from streamer.live.h264 import EncodedVideo
 from streamer.live.heap import release_freed_memory
 from streamer.live.interleave import AudioDelay
+from streamer.live.metadata import node_metadata
 from streamer.live.outputs import Headers, Output, PlayerOutput, PublishClientFactory, PushOutput, RecordingOutput
-from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, ObserveStats, SequenceHeader, VideoSample
+from streamer.live.swap_worker import (
+    EncoderSettings,
+    EndOfPublish,
+    LiveSwapWorker,
+    ObserveStats,
+    SequenceHeader,
+    VideoSample,
+)
 from streamer.faces import FaceLibrary
 from streamer.media.images import jpeg_preview
 from streamer.pipeline.frame_swapper import FrameSwapper
@@ -53,6 +61,7 @@ class IngestSettings:
     push_retry_max_s: float = 30.0
     resume_window_s: float = 30.0
     provenance: ProvenanceSettings | None = None  # watermarks swapped frames (re-publish, recording, play)
+    catch_up_s: float = 0.5  # how long a decoded frame may wait for the swap before it is dropped (swap_worker)
 
 
 class LiveStream:
@@ -72,6 +81,8 @@ class LiveStream:
         self.players: set[PlayerOutput] = set()
         self._loop = asyncio.get_running_loop()
         self._gop: list[MediaMessage] = []
+        self._published_metadata: dict | None = None  # the publisher's onMetaData (its audio fields are kept)
+        self._video_header: bytes | None = None  # the node's encode's avcC, once it has one
         self._audio = AudioDelay(self._fan_out)
         self._offset = 0  # added to the publisher's timestamps: continuity across reconnects
         self._last_in = -FRAME_GAP_MS
@@ -86,7 +97,7 @@ class LiveStream:
         marker = settings.provenance.marker(record.key_id) if settings.provenance is not None else None
         swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}", marker=marker)
         self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, quoted(self.name),
-                                     on_failure=self._from_worker_failure)
+                                     on_failure=self._from_worker_failure, catch_up_s=settings.catch_up_s)
         self.teardown: asyncio.Task[None] | None = None  # ends the stream when no publisher comes back
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -115,6 +126,7 @@ class LiveStream:
                 else:
                     self._metadata_in(message.payload)
         finally:
+            self.worker.push(EndOfPublish())  # what the decoder holds back for reordering comes out too
             self._audio.drain()
             if self.publisher is publisher:
                 self.publisher = None
@@ -137,8 +149,9 @@ class LiveStream:
             self.worker.push(VideoSample(tag.data, timestamp, tag.composition_time, keyframe=tag.is_keyframe))
 
     def _metadata_in(self, payload: bytes) -> None:
-        """Relay the publisher's onMetaData (OBS and ffmpeg send it with @setDataFrame) so
-        players learn both tracks at once; the swapped video keeps size and codec."""
+        """The publisher's onMetaData (OBS and ffmpeg send it with @setDataFrame): its audio
+        fields go into the stream's own metadata (``streamer.live.metadata``), sent again
+        when they change after the video started."""
         try:
             values = amf0.decode_all(payload)
         except RtmpProtocolError:
@@ -146,9 +159,17 @@ class LiveStream:
         if values[:1] == ["@setDataFrame"]:
             values = values[1:]
         if len(values) == 2 and values[0] == "onMetaData" and isinstance(values[1], dict):
-            message = MediaMessage("data", 0, amf0.encode("onMetaData", values[1]))
-            self.headers.metadata = message
-            self._fan_out(message)
+            self._published_metadata = dict(values[1])
+            if self._video_header is not None:
+                self._send_metadata()
+
+    def _send_metadata(self) -> None:
+        """The node's onMetaData (its encode's size, codec and bitrate, encoder swapcast; the
+        publisher's audio), to every output and to every output that joins later."""
+        assert self._video_header is not None
+        message = node_metadata(self._video_header, self._settings.encoder.bitrate_kbps, self._published_metadata)
+        self.headers.metadata = message
+        self._fan_out(message)
 
     def _audio_in(self, message: MediaMessage) -> None:
         if self.headers.update(message):
@@ -171,6 +192,8 @@ class LiveStream:
 
     def _video_out(self, packet: EncodedVideo, header: bytes | None) -> None:
         if header is not None:
+            self._video_header = header
+            self._send_metadata()  # before the video's own header: outputs learn the new size first
             body = build_video_tag(header, keyframe=True, packet_type=VideoPacketType.SEQUENCE_HEADER)
             message = MediaMessage("video", packet.dts, body)
             self.headers.update(message)

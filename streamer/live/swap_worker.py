@@ -1,9 +1,15 @@
-"""The live latency policy, for one stream: decode every packet, swap and encode only the
-newest frame, drop the rest.
+"""The live latency policy, for one stream: decode every packet, swap and encode every frame
+that has waited at most ``catch_up_s``, drop older ones.
 
 One thread per stream. Decoding must see every packet (inter-frame prediction), but when
-the swap falls behind, the frames decoded meanwhile are dropped instead of queued, so the
-added latency stays bounded by one frame's processing time however slow the machine is.
+the swap falls behind, frames that have waited longer than ``catch_up_s`` since their own
+packet arrived are dropped instead of swapped (the newest is always kept), so the added
+latency stays bounded however slow the machine is. With ``catch_up_s`` 0 only the newest
+frame is ever swapped; an RTMP stream allows a little more (``live.rtmp_catch_up_ms``), so
+the burst a publisher sends when it starts (what it encoded while it connected) or after a
+network hiccup is swapped, not dropped, while a machine that cannot keep up still drops.
+When the publisher leaves, the frames its decoder still holds back for reordering
+(B-frames) are flushed out and sent too: every frame published comes out.
 
 While other streams share the node's batcher and it waits for company (a GPU node's), the
 thread overlaps two frames, as a WebRTC session does: it tracks and prepares the newest frame
@@ -47,6 +53,15 @@ class VideoSample:
 @dataclass(frozen=True)
 class SequenceHeader:
     record: bytes  # avcC
+
+
+@dataclass(frozen=True)
+class EndOfPublish:
+    """The publisher left (or was replaced by a new connection): the frames the decoder
+    holds come out now, and the next samples start afresh from a keyframe."""
+
+
+Item = VideoSample | SequenceHeader | EndOfPublish
 
 
 @dataclass(frozen=True)
@@ -132,12 +147,12 @@ class SampleInbox:
         self.limit, self.max_bytes = limit, max_bytes
         self.dropped = 0  # samples thrown away to catch up
         self._bytes = 0  # of the samples queued
-        self._items: deque[VideoSample | SequenceHeader] = deque()
+        self._items: deque[Item] = deque()
         self._ready = threading.Condition()
         self._skip_to_keyframe = False
         self._closed = False
 
-    def put(self, item: VideoSample | SequenceHeader) -> None:
+    def put(self, item: Item) -> None:
         with self._ready:
             if self._closed:
                 return
@@ -156,7 +171,7 @@ class SampleInbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    def take_all(self, wait: bool = True) -> list[VideoSample | SequenceHeader] | None:
+    def take_all(self, wait: bool = True) -> list[Item] | None:
         """Everything queued (with ``wait``, waits for something); None once closed."""
         with self._ready:
             while wait and not self._items and not self._closed:
@@ -177,9 +192,21 @@ class SampleInbox:
             self._ready.notify_all()
 
     def _drop_samples(self) -> None:
-        kept = [item for item in self._items if isinstance(item, SequenceHeader)]
-        self.dropped += len(self._items) - len(kept)
-        self._items, self._bytes = deque(kept[-1:]), 0
+        """Drop the queued samples; the newest sequence header and any end of a publish stay."""
+        headers = [item for item in self._items if isinstance(item, SequenceHeader)]
+        kept = [item for item in self._items if isinstance(item, EndOfPublish) or (headers and item is headers[-1])]
+        self.dropped += sum(1 for item in self._items if isinstance(item, VideoSample))
+        self._items, self._bytes = deque(kept), 0
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """A decoded frame waiting for the swap: when its own packet arrived, and whether it
+    was flushed out at the end of a publish (then it is never dropped)."""
+
+    frame: av.VideoFrame
+    arrived: float
+    flushed: bool = False
 
 
 @dataclass
@@ -199,9 +226,12 @@ class LiveSwapWorker:
     picture size the encoder refuses) frees its codecs and swapper at once, and a failure
     is reported through ``on_failure`` so the stream's owner can end the stream."""
 
+    ARRIVALS_KEPT = 256  # packets whose frame has not come out yet (B-frames hold back a few)
+
     def __init__(self, swapper: FrameSwapper, encoder: EncoderSettings, emit: Emit, name: str = "stream",
-                 on_failure: Callable[[str], None] | None = None) -> None:
+                 on_failure: Callable[[str], None] | None = None, catch_up_s: float = 0.0) -> None:
         self.swapper = swapper
+        self.catch_up_s = catch_up_s
         self.encoder_settings = encoder
         self.stats = LiveStats()
         self.latest_rgb: np.ndarray | None = None
@@ -209,6 +239,8 @@ class LiveSwapWorker:
         self._emit: Emit | None = emit
         self._on_failure = on_failure
         self._inbox = SampleInbox()
+        self._decoded: deque[_Decoded] = deque()  # decoded, not yet swapped, oldest first
+        self._arrivals: dict[int, float] = {}  # a decoded frame's pts -> when its own packet arrived
         self._decoder: H264Decoder | None = H264Decoder(encoder.video_decoder)
         self._refused_header: FrameSizeError | None = None  # a sequence header's size, told with the next picture
         self._swap_failures = FailureLog(log, f"stream {name}: swap failed on a frame; sending it unswapped")
@@ -221,7 +253,7 @@ class LiveSwapWorker:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def push(self, item: VideoSample | SequenceHeader) -> None:
+    def push(self, item: Item) -> None:
         """Hand over one message (any thread, never blocks; dropped once the thread ended)."""
         self._inbox.put(item)
 
@@ -232,9 +264,10 @@ class LiveSwapWorker:
     def _run(self) -> None:
         waiting: _Frame | None = None  # begun, its faces at the batcher
         try:
-            while (items := self._inbox.take_all(wait=waiting is None)) is not None:
-                newest = self._decode_all(items)
-                begun = self._begin(*newest) if newest is not None else None
+            while (items := self._inbox.take_all(wait=waiting is None and not self._decoded)) is not None:
+                self._decode_all(items)
+                ready = self._next_decoded()
+                begun = self._begin(ready.frame, ready.arrived) if ready is not None else None
                 if waiting is not None:
                     self._finish_and_encode(waiting)
                     waiting = None
@@ -261,14 +294,16 @@ class LiveSwapWorker:
         """Free the codecs and the swapper now rather than whenever the stream is collected."""
         self.stats.frames_dropped += self._inbox.dropped
         self._decoder = self._encoder = None
+        self._decoded.clear()
         self.latest_rgb = None
         try:
             self.swapper.close()
         except Exception:
             log.exception("stream %s: closing the frame swapper failed", self._name)
 
-    def _decode_all(self, items: list[VideoSample | SequenceHeader]) -> tuple[av.VideoFrame, float] | None:
-        newest = None
+    def _decode_all(self, items: list[Item]) -> None:
+        """Decode every item into ``_decoded``, each frame stamped with its own packet's
+        arrival (with B-frames, the packet that releases a frame is a later one)."""
         decoder = self._decoder
         assert decoder is not None
         for item in items:
@@ -285,6 +320,9 @@ class LiveSwapWorker:
                     # was cut by the drain after the notice without having read it)
                     self._refused_header = exc
                 continue
+            if isinstance(item, EndOfPublish):
+                self._add_decoded(decoder.flush(), None, flushed=True)
+                continue
             if self._refused_header is not None:
                 raise self._refused_header
             try:
@@ -292,12 +330,26 @@ class LiveSwapWorker:
             except (av.error.FFmpegError, ValueError, UnreadableHeader):
                 self.stats.decode_errors += 1
                 continue
-            for frame in frames:
-                self.stats.record_input()
-                if newest is not None:
-                    self.stats.frames_dropped += 1
-                newest = (frame, item.arrived)
-        return newest
+            self._arrivals[item.dts + item.composition_offset] = item.arrived
+            while len(self._arrivals) > self.ARRIVALS_KEPT:
+                del self._arrivals[next(iter(self._arrivals))]
+            self._add_decoded(frames, item.arrived)
+
+    def _add_decoded(self, frames: list[av.VideoFrame], released_at: float | None, flushed: bool = False) -> None:
+        for frame in frames:
+            self.stats.record_input()
+            arrived = self._arrivals.pop(frame.pts, None) if frame.pts is not None else None
+            self._decoded.append(_Decoded(frame, arrived or released_at or time.monotonic(), flushed))
+
+    def _next_decoded(self) -> _Decoded | None:
+        """The oldest decoded frame that has waited at most ``catch_up_s`` (older ones are
+        dropped, flushed ones never), else the newest."""
+        decoded = self._decoded
+        limit = time.monotonic() - self.catch_up_s
+        while len(decoded) > 1 and not decoded[0].flushed and decoded[0].arrived < limit:
+            decoded.popleft()
+            self.stats.frames_dropped += 1
+        return decoded.popleft() if decoded else None
 
     def _begin(self, frame: av.VideoFrame, arrived: float) -> _Frame:
         """Track and prepare the frame; its faces are queued at the batcher when overlapping

@@ -22,7 +22,11 @@ Guarantees, and the choices behind them:
   only on success, so a failed run never leaves a half file. A decoding error anywhere
   (damaged data the decoder rejects) stops the run with ``VideoError`` saying how many
   frames were done: skipping frames would break the frame-count and sync guarantees.
-* **Memory**: frames are streamed; only the codecs' own delay buffers are held. A picture
+* **Speed**: decode, each transform stage and encode overlap on threads of their own
+  (frames in order, so the output is the one a frame-by-frame loop writes); the encoder's
+  own threads take the cores left free.
+* **Memory**: frames are streamed; only the codecs' own delay buffers and a few frames
+  between the stages are held. A picture
   size over ``picture_limits.MAX_SIDE`` a side, declared by the container or by a header in
   the stream (an H.264 SPS, a VP8 keyframe), stops the run with ``VideoError`` before the
   decoder reads that header (and allocates pictures of that size).
@@ -34,10 +38,11 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -47,9 +52,13 @@ from streamer.media.decode_budget import DecodeBudget, DecodeBudgetExceeded
 from streamer.media.errors import VideoError
 from streamer.media.hwcodecs import scale_threads
 from streamer.media.stream_guard import bound_decoder, check_video_input
+from streamer.pipeline.stage_threads import run_stages
 
 # (RGB frame, its presentation time in seconds) -> frame; the time drives temporal smoothing.
 Transform = Callable[[np.ndarray, float], np.ndarray]
+# One step of a transform split in steps: (what the step before returned, or the RGB frame
+# for the first; the frame's time) -> what the next step takes (the RGB frame after the last).
+Stage = Callable[[Any, float], Any]
 Progress = Callable[[int, int | None], None]
 
 MUXERS = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
@@ -95,7 +104,7 @@ class _EncodeSettings:
 def transcode_video(
     source: str | os.PathLike[str],
     destination: str | os.PathLike[str],
-    transform: Transform,
+    transform: Transform | Sequence[Stage],
     *,
     codec: str = "libx264",
     preset: str = "veryfast",
@@ -105,17 +114,20 @@ def transcode_video(
 ) -> TranscodeReport:
     """Run ``transform(frame, seconds)`` (RGB uint8 (H, W, 3) in and out, same shape) over every frame of
     ``source`` and write H.264/yuv420p plus the source's audio to ``destination``, whose
-    extension (.mp4/.m4v/.mov/.mkv) picks the container. ``progress(done, total)`` is
-    called after each frame; ``total`` is the stream's frame count or an estimate from its
-    duration and rate, or None. ``budget`` bounds the decode (every decoded frame and the
-    wall time; a job's chunk has one). Raises ``VideoError`` for unusable input or output
-    paths and for a decode over its budget."""
+    extension (.mp4/.m4v/.mov/.mkv) picks the container. ``transform`` may be given as a
+    sequence of ``Stage``s: each runs on a thread of its own, frames in order, overlapping
+    with the other stages' work on the frames before and after. ``progress(done, total)`` is
+    called after each frame is encoded (on the calling thread); ``total`` is the stream's
+    frame count or an estimate from its duration and rate, or None. ``budget`` bounds the
+    decode (every decoded frame and the wall time; a job's chunk has one). Raises
+    ``VideoError`` for unusable input or output paths and for a decode over its budget."""
     started = time.perf_counter()
     source, destination = Path(source), Path(destination)
     muxer = _muxer_for(destination)
     settings = _EncodeSettings(codec=codec, preset=preset, crf=crf, muxer=muxer)
     with _open_input(source) as container, _atomic_output(destination) as temp:
-        job = _Transcode(container, source, temp, settings, transform, progress, budget)
+        stages = [transform] if callable(transform) else list(transform)
+        job = _Transcode(container, source, temp, settings, stages, progress, budget)
         job.run()
     return job.report(time.perf_counter() - started)
 
@@ -160,8 +172,23 @@ def _atomic_output(destination: Path) -> Iterator[Path]:
         temp.unlink(missing_ok=True)
 
 
+@dataclass
+class _Picture:
+    """One decoded video frame on its way through the stages: ``payload`` is the upright
+    RGB frame in, whatever each stage hands the next, and the RGB frame out."""
+
+    payload: Any
+    seconds: float  # presentation time, for the transform
+    pts: int  # the output frame's pts, in the input stream's time base
+
+
 class _Transcode:
-    """One pass over the input: demux, decode, transform, encode, mux."""
+    """One pass over the input: demux, decode, transform, encode, mux.
+
+    The decode (with the RGB conversion), each transform stage and the encode (with the
+    YUV conversion and the mux) run on threads of their own, overlapping
+    (``streamer.pipeline.stage_threads``); frames and audio packets keep their order, so the
+    output is what a loop doing one thing after the other would write."""
 
     def __init__(
         self,
@@ -169,14 +196,14 @@ class _Transcode:
         source: Path,
         temp: Path,
         settings: _EncodeSettings,
-        transform: Transform,
+        stages: Sequence[Stage],
         progress: Progress | None,
         budget: DecodeBudget | None = None,
     ) -> None:
         if not container.streams.video:
             raise VideoError(f"{source}: has no video stream")
         self.input, self.source, self.temp = container, source, temp
-        self.settings, self.transform, self.progress, self.budget = settings, transform, progress, budget
+        self.settings, self.stages, self.progress, self.budget = settings, stages, progress, budget
         self.in_video = container.streams.video[0]
         context = self.in_video.codec_context  # its declared sizes were read before the open (``_open_input``)
         context.thread_type = "AUTO"
@@ -187,23 +214,17 @@ class _Transcode:
         self.out_video: av.video.stream.VideoStream | None = None
         self.audio: _AudioCopy | _AudioToAac | None = None
         self.pending_audio: list[av.Packet] = []
+        self.first_frame: av.VideoFrame | None = None  # the output's size and rotation come from it
         self.in_width = self.in_height = self.rotation_k = 0
-        self.frames_in = self.frames_out = 0
+        self.frames_decoded = 0  # by the reading thread
+        self.frames_in = self.frames_out = 0  # by the writing thread
         self.first_pts: int | None = None
         self.last_pts: int | None = None
         self.last_duration = 0
 
     def run(self) -> None:
         try:
-            for packet in self._packets():
-                if packet.stream is self.in_video:
-                    for frame in self._decode(self.in_video, packet):
-                        self._charge(frame)
-                        self._video_frame(frame)
-                elif self.audio is not None:
-                    self.audio.packet(packet)
-                else:
-                    self.pending_audio.append(packet)
+            run_stages(self._items(), [_on_pictures(stage) for stage in self.stages], self._write, name="transcode")
             if self.output is None:
                 raise VideoError(f"{self.source}: no video frame could be decoded")
             self._mux(self.out_video.encode(None))
@@ -232,6 +253,18 @@ class _Transcode:
             seconds=seconds,
         )
 
+    # -- the reading thread: demux, decode, RGB ----------------------------------------------------
+
+    def _items(self) -> Iterator[_Picture | av.Packet]:
+        """Decoded frames as ``_Picture``s and audio packets, in demux order."""
+        for packet in self._packets():
+            if packet.stream is self.in_video:
+                for frame in self._decode(self.in_video, packet):
+                    self._charge(frame)
+                    yield self._picture(frame)
+            else:
+                yield packet
+
     def _packets(self) -> Iterator[av.Packet]:
         """Demuxed packets of the video and first audio stream; read errors become VideoError."""
         streams = [s for s in (self.in_video, self.in_audio) if s is not None]
@@ -251,40 +284,31 @@ class _Transcode:
         except av.error.FFmpegError as exc:
             raise self._decode_error(exc) from None
 
+    def _picture(self, frame: av.VideoFrame) -> _Picture:
+        if self.first_frame is None:
+            self.in_width, self.in_height = frame.width, frame.height
+            self.rotation_k = round((frame.rotation or 0) / 90) % 4
+            self.first_frame = frame
+        picture = _Picture(self._frame_rgb(frame), self._seconds(frame), self._pts(frame))
+        self.frames_decoded += 1
+        return picture
+
     def _seconds(self, frame: av.VideoFrame) -> float:
         """The frame's presentation time; frames without a pts get the stream's nominal rate."""
         if frame.time is not None:
             return float(frame.time)
         rate = self.in_video.average_rate or 25
-        return self.frames_in / float(rate)
+        return self.frames_decoded / float(rate)
 
     def _charge(self, frame: av.VideoFrame) -> None:
         if self.budget is not None:
             try:
                 self.budget.charge(frame.width, frame.height)
             except DecodeBudgetExceeded as exc:
-                raise VideoError(f"{self.source}: stopped after {self.frames_in} frames: {exc}") from None
+                raise VideoError(f"{self.source}: stopped after {self.frames_decoded} frames: {exc}") from None
 
     def _decode_error(self, exc: Exception) -> VideoError:
-        return VideoError(f"{self.source}: damaged data, decoding stopped after {self.frames_in} frames ({exc})")
-
-    def _video_frame(self, frame: av.VideoFrame) -> None:
-        if self.output is None:
-            self._open_output(frame)
-        rgb = self._frame_rgb(frame)
-        result = self.transform(rgb, self._seconds(frame))
-        if result.shape != rgb.shape or result.dtype != np.uint8:
-            raise ValueError(f"transform must return uint8 {rgb.shape}, got {result.dtype} {result.shape}")
-        out = av.VideoFrame.from_ndarray(np.ascontiguousarray(result), format="rgb24")
-        out = out.reformat(
-            format="yuv420p", dst_colorspace=_OUT_COLORSPACE, dst_color_range=_OUT_RANGE, interpolation=_TO_YUV_FLAGS,
-            threads=scale_threads(),
-        )
-        out.pts, out.time_base = self._pts(frame), self.in_video.time_base
-        self._mux(self.out_video.encode(out))
-        self.frames_in += 1
-        if self.progress is not None:
-            self.progress(self.frames_in, self.total)
+        return VideoError(f"{self.source}: damaged data, decoding stopped after {self.frames_decoded} frames ({exc})")
 
     def _frame_rgb(self, frame: av.VideoFrame) -> np.ndarray:
         """Upright RGB at the first frame's size (a mid-stream size change is scaled back),
@@ -310,10 +334,39 @@ class _Transcode:
         self.last_duration = frame.duration or _ticks_per_frame(self.in_video)
         return pts
 
-    def _open_output(self, first: av.VideoFrame) -> None:
+    # -- the writing thread (the caller's): YUV, encode, mux ----------------------------------------
+
+    def _write(self, item: _Picture | av.Packet) -> None:
+        if isinstance(item, _Picture):
+            self._video_frame(item)
+        elif self.audio is not None:
+            self.audio.packet(item)
+        elif self.output is None:
+            self.pending_audio.append(item)
+
+    def _video_frame(self, picture: _Picture) -> None:
+        if self.output is None:
+            self._open_output()
+        result = picture.payload
+        if not isinstance(result, np.ndarray) or result.shape != (self.out_video.height, self.out_video.width, 3) \
+                or result.dtype != np.uint8:
+            got = f"{result.dtype} {result.shape}" if isinstance(result, np.ndarray) else type(result).__name__
+            raise ValueError(f"transform must return uint8 {(self.out_video.height, self.out_video.width, 3)}, got {got}")
+        # the array itself as the converter's input (from_ndarray would copy it first: 0.4 ms a 720p frame)
+        out = av.VideoFrame.from_numpy_buffer(np.ascontiguousarray(result), format="rgb24")
+        out = out.reformat(
+            format="yuv420p", dst_colorspace=_OUT_COLORSPACE, dst_color_range=_OUT_RANGE, interpolation=_TO_YUV_FLAGS,
+            threads=scale_threads(),
+        )
+        out.pts, out.time_base = picture.pts, self.in_video.time_base
+        self._mux(self.out_video.encode(out))
+        self.frames_in += 1
+        if self.progress is not None:
+            self.progress(self.frames_in, self.total)
+
+    def _open_output(self) -> None:
         """Open the output once the first frame shows the real size and rotation."""
-        self.in_width, self.in_height = first.width, first.height
-        self.rotation_k = round((first.rotation or 0) / 90) % 4
+        first = self.first_frame
         upright = (first.height, first.width) if self.rotation_k % 2 == 0 else (first.width, first.height)
         height, width = upright[0] & ~1, upright[1] & ~1
         self.output = av.open(str(self.temp), "w", format=self.settings.muxer, options=self._muxer_options())
@@ -337,6 +390,17 @@ class _Transcode:
     def _mux(self, packets: list[av.Packet]) -> None:
         self.frames_out += len(packets)
         self.output.mux(packets)
+
+
+def _on_pictures(stage: Stage) -> Callable[[_Picture | av.Packet], _Picture | av.Packet]:
+    """A transform stage applied to the pictures; audio packets pass it untouched."""
+
+    def run(item: _Picture | av.Packet) -> _Picture | av.Packet:
+        if isinstance(item, _Picture):
+            item.payload = stage(item.payload, item.seconds)
+        return item
+
+    return run
 
 
 def _add_video_stream(

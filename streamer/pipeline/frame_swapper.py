@@ -66,6 +66,15 @@ class StageTimes:
 
 
 @dataclass
+class TrackedFrame:
+    """A frame between ``FrameSwapper.track`` and ``prepare``: the faces its tracker found."""
+
+    frame: np.ndarray
+    times: StageTimes
+    faces: list[Face]
+
+
+@dataclass
 class SwapInFlight:
     """A frame between ``FrameSwapper.begin`` and ``complete``: its faces prepared and, when
     ``rows`` is set, already queued at the batcher."""
@@ -139,15 +148,47 @@ class FrameSwapper:
         """Track and prepare one video frame. With ``overlap`` its faces are queued at the
         batcher at once, so the caller can begin its next frame while they run; ``complete``
         then waits for them and swaps the frame in place. Frames must complete in order."""
+        return self.prepare(self.track(frame, timestamp), overlap)
+
+    def track(self, frame: np.ndarray, timestamp: float) -> TrackedFrame:
+        """``begin``'s first half: the content gate's sample and the tracker (faces found,
+        nothing prepared yet). Frames must be tracked, prepared and completed in order."""
         self._check_content(frame, timestamp)
         times = StageTimes()
         started = _started()
         faces = self._tracker.process(frame, timestamp)
+        _record(times, "track", started)
+        return TrackedFrame(frame, times, faces)
+
+    def prepare(self, tracked: TrackedFrame, overlap: bool = False) -> SwapInFlight:
+        """``begin``'s second half: the faces of a ``track``ed frame chosen, cropped and (with
+        ``overlap``) queued at the batcher. What this stream keeps per track (identities,
+        occlusion models, the hands near its faces) is kept and dropped here, so a file's
+        prepare step (on a thread of its own) is the only one to touch it, frame after frame."""
+        faces, times = tracked.faces, tracked.times
         self._forget_ended_tracks(faces)
         self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
-        self._follow_hands(frame, faces)
-        _record(times, "track", started)  # the faces' and the hands'
-        return self._prepare(frame, faces, times, overlap)
+        started = _started()
+        self._follow_hands(tracked.frame, faces)  # here, not in ``track``: the occlusion estimate reads the hands
+        _add(times, "track", started)
+        return self._prepare(tracked.frame, faces, times, overlap)
+
+    def file_stages(self) -> tuple[Callable[[np.ndarray, float], TrackedFrame],
+                                   Callable[[TrackedFrame, float], SwapInFlight],
+                                   Callable[[SwapInFlight, float], np.ndarray]]:
+        """``process`` in three steps for a file's frames, each of which may run on a thread
+        of its own (``streamer.media.transcode``): track, prepare, then run and paste. The
+        frames come out as ``process`` makes them. Rows go to the batcher as soon as they
+        are prepared where its runner gains from company (a GPU's: a file's consecutive
+        frames share runner calls); on the CPU they run in the last step's thread."""
+        batcher = self._batcher_now()
+        overlap = batcher is not None and batcher.wait_for_company
+
+        def run_and_paste(flight: SwapInFlight, timestamp: float) -> np.ndarray:
+            self.complete(flight)
+            return flight.frame
+
+        return (self.track, lambda tracked, timestamp: self.prepare(tracked, overlap), run_and_paste)
 
     def _follow_hands(self, frame: np.ndarray, faces: list[Face]) -> None:
         """With occlusion on, the hand model follows the hands near this frame's faces; the
@@ -217,7 +258,8 @@ class FrameSwapper:
             try:
                 flight.rows = batcher.submit(self.session_id, flight.jobs)
             except BatcherBusy:
-                self._dropped(flight)
+                if not self.offline:  # a file's frame is never dropped: its rows run in complete()
+                    self._dropped(flight)
         return flight
 
     def _finish(self, flight: SwapInFlight) -> StageTimes:
@@ -253,7 +295,17 @@ class FrameSwapper:
         batcher = self._batcher_now()
         if batcher is None:
             return run_jobs(flight.swapper.runner, flight.jobs)
-        return batcher.run(self.session_id, flight.jobs, timeout=self.batch_timeout_s)
+        if not self.offline:
+            return batcher.run(self.session_id, flight.jobs, timeout=self.batch_timeout_s)
+        # a file's frame waits for room (its later frames' rows, queued ahead, free it) rather than being dropped
+        deadline = time.monotonic() + self.batch_timeout_s
+        while True:
+            try:
+                return batcher.run(self.session_id, flight.jobs, timeout=max(0.0, deadline - time.monotonic()))
+            except BatcherBusy:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"no room at the batcher for {len(flight.jobs)} rows in {self.batch_timeout_s} s") from None
+                time.sleep(0.002)
 
     def _dropped(self, flight: SwapInFlight) -> None:
         """The batcher refused the faces or they timed out: the frame goes on unswapped."""
@@ -345,6 +397,14 @@ _stream_ids = itertools.count(1)
 
 def _started() -> tuple[float, float]:
     return time.perf_counter(), time.thread_time()
+
+
+def _add(times: StageTimes, stage: str, started: tuple[float, float]) -> None:
+    """``_record``, added to what ``stage`` already took on this frame."""
+    before_wall, before_cpu = getattr(times, stage), times.cpu_ms.get(stage, 0.0)
+    _record(times, stage, started)
+    setattr(times, stage, getattr(times, stage) + before_wall)
+    times.cpu_ms[stage] += before_cpu
 
 
 def _record(times: StageTimes, stage: str, started: tuple[float, float]) -> None:

@@ -45,6 +45,7 @@ from streamer.webrtc.errors import (
     UnprocessableError,
 )
 from streamer.webrtc.offers import MAX_REMOTE_CANDIDATES, Offer, parse_offer
+from streamer.webrtc.frame_assembly import complete_frames_on_marker
 from streamer.webrtc.receive_bounds import bound_receiver
 from streamer.webrtc.session import Session, Viewer, iso_utc
 
@@ -325,6 +326,8 @@ class SessionManager:
             raise BadRequestError(f"the offer cannot be used: {exc or type(exc).__name__}") from None
         for transceiver in pc.getTransceivers():  # every media section's, before connecting starts their decoders
             bound_receiver(transceiver.receiver, f"{name} {transceiver.kind} (mid {transceiver.mid})", on_refused)
+            if transceiver.kind == "video":
+                complete_frames_on_marker(transceiver.receiver)  # decoded a frame interval sooner
         try:
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # an offer aiortc took but cannot answer (it trips on what it accepted)

@@ -97,7 +97,7 @@ async ([ms, bits, block]) => {
   const canvas = document.createElement('canvas');
   canvas.width = bits * block; canvas.height = 2 * block;
   const ctx = canvas.getContext('2d', { willReadFrequently: true });
-  const samples = [];
+  const samples = [], upstream = [], downstream = [], decode = [];
   let frames = 0, unreadable = 0;
   const mod = 1 << bits;
   const luma = (data, x, y) => {
@@ -127,7 +127,14 @@ async ([ms, bits, block]) => {
       }
       if (ok) {
         const shown = meta.expectedDisplayTime || now;
-        samples.push(((Math.floor(shown) - value) %% mod + mod) %% mod);
+        const total = ((Math.floor(shown) - value) %% mod + mod) %% mod;
+        samples.push(total);
+        if (meta.receiveTime) {  // the frame's last packet in: painted -> received, received -> shown
+          const received = ((Math.floor(meta.receiveTime) - value) %% mod + mod) %% mod;
+          upstream.push(received);
+          downstream.push(shown - meta.receiveTime);
+        }
+        if (meta.processingDuration !== undefined) decode.push(1000 * meta.processingDuration);
       } else {
         unreadable++;
       }
@@ -137,7 +144,33 @@ async ([ms, bits, block]) => {
     video.requestVideoFrameCallback(onFrame);
     setTimeout(resolve, ms + 2000);
   });
-  return { samples, frames, unreadable };
+  return { samples, frames, unreadable, upstream, downstream, decode };
+}
+"""
+
+# Cumulative WebRTC counters of the page's peer connection (video), for per-frame averages
+# over the measured window (the difference of two snapshots).
+_RTP_COUNTERS_JS = """
+async () => {
+  const live = window.swapcast.live;
+  if (!live || !live.pc) return {};
+  const out = {};
+  (await live.pc.getStats()).forEach((s) => {
+    if (s.kind !== 'video') return;
+    if (s.type === 'outbound-rtp') {
+      out.framesEncoded = s.framesEncoded; out.totalEncodeTime = s.totalEncodeTime;
+      out.packetsSent = s.packetsSent; out.totalPacketSendDelay = s.totalPacketSendDelay;
+      out.encoderImplementation = s.encoderImplementation;
+    } else if (s.type === 'inbound-rtp') {
+      out.jitterBufferDelay = s.jitterBufferDelay; out.jitterBufferTargetDelay = s.jitterBufferTargetDelay;
+      out.jitterBufferMinimumDelay = s.jitterBufferMinimumDelay; out.jitterBufferEmittedCount = s.jitterBufferEmittedCount;
+      out.framesDecoded = s.framesDecoded; out.totalDecodeTime = s.totalDecodeTime;
+      out.totalProcessingDelay = s.totalProcessingDelay; out.totalAssemblyTime = s.totalAssemblyTime;
+      out.framesAssembledFromMultiplePackets = s.framesAssembledFromMultiplePackets;
+      out.decoderImplementation = s.decoderImplementation;
+    }
+  });
+  return out;
 }
 """
 
@@ -207,6 +240,7 @@ def run_glass_benchmark(
         "mean_ms": float(samples.mean()) if samples.size else None,
         "min_ms": float(samples.min()) if samples.size else None,
         "max_ms": float(samples.max()) if samples.size else None,
+        "breakdown": where_the_time_goes(result, server),
         "sent": (rtp or {}).get("sent"),
         "received": (rtp or {}).get("received"),
         "server": {
@@ -215,6 +249,47 @@ def run_glass_benchmark(
         },
     }
     return report
+
+
+def _per(after: dict[str, Any], before: dict[str, Any], total: str, count: str, scale: float = 1000.0) -> float | None:
+    """Per-item average of a cumulative counter over the window, in ms (None when unknown)."""
+    if after.get(total) is None or before.get(total) is None or not after.get(count) or before.get(count) is None:
+        return None
+    items = after[count] - before[count]
+    return scale * (after[total] - before[total]) / items if items > 0 else None
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def where_the_time_goes(result: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
+    """Glass to glass split by where it passes (p50s of the frames, averages of the browser's
+    own counters): painted -> the swapped frame's last packet received by the page
+    (``upstream``: canvas capture, the browser's encoder and pacer, the network, the node:
+    its jitter buffer, decode, swap, encode) and received -> shown (``downstream``: the
+    page's jitter buffer, decoder and renderer)."""
+    before, after = result.get("counters") or ({}, {})
+    upstream, downstream = _median(result.get("upstream") or []), _median(result.get("downstream") or [])
+    parts = {
+        "upstream_p50_ms": upstream,
+        "browser_encode_ms": _per(after, before, "totalEncodeTime", "framesEncoded"),
+        "browser_pacer_ms": _per(after, before, "totalPacketSendDelay", "packetsSent"),
+        "server_swap_ms": server.get("latency_p50_ms"),  # decoded frame in -> swapped frame out
+        "downstream_p50_ms": downstream,
+        "page_jitter_buffer_ms": _per(after, before, "jitterBufferDelay", "jitterBufferEmittedCount"),
+        "page_jitter_buffer_target_ms": _per(after, before, "jitterBufferTargetDelay", "jitterBufferEmittedCount"),
+        "page_jitter_buffer_minimum_ms": _per(after, before, "jitterBufferMinimumDelay", "jitterBufferEmittedCount"),
+        "page_decode_ms": _median(result.get("decode") or []) or _per(after, before, "totalDecodeTime", "framesDecoded"),
+        "page_processing_ms": _per(after, before, "totalProcessingDelay", "framesDecoded"),
+        "encoder": after.get("encoderImplementation"),
+        "decoder": after.get("decoderImplementation"),
+    }
+    known = [parts[k] for k in ("browser_encode_ms", "browser_pacer_ms", "server_swap_ms")]
+    if upstream is not None and all(v is not None for v in known):
+        # the canvas capture, two network hops (loopback: ~0) and the node's RTP/decode/encode
+        parts["upstream_rest_ms"] = upstream - sum(known)
+    return parts
 
 
 def _measure(browser, base_url, init_script, collect_js, seconds, face_id, warmup_s, start_timeout_s):
@@ -235,7 +310,9 @@ def _measure(browser, base_url, init_script, collect_js, seconds, face_id, warmu
         if page.is_visible("#message") and page.get_attribute("#message", "data-kind") == "error":
             raise RuntimeError(f"the page could not start a session: {page.inner_text('#message')}")
         time.sleep(warmup_s)
+        before = page.evaluate(_RTP_COUNTERS_JS)
         result = page.evaluate(collect_js, [int(seconds * 1000), BITS, BLOCK])
+        result["counters"] = (before, page.evaluate(_RTP_COUNTERS_JS))
         rtp = page.evaluate("() => window.swapcast.live ? window.swapcast.live.rtpStats() : {}")
         session_id = page.evaluate("() => window.swapcast.live && window.swapcast.live.sessionId")
         server = {}

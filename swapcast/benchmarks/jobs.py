@@ -140,13 +140,17 @@ class JobsApi:
 class WorkerProcess:
     """``swapcast worker`` in its own process, output in a log file; ready once it says so."""
 
-    def __init__(self, redis_url: str, name: str, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, redis_url: str, name: str, env: dict[str, str], log_dir: Path,
+                 cores: Sequence[int] | None = None) -> None:
+        """``cores``: the CPUs it may run on (as a machine of its own with that many cores)."""
         self.name = name
         self.log_path = log_dir / f"{name}.log"
+        pin = (lambda: os.sched_setaffinity(0, set(cores))) if cores else None
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "swapcast.cli", "worker", "--redis", redis_url, "--name", name],
                 env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=pin,
             )
 
     def wait_ready(self, timeout: float = WORKER_START_TIMEOUT_S) -> WorkerProcess:
@@ -298,7 +302,18 @@ def _run(client: JobsClient, clip: Path, frames: int, clip_s: float, storage: Pa
     }
 
 
-def run_jobs_benchmark(config: Config, *, seconds: float = 60.0, as_json: bool = False) -> int:
+def run_jobs_benchmark(config: Config, *, seconds: float = 60.0, as_json: bool = False,
+                       cores_per_worker: int | None = None) -> int:
+    """1, then 2 workers on one job. ``cores_per_worker``: each worker on cores of its own
+    (worker i on cores i*N .. i*N+N-1), as on machines of N cores each; by default both
+    share every core of this machine (a render already uses them all, so two workers there
+    cannot be faster than one by more than what one leaves idle)."""
+    from swapcast.config import ConfigError
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if cores_per_worker is not None and not 1 <= 2 * cores_per_worker <= len(cpus):
+        raise ConfigError(f"--cores-per-worker {cores_per_worker}: two workers need {2 * cores_per_worker} cores, "
+                          f"this machine lets us use {len(cpus)}")
     size, fps = (1280, 720), 30
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-jobs-") as folder:
         root = Path(folder)
@@ -320,7 +335,9 @@ def run_jobs_benchmark(config: Config, *, seconds: float = 60.0, as_json: bool =
         try:
             for count in (1, 2):
                 redis.flush()
-                procs = [WorkerProcess(redis.url, f"bench-{count}-{n}", env, root) for n in range(count)]
+                procs = [WorkerProcess(redis.url, f"bench-{count}-{n}", env, root,
+                                       cores=cpus[n * cores_per_worker:(n + 1) * cores_per_worker] if cores_per_worker else None)
+                         for n in range(count)]
                 try:
                     for proc in procs:
                         proc.wait_ready()
@@ -336,6 +353,13 @@ def run_jobs_benchmark(config: Config, *, seconds: float = 60.0, as_json: bool =
         finally:
             api.close()
             redis.close()
+    one, two = report["runs"]["1"], report["runs"]["2"]
+    speedup = one["end_to_end_s"] / two["end_to_end_s"]
+    report["speedup_2_workers"] = round(speedup, 2)
+    placement = (f"each worker on {cores_per_worker} core(s) of its own" if cores_per_worker
+                 else f"both workers sharing all {len(cpus)} cores")
+    print(f"two workers vs one ({placement}): {speedup:.2f}x faster end to end")
+    print(f"target: a job on two workers >= 1.8x one worker: {speedup:.2f}x -> {'PASS' if speedup >= 1.8 else 'FAIL'}")
     if as_json:
         print(json.dumps(report, indent=2))
     return 0

@@ -171,7 +171,14 @@ def _add_key(store: StreamKeyStore, face: Path, name: str) -> tuple[str, str]:
     return key, record.play_token
 
 
-def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool) -> int:
+def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool, on_air: str = "swapcast",
+                       on_air_seconds: float = 10.0, destination_delay_ms: float = 300.0) -> int:
+    from swapcast.benchmarks import rtmp_on_air
+
+    if on_air != "none" and not rtmp_on_air.publisher_available(on_air):
+        from swapcast.config import ConfigError
+
+        raise ConfigError(f"--on-air {on_air}: the {on_air} program is not installed here")
     with tempfile.TemporaryDirectory(prefix="swapcast-bench-") as folder:
         face = Path(folder) / "astronaut.png"
         write_image(face, astronaut())
@@ -184,6 +191,12 @@ def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool) -> int:
         try:
             print(f"rtmp bench: swapcast serve pid {server.process.pid}, 640x480@{FPS} publishers, {seconds:.0f} s per run")
             report: dict[str, Any] = {"seconds": seconds, "runs": {}}
+            if on_air != "none":  # first, on the fresh node: a streamer going on air on an idle server
+                def add_key(push_url: str) -> str:
+                    return store.add("on-air", face, push=(push_url,), push_unrestricted=True)[0]
+
+                report["on_air"] = asyncio.run(rtmp_on_air.measure_on_air(server.rtmp_port, add_key, on_air, on_air_seconds,
+                                                                           Path(folder), destination_delay_ms / 1000.0))
             for count in counts:
                 run = _measure(server, runs_keys[count], seconds)
                 report["runs"][str(count)] = run
@@ -197,6 +210,9 @@ def run_rtmp_benchmark(publishers: int, seconds: float, as_json: bool) -> int:
           f"{'PASS' if single['fps_out_mean'] >= TARGET_FPS else 'FAIL'}")
     print(f"target: ingest->egress added latency p50 <= {TARGET_LATENCY_P50_MS:.0f} ms: {single['latency_p50_ms']:.0f} ms -> "
           f"{'PASS' if single['latency_p50_ms'] <= TARGET_LATENCY_P50_MS else 'FAIL'}")
+    if "on_air" in report:
+        for line in rtmp_on_air.describe(report["on_air"]):
+            print(line)
     if as_json:
         print(json.dumps(report))
     return 0

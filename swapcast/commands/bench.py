@@ -49,6 +49,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     rtmp = benches.add_parser("rtmp", help="RTMP publishers -> swap -> players: fps, added latency, CPU per stream")
     rtmp.add_argument("--publishers", type=int, default=1, help="concurrent publishers (default 1); 1 is always run too")
     rtmp.add_argument("--seconds", type=float, default=15.0, help="seconds per run (default 15)")
+    rtmp.add_argument("--on-air", choices=["swapcast", "ffmpeg", "gstreamer", "none"], default="swapcast",
+                      help="then publish a clip (B-frames, AAC) to a key with a push destination: first-frame delay and "
+                           "frames delivered there; the publisher (default swapcast's own client; none: skip)")
+    rtmp.add_argument("--on-air-seconds", type=float, default=10.0, help="length of that clip (default 10)")
+    rtmp.add_argument("--destination-delay-ms", type=float, default=300.0, metavar="MS",
+                      help="the push destination accepts the publish this much later, as a platform a few round trips "
+                           "away does (default 300)")
     rtmp.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     rtmp.set_defaults(run=_run_rtmp)
     cluster = benches.add_parser("cluster", help="registry placement latency (200 at once) and failover time after SIGKILL")
@@ -63,8 +70,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     keys.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     add_engine_flags(keys)
     keys.set_defaults(run=_run_keys)
+    offline = benches.add_parser("offline", help="swapcast swap on generated 640x480 and 720p one-face clips as a user runs it: "
+                                                 "frames/s, marginal ms per frame, cores; old vs new with --baseline")
+    offline.add_argument("--frames", type=int, default=300, help="frames of the long clip (default 300; a 30-frame clip is the short one)")
+    offline.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the median is shown (default 2)")
+    offline.add_argument("--baseline", metavar="DIR", help="a checkout of other code (git worktree add DIR COMMIT) to run "
+                                                           "side by side, interleaved, with the output frames compared")
+    offline.add_argument("--sizes", type=lambda text: [n.strip() for n in text.split(",") if n.strip()], metavar="LIST",
+                         help="which sizes (default 640x480,1280x720)")
+    offline.add_argument("--swapper", choices=["auto", "mesh", "mesh3d"], help="swap model (default: auto)")
+    offline.add_argument("--json", action="store_true", help="print the report as JSON at the end")
+    offline.set_defaults(run=_run_offline)
     jobs = benches.add_parser("jobs", help="offline jobs on a local redis + 1 and 2 workers: frames/s, end-to-end time vs clip")
     jobs.add_argument("--seconds", type=float, default=60.0, help="length of the generated 720p clip (default 60)")
+    jobs.add_argument("--cores-per-worker", type=int, metavar="N",
+                      help="pin each worker to N cores of its own, as on separate N-core machines (default: all share)")
     jobs.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     add_engine_flags(jobs)
     jobs.set_defaults(run=_run_jobs)
@@ -179,11 +199,19 @@ def _run_keys(args: argparse.Namespace) -> int:
                               flood_s=args.flood_s, as_json=args.json)
 
 
+def _run_offline(args: argparse.Namespace) -> int:
+    from swapcast.benchmarks.offline import run_offline_benchmark
+
+    return run_offline_benchmark(frames=args.frames, rounds=args.rounds, baseline=args.baseline, sizes=args.sizes,
+                                 swapper=args.swapper, as_json=args.json)
+
+
 def _run_jobs(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.jobs import run_jobs_benchmark
     from swapcast.commands.common import config_from_args
 
-    return run_jobs_benchmark(config_from_args(args), seconds=args.seconds, as_json=args.json)
+    return run_jobs_benchmark(config_from_args(args), seconds=args.seconds, as_json=args.json,
+                              cores_per_worker=args.cores_per_worker)
 
 
 def _run_quality(args: argparse.Namespace) -> int:
@@ -205,7 +233,8 @@ def _run_fuzz(args: argparse.Namespace) -> int:
 def _run_rtmp(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.rtmp import run_rtmp_benchmark
 
-    return run_rtmp_benchmark(args.publishers, args.seconds, args.json)
+    return run_rtmp_benchmark(args.publishers, args.seconds, args.json, on_air=args.on_air, on_air_seconds=args.on_air_seconds,
+                              destination_delay_ms=args.destination_delay_ms)
 
 
 def _run_webrtc(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpu import threads
 from gpu.engine import FaceEngine
 from gpu.errors import ImageError, SwapcastError
 from streamer.media.decode_budget import DecodeBudget
@@ -41,6 +42,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    # the node's pools, as `serve` and `worker` size them: a file's parallelism comes from
+    # its decode, track, swap and encode overlapping (and x264's own threads), not from
+    # every library spinning a pool over the same cores
+    threads.apply(config.threads.budget(config.engine.runner_threads))
     target, output = Path(args.target), Path(args.output)
     _check_paths(target, output)
     options = config.swap.options()
@@ -73,16 +78,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     with ProgressBar(f"swapping {target.name}", enabled=args.progress and sys.stderr.isatty()) as bar:
-
-        def swap_frame(frame, seconds: float):
-            swapper.process(frame, seconds)
-            return frame
-
         # the frame bound a job's video has (jobs.max_frames); the wall time is the caller's to end
         budget = DecodeBudget(max_frames=config.jobs.max_frames,
                               max_pixels=config.jobs.max_frames * MAX_DECODED_PIXELS, max_seconds=math.inf)
         report = transcode_video(
-            target, output, swap_frame, codec=config.encode.codec, preset=config.encode.preset,
+            target, output, swapper.file_stages(), codec=config.encode.codec, preset=config.encode.preset,
             crf=config.encode.crf, progress=bar.update, budget=budget,
         )
     credentials.sign(output, stream_id=job_id)
