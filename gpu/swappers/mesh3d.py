@@ -62,11 +62,18 @@ from gpu.swappers.mesh3d_geometry import (
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
+from gpu.swappers.mesh3d_skin import skin_confidence
 from gpu.types import Face
 
 TEXTURE_SIZE = 384  # source albedo in UV space (256 softened faces over ~200 px wide: a webcam face close up, a photo)
 LIGHTING_SIZE = 32  # UV grid of the per-frame lighting fit and shading map (lighting is smooth)
 MASK_SIZE = 128  # UV seam masks
+COARSE_SIZE = 96  # UV grid of the albedo the tone transfer's low pass samples
+TONE_SIGMA = 1 / 8  # of the face's width: the low pass whose colour and light are the target's (finer is the source's)
+CHROMA_SIGMA_FACE = 1 / 12  # of the face's width: the low pass of the target's colour the face takes
+TONE_RATIO_RANGE = (0.25, 4.0)  # the most the tone transfer scales a channel
+TONE_OUTLIER = (0.15, 0.4)  # |log lightness / its low pass| from which a pixel starts to / stops counting as skin
+# in the tone's low pass (glasses frames, a strand of hair, a deep wrinkle: not the skin's tone)
 ALBEDO_MAX = 2.0  # albedo is relative to the skin (1); brighter than twice the skin is clipped
 OPENING_EDGE = 0.5  # keep the openings from their own contour inwards: the fade to the source's lids lies inside, none of the target's lid rims shows
 MIN_SKIN_TEXELS = 32  # of the lighting atlas's skin texels, to fit a face's light on
@@ -93,8 +100,8 @@ ANTI_ALIAS_SIGMA = 0.6  # crop pixels: the albedo is low-passed to what the crop
 SEAM_INSET = 0.008  # the seam runs this far (in UV) inside the mesh outline
 SHAPE_STRENGTH = 1.0  # how much of the source's shape moves the target's mesh
 OUTLINE_STRENGTH = 0.35  # ... at the face outline (the cheeks/jaw the mesh ends on)
-SHAPE_FADE_CM = 1.2  # distance from the eye lids / outline over which that fades in
-MOUTH_FADE_CM = 2.5  # ... from the inner lips: the mouth's shape is mostly expression, which stays the target's
+SHAPE_FADE_CM = 1.2  # distance from the outline over which that fades in
+MOUTH_FADE_CM = 0.6  # ... from the inner lips: the mouth opening's shape is mostly expression, which stays the target's
 NEUTRAL_FRAMES = 60  # the running neutral shape of a track averages about this many frames
 NEUTRAL_RESET_CM = 1.5  # a track whose shape jumps this far (mean) is someone else: restart its mean
 MAX_TRACKS = 64  # per-track neutral shapes kept (least recently used go first)
@@ -122,6 +129,14 @@ class Mesh3dSource:
             small = self._device["small"] = image[atlas.texels]
         return small
 
+    def albedo_coarse(self) -> np.ndarray:
+        """(C, C, 3) the albedo shrunk to ``COARSE_SIZE``: what the tone transfer's low pass sees of it."""
+        coarse = self._device.get("coarse")
+        if coarse is None:
+            image = self.albedo.transpose(1, 2, 0)
+            coarse = self._device["coarse"] = cv2.resize(image, (COARSE_SIZE, COARSE_SIZE), interpolation=cv2.INTER_AREA)
+        return coarse
+
     def albedo_like(self, frame) -> object:
         """The albedo on the frame's device: uploaded once per source, not once per frame."""
         if not is_device_array(frame):
@@ -138,6 +153,7 @@ class _UvMasks:
 
     seam: np.ndarray  # (M, M) the swapped region: the outline moved inwards
     seam_no_mouth: np.ndarray  # the same without the lips (the mouth mask option)
+    tone_skin: np.ndarray  # (M, M) plain skin, what the tone transfer compares (no eyes, brows, lips)
     skin: np.ndarray  # (L*L,) per lighting texel: 1 on plain skin (no eyes, brows, lips)
     shape_strength: np.ndarray  # (468,) how much of the source's shape each vertex takes
 
@@ -151,7 +167,9 @@ def _uv_masks() -> _UvMasks:
     atlas = uv_atlas(LIGHTING_SIZE)
     inner, features = uv_face_regions(LIGHTING_SIZE)
     skin = (inner * (1.0 - features))[atlas.texels]
-    return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), skin=skin.astype(np.float32),
+    tone_inner, tone_features = uv_face_regions(MASK_SIZE)
+    return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), tone_skin=(tone_inner * (1.0 - tone_features)).astype(np.float32),
+                    skin=skin.astype(np.float32),
                     shape_strength=_shape_strength(mesh.vertices))
 
 
@@ -163,10 +181,8 @@ def _shape_strength(vertices: np.ndarray) -> np.ndarray:
     def distance_to(ids: tuple[int, ...]) -> np.ndarray:
         return np.linalg.norm(vertices[:, None] - vertices[list(ids)][None], axis=-1).min(1)
 
-    eyes = np.clip(distance_to(RIGHT_EYE_CONTOUR + LEFT_EYE_CONTOUR) / SHAPE_FADE_CM, 0.0, 1.0)
-    mouth = np.clip(distance_to(INNER_LIP_CONTOUR) / MOUTH_FADE_CM, 0.0, 1.0)
+    near_opening = np.clip(distance_to(INNER_LIP_CONTOUR) / MOUTH_FADE_CM, 0.0, 1.0)
     outline = distance_to(FACE_OUTLINE)
-    near_opening = np.minimum(eyes, mouth)
     near_outline = OUTLINE_STRENGTH + (1.0 - OUTLINE_STRENGTH) * np.clip(outline / SHAPE_FADE_CM, 0.0, 1.0)
     return (SHAPE_STRENGTH * np.minimum(near_opening, near_outline)).astype(np.float32)
 
@@ -277,16 +293,12 @@ class Mesh3dSwapper:
         visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)
         weight_image = atlas.scatter(visibility[:, None])[..., 0]
-        # soft symmetry: the mirrored side fills in where this side is not seen
-        mirrored_weight = weight_image[:, ::-1] * (1.0 - weight_image) ** 2 * MIRROR_WEIGHT
-        combined = weight_image + mirrored_weight
-        mixed = (albedo_image * weight_image[..., None] + albedo_image[:, ::-1] * mirrored_weight[..., None]) / np.maximum(
-            combined, 1e-6
-        )[..., None]
-        # what neither side shows well (grazing: stretched, often hair at the temples) takes
-        # the smooth average of what is well seen around it
-        filled = push_pull_fill(mixed, np.clip((combined - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0))
-        filled, _ = remove_eyewear(filled)
+        filled, _ = remove_eyewear(symmetric_fill(albedo_image, weight_image))
+        # what is not the face's skin (hair over it, the background, a hat, deep shadow)
+        # counts for little, judged once the glasses are out: the mirrored side or the fill
+        # takes over there
+        confidence = skin_confidence(filled, weight_image)
+        filled = symmetric_fill(filled, weight_image, confidence)
         if _mouth_opening(points) > OPEN_MOUTH:
             filled = _lips_without_mouth(filled)
         filled = _smooth_skin_chroma(filled)
@@ -326,16 +338,23 @@ class Mesh3dSwapper:
         # a face turned too far to fit its light on is lit as the source photo was
         occluded = keep_mask(keep, crop, face, matrix)
         lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False, kept=occluded) or _source_lit(source)
-        uv, rendered, holes, grid = self._render(moved, options.eyes == "target")
+        uv, rendered, holes, grid, eye_map = self._render(moved, options.eyes == "target", target)
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        if options.colour_match:
+            shading *= _tone_ratio(to_host(crop), uv, rendered, shading, source, occluded, float(np.ptp(target[:, 0])))
         mask, openings = self._mask(uv, rendered, holes, options)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
-        paste = self._paste_mask(mask) * (1.0 - openings)  # kept pixels stay the frame's own, not resampled ones
+        target_planes = xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0
+        kept_as_is = openings
+        if eye_map is not None:  # the target's eyes, in the source's eye shape
+            eyes, target_planes = _target_eyes(to_host(crop), eye_map, holes, target_planes, xp)
+            kept_as_is = openings * (1.0 - eyes)
+        paste = self._paste_mask(mask) * (1.0 - kept_as_is)  # kept pixels stay the frame's own, not resampled ones
         feeds = {
-            "target": xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0,
+            "target": target_planes,
             "albedo": source.albedo_like(frame),
             "shading": xp.asarray(np.ascontiguousarray(shading.transpose(2, 0, 1))),
             "grid": xp.asarray(grid),
@@ -386,14 +405,18 @@ class Mesh3dSwapper:
                 self._neutral.popitem(last=False)
         return mean
 
-    def _render(self, points: np.ndarray, target_eyes: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _render(self, points: np.ndarray, target_eyes: bool = True, original: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Rasterise the posed mesh at half resolution, back faces culled, z-buffered: the
         UV position of each pixel (half res, (S/2, S/2, 2), -1 where nothing is), whether
         the face is drawn there, whether a kept opening is there (the mouth's, and the eyes'
         with ``target_eyes``; otherwise the source's eyes are drawn there, opening and closing
-        with the target's lids), and
+        with the target's lids),
         GridSample's grid at full resolution (the map is affine per triangle, so bilinear
-        upsampling is exact inside triangles)."""
+        upsampling is exact inside triangles), and with ``target_eyes`` and the target's
+        own mesh (``original``, crop pixels) the eye map: (S, S, 2) where in the crop each
+        pixel of the eye openings, drawn in the source's eye shape, finds the target's own
+        eye (its gaze and blinks, in the source's lids), None where no eye opening shows."""
         mesh = canonical_mesh()
         half = self.crop_size // 2
         small = points.copy()
@@ -416,7 +439,17 @@ class Mesh3dSwapper:
                                 + weights[:, 2] * texture[corners[:, 2]])
         uv = uv.reshape(half, half, 2)
         grid = cv2.resize(uv * 2.0 - 1.0, (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
-        return uv, drawn & ~holes, holes, grid
+        eye_map = None
+        if target_eyes and original is not None:
+            eyes = (drawn & mesh.eye_closure[np.maximum(raster.triangle, 0)]).reshape(-1)[pixels]
+            if eyes.any():
+                # each eye pixel's place in its triangle, in the target's own (unmoved) triangle
+                at = np.stack(np.meshgrid(np.arange(half), np.arange(half)), -1).reshape(-1, 2).astype(np.float32) * 2.0 + 0.5
+                inside = pixels[eyes]
+                own = original[corners[eyes], :2]  # (E, 3, 2)
+                at[inside] = np.einsum("ek,ekc->ec", weights[eyes], own).astype(np.float32)
+                eye_map = cv2.resize(at.reshape(half, half, 2), (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
+        return uv, drawn & ~holes, holes, grid, eye_map
 
     def _shading(self, points: np.ndarray, lighting: _SkinLighting, source: Mesh3dSource, colour_match: bool) -> np.ndarray:
         """(L, L, 3) target irradiance over the UV map of the rendered mesh. With colour
@@ -479,6 +512,113 @@ class Mesh3dSwapper:
         grown[grown < 0.02] = 0.0
         paste = cv2.resize(np.clip(np.maximum(small, grown), 0.0, 1.0), (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
         return np.maximum(paste, mask).astype(np.float32)
+
+
+def _target_eyes(crop: np.ndarray, eye_map: np.ndarray, holes: np.ndarray, planes, xp) -> tuple[np.ndarray, object]:
+    """The target's own eyes moved into the source's eye openings: (where they are, (S, S)
+    soft, and the target's planes (3, S, S) with them drawn in). Only the eyes' box is
+    resampled."""
+    size = crop.shape[0]
+    opened = cv2.resize(holes.astype(np.float32), (size, size), interpolation=cv2.INTER_LINEAR)
+    moved = np.abs(eye_map - _identity_map(size)).max(2) > 1e-3
+    eyes = cv2.GaussianBlur(((opened > 0.0) & moved).astype(np.float32), (0, 0), 1.0) if moved.any() else None
+    if eyes is None:
+        return np.zeros((size, size), np.float32), planes
+    rows, cols = np.flatnonzero(eyes.any(1)), np.flatnonzero(eyes.any(0))
+    y0, y1, x0, x1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    box = eye_map[y0:y1, x0:x1]
+    warped = cv2.remap(crop, box[..., 0], box[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    weight = eyes[y0:y1, x0:x1]
+    planes = planes.copy()
+    drawn = xp.asarray(np.ascontiguousarray(warped.transpose(2, 0, 1), dtype=np.float32) / 255.0)
+    inside = xp.asarray(weight)[None]
+    planes[:, y0:y1, x0:x1] = planes[:, y0:y1, x0:x1] * (1.0 - inside) + drawn * inside
+    return eyes, planes
+
+
+@lru_cache(maxsize=4)
+def _identity_map(size: int) -> np.ndarray:
+    """(S, S, 2) each pixel's own position (what an eye map holds outside the eyes)."""
+    return np.stack(np.meshgrid(np.arange(size, dtype=np.float32), np.arange(size, dtype=np.float32)), -1)
+
+
+def _tone_ratio(crop: np.ndarray, uv: np.ndarray, rendered: np.ndarray, shading: np.ndarray, source: Mesh3dSource,
+                kept: np.ndarray | None, width: float) -> np.ndarray:
+    """(S/2, S/2, 3) what the re-lit face is multiplied by so that it takes the target's
+    colour and light (a frequency split, worked out at a quarter of the crop's resolution):
+
+    - lightness: low-passed over the plain skin both faces show (a Gaussian of
+      ``TONE_SIGMA`` of the face's ``width``), the face's is made the target's: its tone,
+      its cheekbones' and nose's shading, the warmth or dimness of its light; everything
+      finer (features, wrinkles, pores) stays the source's;
+    - colour (chromaticity): the target's own at each spot, low-passed only over
+      ``CHROMA_SIGMA`` of the face's width and over the whole face (its lips' red, its
+      cheeks' flush): a grey, sepia or colour-cast source photo gives only lightness.
+
+    Glasses frames, strands of hair and deep wrinkles are not the skin's tone (pixels far
+    from their own low pass count for little), nor is anything kept in front of the face."""
+    half = uv.shape[0]
+    quarter = half // 2
+    small_uv = np.ascontiguousarray(uv[::2, ::2])
+    face_region = rendered[::2, ::2].astype(np.float32)
+    if kept is not None:
+        face_region *= 1.0 - cv2.resize(kept, (quarter, quarter), interpolation=cv2.INTER_AREA)
+    coords = small_uv * MASK_SIZE - 0.5
+    skin = cv2.remap(uv_masks().tone_skin, coords[..., 0], coords[..., 1], cv2.INTER_LINEAR, borderValue=0.0) * face_region
+    target = cv2.resize(crop, (quarter, quarter), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
+    coarse = source.albedo_coarse()
+    face = cv2.remap(coarse, small_uv[..., 0] * COARSE_SIZE - 0.5, small_uv[..., 1] * COARSE_SIZE - 0.5, cv2.INTER_LINEAR,
+                     borderMode=cv2.BORDER_REPLICATE) * cv2.resize(shading, (quarter, quarter), interpolation=cv2.INTER_AREA)
+    target_light, face_light = target.mean(2) + 1e-3, face.mean(2) + 1e-3
+    sigma = TONE_SIGMA * width / 4.0
+    plain = _near_own_low_pass(target_light, skin, sigma) * _near_own_low_pass(face_light, skin, sigma)
+    weight = skin * plain
+    target_low, support = _masked_low_pass(target_light[..., None], weight, sigma)
+    face_low, _ = _masked_low_pass(face_light[..., None], weight, sigma)
+    light = target_low / np.maximum(face_low, 1e-3)
+    colour_sigma = CHROMA_SIGMA_FACE * width / 4.0
+    colour_weight = skin * plain
+    target_colour, colour_support = _masked_low_pass(target / target_light[..., None], colour_weight, colour_sigma)
+    face_colour, _ = _masked_low_pass(face / face_light[..., None], colour_weight, colour_sigma)
+    colour = target_colour / np.maximum(face_colour, 1e-3)
+    ratio = np.clip(light * colour, *TONE_RATIO_RANGE)
+    # where no skin is near (an occluder's middle) the ratio fades to 1 rather than extrapolate
+    trust = np.clip(np.minimum(support, colour_support) / 0.05, 0.0, 1.0)[..., None]
+    ratio = 1.0 + trust * (ratio - 1.0)
+    return cv2.resize(ratio.astype(np.float32), (half, half), interpolation=cv2.INTER_LINEAR)
+
+
+def _masked_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    """(the Gaussian low pass of ``image`` over ``weight``, that low pass of ``weight``)."""
+    support = cv2.GaussianBlur(weight, (0, 0), sigma)
+    low = cv2.GaussianBlur(image * weight[..., None], (0, 0), sigma).reshape(image.shape) / np.maximum(support, 1e-6)[..., None]
+    return low, support
+
+
+def _near_own_low_pass(lightness: np.ndarray, weight: np.ndarray, sigma: float) -> np.ndarray:
+    """(H, W) in [0, 1]: 1 where a pixel's ``lightness`` is near its low pass over ``weight``,
+    0 far from it (a robust weight for the tone: dark frames, hair, glare)."""
+    lightness = np.log(lightness)
+    low, _ = _masked_low_pass(lightness[..., None], weight, sigma)
+    deviation = np.abs(lightness - low[..., 0])
+    return np.clip((TONE_OUTLIER[1] - deviation) / (TONE_OUTLIER[1] - TONE_OUTLIER[0]), 0.0, 1.0)
+
+
+def symmetric_fill(albedo: np.ndarray, visibility: np.ndarray, confidence: np.ndarray | None = None) -> np.ndarray:
+    """(T, T, 3) the albedo mixed with the mirrored side's as far as that is better seen
+    (soft symmetry), and the smooth average of the trusted texels around what neither side
+    shows (past the cheeks, hair at the temples). ``visibility`` (T, T): how well the photo
+    saw each texel (cos^2: grazing texels are filled); ``confidence`` (T, T) in [0, 1], if
+    given: how much each texel is the face's own skin (what is not counts for little)."""
+    confidence = np.ones_like(visibility) if confidence is None else confidence
+    own = visibility * confidence
+    mirrored = own[:, ::-1] * (1.0 - own) ** 2 * MIRROR_WEIGHT
+    combined = own + mirrored
+    mixed = (albedo * own[..., None] + albedo[:, ::-1] * mirrored[..., None]) / np.maximum(combined, 1e-6)[..., None]
+    # trusted as far as seen, and as far as what the mix came from is the face's own skin
+    mixed_confidence = (own * confidence + mirrored * confidence[:, ::-1]) / np.maximum(combined, 1e-6)
+    seen = np.clip((combined - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0)
+    return push_pull_fill(mixed, seen * mixed_confidence)
 
 
 def _weighted_middle_mean(values: np.ndarray, weights: np.ndarray) -> float:

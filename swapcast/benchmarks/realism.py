@@ -61,7 +61,7 @@ CLIP_EVERY = 4  # clips: the identity and realism measures on every 4th frame
 INNER_BAND = (0.78, 0.9)  # of the face outline (scaled about its centre): just inside it ...
 OUTER_BAND = (1.04, 1.16)  # ... and just outside it
 TILE = 200
-ROWS_PER_SHEET = 10
+ROWS_PER_SHEET = 8
 
 
 @dataclass
@@ -130,7 +130,7 @@ def _lab(image: np.ndarray) -> np.ndarray:
 def _masked_blur(image: np.ndarray, mask: np.ndarray, sigma: float) -> np.ndarray:
     """The Gaussian low pass of ``image`` over ``mask`` alone (what lies outside it does not bleed in)."""
     weight = cv2.GaussianBlur(mask, (0, 0), sigma)
-    blurred = cv2.GaussianBlur(image * mask[..., None], (0, 0), sigma)
+    blurred = cv2.GaussianBlur(image * mask[..., None], (0, 0), sigma).reshape(image.shape)
     return blurred / np.maximum(weight, 1e-6)[..., None]
 
 
@@ -380,11 +380,11 @@ def _caption(name: str, result: RealismResult | None) -> str:
 
 
 def _tile(image: np.ndarray | None, box: np.ndarray, caption: str) -> np.ndarray:
-    """A square 1.6x the face box around it, ``TILE`` px, captioned (black where there is no image)."""
+    """A square 1.4x the face box around it, ``TILE`` px, captioned (black where there is no image)."""
     tile = np.zeros((TILE, TILE, 3), np.uint8)
     if image is not None:
         centre = (np.asarray(box[:2], np.float64) + np.asarray(box[2:], np.float64)) / 2
-        side = 1.6 * max(box[2] - box[0], box[3] - box[1], 1.0)
+        side = 1.4 * max(box[2] - box[0], box[3] - box[1], 1.0)
         scale = TILE / side
         matrix = np.array([[scale, 0, TILE / 2 - scale * centre[0]], [0, scale, TILE / 2 - scale * centre[1]]])
         interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_CUBIC
