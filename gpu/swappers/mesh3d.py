@@ -113,11 +113,14 @@ _CROP_TEMPLATE = (ARCFACE_TEMPLATE_112 / 112.0 - np.array([0.5, 0.56], dtype=np.
 
 @dataclass(frozen=True)
 class Mesh3dSource:
-    """A registered source face: its albedo in UV space, its lighting and its shape."""
+    """A registered source face: its albedo in UV space, its lighting and its shape, and
+    how much each texel of the albedo is the photo's own view of the face's skin (what
+    several photos of one person are merged by, see ``merge_sources``)."""
 
     albedo: np.ndarray  # (3, T, T) float32 in [0, ALBEDO_MAX]
     lighting: np.ndarray  # (9, 3) float32 SH coefficients of the source photo
     shape: np.ndarray  # (468, 3) float32 canonical-frame shape (pose and size removed)
+    weight: np.ndarray | None = None  # (T, T) float32 in [0, 1]: seen (cos^2) x skin confidence; None: all trusted
     _device: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # derived copies
 
     def albedo_small(self) -> np.ndarray:
@@ -197,6 +200,16 @@ def _require_depth(face: Face, role: str) -> np.ndarray:
     if face.mesh is None or face.depth is None:
         raise NoFaceError(f"the {role} face has no 3D landmarks (face mesh found no face)")
     return posed(face.mesh, face.depth)
+
+
+@dataclass(frozen=True)
+class _EyeWarp:
+    """The target's own eyes moved into the openings of the source's eye shape, over a box
+    of the crop: where each of its pixels reads the crop, and how much it is eye."""
+
+    box: tuple[int, int, int, int]  # y0, y1, x0, x1 in crop pixels
+    map: np.ndarray  # (h, w, 2) crop positions (x, y)
+    weight: np.ndarray  # (h, w) in [0, 1]
 
 
 @dataclass(frozen=True)
@@ -308,6 +321,7 @@ class Mesh3dSwapper:
             albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
             lighting=lighting.coefficients,
             shape=shape.astype(np.float32),
+            weight=np.clip(weight_image * confidence, 0.0, 1.0).astype(np.float32),
         )
 
     def _anti_aliased(self, albedo: np.ndarray) -> np.ndarray:
@@ -350,7 +364,7 @@ class Mesh3dSwapper:
         target_planes = xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0
         kept_as_is = openings
         if eye_map is not None:  # the target's eyes, in the source's eye shape
-            eyes, target_planes = _target_eyes(to_host(crop), eye_map, holes, target_planes, xp)
+            eyes, target_planes = _target_eyes(to_host(crop), eye_map, target_planes, xp)
             kept_as_is = openings * (1.0 - eyes)
         paste = self._paste_mask(mask) * (1.0 - kept_as_is)  # kept pixels stay the frame's own, not resampled ones
         feeds = {
@@ -406,7 +420,7 @@ class Mesh3dSwapper:
         return mean
 
     def _render(self, points: np.ndarray, target_eyes: bool = True, original: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, _EyeWarp | None]:
         """Rasterise the posed mesh at half resolution, back faces culled, z-buffered: the
         UV position of each pixel (half res, (S/2, S/2, 2), -1 where nothing is), whether
         the face is drawn there, whether a kept opening is there (the mouth's, and the eyes'
@@ -414,9 +428,9 @@ class Mesh3dSwapper:
         with the target's lids),
         GridSample's grid at full resolution (the map is affine per triangle, so bilinear
         upsampling is exact inside triangles), and with ``target_eyes`` and the target's
-        own mesh (``original``, crop pixels) the eye map: (S, S, 2) where in the crop each
-        pixel of the eye openings, drawn in the source's eye shape, finds the target's own
-        eye (its gaze and blinks, in the source's lids), None where no eye opening shows."""
+        own mesh (``original``, crop pixels) the eye warp: where the eye openings, drawn in
+        the source's eye shape, find the target's own eye (its gaze and blinks in the
+        source's lids), None where no eye opening shows."""
         mesh = canonical_mesh()
         half = self.crop_size // 2
         small = points.copy()
@@ -443,13 +457,24 @@ class Mesh3dSwapper:
         if target_eyes and original is not None:
             eyes = (drawn & mesh.eye_closure[np.maximum(raster.triangle, 0)]).reshape(-1)[pixels]
             if eyes.any():
-                # each eye pixel's place in its triangle, in the target's own (unmoved) triangle
-                at = np.stack(np.meshgrid(np.arange(half), np.arange(half)), -1).reshape(-1, 2).astype(np.float32) * 2.0 + 0.5
-                inside = pixels[eyes]
-                own = original[corners[eyes], :2]  # (E, 3, 2)
-                at[inside] = np.einsum("ek,ekc->ec", weights[eyes], own).astype(np.float32)
-                eye_map = cv2.resize(at.reshape(half, half, 2), (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
+                eye_map = self._eye_warp(pixels[eyes], weights[eyes], original[corners[eyes], :2], half)
         return uv, drawn & ~holes, holes, grid, eye_map
+
+    def _eye_warp(self, pixels: np.ndarray, weights: np.ndarray, own: np.ndarray, half: int) -> _EyeWarp:
+        """Where the eye openings' pixels (flat half-resolution ``pixels`` with their
+        barycentric ``weights``) find the target's own eye: the same place in the target's
+        own (unmoved) triangles, ``own`` (E, 3, 2) crop pixels. Worked out over the eyes' box."""
+        rows, cols = np.divmod(pixels, half)
+        top, left = max(int(rows.min()) - 2, 0), max(int(cols.min()) - 2, 0)
+        bottom, right = min(int(rows.max()) + 3, half), min(int(cols.max()) + 3, half)
+        ys, xs = np.mgrid[top:bottom, left:right].astype(np.float32)
+        at = np.stack([xs * 2.0 + 0.5, ys * 2.0 + 0.5], -1)  # each pixel's own full-resolution position
+        at[rows - top, cols - left] = np.einsum("ek,ekc->ec", weights, own)
+        inside = np.zeros(ys.shape, np.float32)
+        inside[rows - top, cols - left] = 1.0
+        size = (2 * (right - left), 2 * (bottom - top))
+        weight = cv2.GaussianBlur(cv2.resize(inside, size, interpolation=cv2.INTER_LINEAR), (0, 0), 1.0)
+        return _EyeWarp((2 * top, 2 * bottom, 2 * left, 2 * right), cv2.resize(at, size, interpolation=cv2.INTER_LINEAR), weight)
 
     def _shading(self, points: np.ndarray, lighting: _SkinLighting, source: Mesh3dSource, colour_match: bool) -> np.ndarray:
         """(L, L, 3) target irradiance over the UV map of the rendered mesh. With colour
@@ -514,32 +539,18 @@ class Mesh3dSwapper:
         return np.maximum(paste, mask).astype(np.float32)
 
 
-def _target_eyes(crop: np.ndarray, eye_map: np.ndarray, holes: np.ndarray, planes, xp) -> tuple[np.ndarray, object]:
-    """The target's own eyes moved into the source's eye openings: (where they are, (S, S)
-    soft, and the target's planes (3, S, S) with them drawn in). Only the eyes' box is
-    resampled."""
+def _target_eyes(crop: np.ndarray, warp: _EyeWarp, planes, xp) -> tuple[np.ndarray, object]:
+    """The target's own eyes drawn into its planes (3, S, S) where ``warp`` moves them:
+    (how much each crop pixel is eye, (S, S), the planes)."""
     size = crop.shape[0]
-    opened = cv2.resize(holes.astype(np.float32), (size, size), interpolation=cv2.INTER_LINEAR)
-    moved = np.abs(eye_map - _identity_map(size)).max(2) > 1e-3
-    eyes = cv2.GaussianBlur(((opened > 0.0) & moved).astype(np.float32), (0, 0), 1.0) if moved.any() else None
-    if eyes is None:
-        return np.zeros((size, size), np.float32), planes
-    rows, cols = np.flatnonzero(eyes.any(1)), np.flatnonzero(eyes.any(0))
-    y0, y1, x0, x1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-    box = eye_map[y0:y1, x0:x1]
-    warped = cv2.remap(crop, box[..., 0], box[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    weight = eyes[y0:y1, x0:x1]
-    planes = planes.copy()
+    y0, y1, x0, x1 = warp.box
+    eyes = np.zeros((size, size), np.float32)
+    eyes[y0:y1, x0:x1] = warp.weight
+    warped = cv2.remap(crop, warp.map[..., 0], warp.map[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
     drawn = xp.asarray(np.ascontiguousarray(warped.transpose(2, 0, 1), dtype=np.float32) / 255.0)
-    inside = xp.asarray(weight)[None]
-    planes[:, y0:y1, x0:x1] = planes[:, y0:y1, x0:x1] * (1.0 - inside) + drawn * inside
+    inside = xp.asarray(warp.weight)[None]
+    planes[:, y0:y1, x0:x1] += (drawn - planes[:, y0:y1, x0:x1]) * inside
     return eyes, planes
-
-
-@lru_cache(maxsize=4)
-def _identity_map(size: int) -> np.ndarray:
-    """(S, S, 2) each pixel's own position (what an eye map holds outside the eyes)."""
-    return np.stack(np.meshgrid(np.arange(size, dtype=np.float32), np.arange(size, dtype=np.float32)), -1)
 
 
 def _tone_ratio(crop: np.ndarray, uv: np.ndarray, rendered: np.ndarray, shading: np.ndarray, source: Mesh3dSource,
@@ -602,6 +613,38 @@ def _near_own_low_pass(lightness: np.ndarray, weight: np.ndarray, sigma: float) 
     low, _ = _masked_low_pass(lightness[..., None], weight, sigma)
     deviation = np.abs(lightness - low[..., 0])
     return np.clip((TONE_OUTLIER[1] - deviation) / (TONE_OUTLIER[1] - TONE_OUTLIER[0]), 0.0, 1.0)
+
+
+def merge_sources(sources: Sequence[Mesh3dSource]) -> Mesh3dSource:
+    """One source from several photos of one person: per texel, the albedos averaged by how
+    well each photo saw that texel and how much it is skin there (a left and a right
+    profile fill each other's far side; a frontal photo wins where it sees best), the
+    mirrored side and a smooth fill where none saw it; the shape averaged per vertex by
+    how well each photo saw it (identity from all); the lighting of the photo that saw the
+    most. One source comes back as it is."""
+    if not sources:
+        raise ValueError("no sources to merge")
+    if len(sources) == 1:
+        return sources[0]
+    size = sources[0].albedo.shape[-1]
+    if any(source.albedo.shape[-1] != size for source in sources):
+        raise ValueError("sources of different texture sizes cannot be merged")
+    weights = np.stack([np.ones((size, size), np.float32) if s.weight is None else s.weight for s in sources])
+    albedos = np.stack([s.albedo.transpose(1, 2, 0) for s in sources])
+    total = weights.sum(0)
+    merged = (albedos * weights[..., None]).sum(0) / np.maximum(total, 1e-6)[..., None]
+    filled = symmetric_fill(merged, np.clip(total, 0.0, 1.0))
+    # the shape: per vertex, by the weight of the texel it lies on
+    at = np.clip(np.round(canonical_mesh().uv * size - 0.5).astype(np.int64), 0, size - 1)
+    vertex_weights = weights[:, at[:, 1], at[:, 0]] + 1e-3  # (N, 468): a vertex no photo saw takes the mean
+    shape = (np.stack([s.shape for s in sources]) * vertex_weights[..., None]).sum(0) / vertex_weights.sum(0)[:, None]
+    best = int(np.argmax(weights.sum((1, 2))))
+    return Mesh3dSource(
+        albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
+        lighting=sources[best].lighting,
+        shape=shape.astype(np.float32),
+        weight=np.clip(total, 0.0, 1.0).astype(np.float32),
+    )
 
 
 def symmetric_fill(albedo: np.ndarray, visibility: np.ndarray, confidence: np.ndarray | None = None) -> np.ndarray:
