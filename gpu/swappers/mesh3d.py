@@ -75,6 +75,7 @@ TONE_RATIO_RANGE = (0.25, 4.0)  # the most the tone transfer scales a channel
 TONE_OUTLIER = (0.15, 0.4)  # |log lightness / its low pass| from which a pixel starts to / stops counting as skin
 # in the tone's low pass (glasses frames, a strand of hair, a deep wrinkle: not the skin's tone)
 ALBEDO_MAX = 2.0  # albedo is relative to the skin (1); brighter than twice the skin is clipped
+EYE_STILL_PX = 0.5  # crop pixels: an eye moved less than this into the source's eye shape is left as it is
 OPENING_EDGE = 0.5  # keep the openings from their own contour inwards: the fade to the source's lids lies inside, none of the target's lid rims shows
 MIN_SKIN_TEXELS = 32  # of the lighting atlas's skin texels, to fit a face's light on
 TRUSTED_WEIGHT = (0.03, 0.12)  # a texel seen at cos^2 below the first is filled, above the second kept: grazing
@@ -469,9 +470,12 @@ class Mesh3dSwapper:
         bottom, right = min(int(rows.max()) + 3, half), min(int(cols.max()) + 3, half)
         ys, xs = np.mgrid[top:bottom, left:right].astype(np.float32)
         at = np.stack([xs * 2.0 + 0.5, ys * 2.0 + 0.5], -1)  # each pixel's own full-resolution position
-        at[rows - top, cols - left] = np.einsum("ek,ekc->ec", weights, own)
+        found = np.einsum("ek,ekc->ec", weights, own).astype(np.float32)
+        # where the eye hardly moves, the frame's own pixels stay (not resampled twice: pupils blur)
+        moved = np.clip(np.linalg.norm(found - at[rows - top, cols - left], axis=1) / EYE_STILL_PX, 0.0, 1.0)
+        at[rows - top, cols - left] = found
         inside = np.zeros(ys.shape, np.float32)
-        inside[rows - top, cols - left] = 1.0
+        inside[rows - top, cols - left] = moved
         size = (2 * (right - left), 2 * (bottom - top))
         weight = cv2.GaussianBlur(cv2.resize(inside, size, interpolation=cv2.INTER_LINEAR), (0, 0), 1.0)
         return _EyeWarp((2 * top, 2 * bottom, 2 * left, 2 * right), cv2.resize(at, size, interpolation=cv2.INTER_LINEAR), weight)

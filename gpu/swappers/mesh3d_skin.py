@@ -39,12 +39,13 @@ MIN_CORE_TEXELS = 200
 COLOUR_SPREADS = (3.0, 5.0)  # chroma this many of the skin's spreads away starts to / is fully not skin ...
 COLOUR_FLOOR = (0.12, 0.25)  # ... but never less than these log-chroma distances (a grey photo's spread is ~0)
 BROAD_SIGMA = 0.015  # of the texture: the low pass of the broad light test
-BROAD_DARK = (0.45, 0.8)  # |log lightness| of the low pass below the skin's from which it starts to / is fully not skin
+BROAD_DARK = (0.6, 1.0)  # |log lightness| of the low pass below the skin's from which it starts to / is fully not skin
 BROAD_BRIGHT = (0.45, 0.8)  # ... above the skin's
 LINE_SPREADS = (3.5, 6.0)  # a fine texel this many of the skin's lightness spreads below it: a dark strand ...
 LINE_FLOOR = (0.5, 0.9)  # ... but never nearer (log) than these
 ASYMMETRY = (0.35, 0.7)  # this much darker (log) than its mirror texel
 MIRROR_SEEN = 0.3  # the mirror texel must be seen at least this well to be compared with
+JUDGED_SEEN = (0.1, 0.3)  # texels seen (cos^2) below the first are not judged, above the second fully
 
 
 def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -77,7 +78,10 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     mirrored, mirror_seen = lightness[:, ::-1], seen[:, ::-1]
     asymmetry = _ramp(mirrored - lightness, *ASYMMETRY) * (mirror_seen > MIRROR_SEEN)
 
-    outlier = np.maximum.reduce([colour, broad_light, dark_line, asymmetry]) * (1.0 - protected)
+    # only what the photo sees well is judged: at grazing angles the light model is least sure of
+    # the skin (the swapper's grazing test takes hair and background there)
+    judged = _ramp(seen, *JUDGED_SEEN) * (1.0 - protected)
+    outlier = np.maximum.reduce([colour, broad_light, dark_line, asymmetry]) * judged
     confidence = np.where(seen > 0.0, 1.0 - outlier, 1.0).astype(np.float32)
     # an outlier's neighbours go with it (a strand's soft edges, a shadow's rim)
     return cv2.erode(confidence, np.ones((3, 3), np.uint8))
