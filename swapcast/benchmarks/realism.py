@@ -40,6 +40,7 @@ from gpu.errors import SwapcastError
 from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 from streamer.media.images import write_image
+from swapcast.benchmarks.pose_set import PEOPLE
 from swapcast.benchmarks.realism_set import (
     HALVES,
     SOURCE_VARIANTS,
@@ -60,6 +61,7 @@ TONE_BAD = 8.0  # a tone difference above this reads as a mask
 CLIP_EVERY = 4  # clips: the identity and realism measures on every 4th frame
 INNER_BAND = (0.78, 0.9)  # of the face outline (scaled about its centre): just inside it ...
 OUTER_BAND = (1.04, 1.16)  # ... and just outside it
+QUICK_CLIP_FRAMES = 8
 TILE = 200
 ROWS_PER_SHEET = 8
 
@@ -169,7 +171,8 @@ def shading_kept(output: np.ndarray, target: np.ndarray, regions: FaceRegions) -
 
 
 def run_realism_benchmark(config: Config, report_dir: str | None, half: str = "held", swappers: tuple[str, ...] = ("mesh3d",),
-                          baseline: str | None = None, as_json: bool = False) -> int:
+                          baseline: str | None = None, as_json: bool = False, quick: bool = False) -> int:
+    """``quick``: one direction, two sources, two targets and a short clip (a smoke run)."""
     if half not in HALVES:
         raise SwapcastError(f"unknown half {half!r}; choose from {', '.join(HALVES)}")
     if baseline is not None and not (Path(baseline) / "gpu" / "engine.py").is_file():
@@ -178,9 +181,14 @@ def run_realism_benchmark(config: Config, report_dir: str | None, half: str = "h
     if report is not None:
         report.mkdir(parents=True, exist_ok=True)
     print(f"building the realism set ({half} half) ...", file=sys.stderr, flush=True)
-    sources = list(realism_sources(half))
-    targets = list(realism_targets(half))
-    clips = list(realism_clips(half))
+    if quick:
+        sources = list(realism_sources(half, people=PEOPLE[:1]))[:2]
+        targets = list(realism_targets(half, people=PEOPLE[1:2]))[:2]
+        clips = list(realism_clips(half, people=PEOPLE[1:2], frames=QUICK_CLIP_FRAMES))
+    else:
+        sources = list(realism_sources(half))
+        targets = list(realism_targets(half))
+        clips = list(realism_clips(half))
     jobs = {name: _jobs(name, sources, targets, clips) for name in swappers}
     runs: dict[str, SwapOutputs] = {}
     for name in swappers:
@@ -201,6 +209,7 @@ def run_realism_benchmark(config: Config, report_dir: str | None, half: str = "h
     data = {
         "half": half,
         "tuned_on": "tune",
+        "quick": quick,
         "variants": {"sources": SOURCE_VARIANTS[half], "targets": TARGET_VARIANTS[half]},
         "baseline": baseline,
         "refused": {name: run.refused for name, run in runs.items()},

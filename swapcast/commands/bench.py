@@ -184,7 +184,7 @@ def _run_quality(args: argparse.Namespace) -> int:
         from swapcast.benchmarks.realism import run_realism_benchmark
 
         return run_realism_benchmark(config_from_args(args), args.report, half=args.half, swappers=swappers,
-                                     baseline=args.baseline, as_json=args.json)
+                                     baseline=args.baseline, as_json=args.json, quick=args.quick)
     return run_quality_benchmark(config_from_args(args), args.report, swappers=swappers, quick=args.quick,
                                  as_json=args.json, progress=args.progress,
                                  only=tuple(part.strip() for part in args.only.split(",") if part.strip()))
