@@ -29,18 +29,22 @@ def swapper():
 
 
 def _synthetic_albedo(size: int = 192, grey: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Skin (1, a little red) with fine darker wrinkles of the skin's colour, strands of
-    brown hair, a broad dark patch (a shadow the light model missed) and dark eyes."""
+    """Skin (1, a little red) with fine darker wrinkles of the skin's colour running across,
+    a pair of folds running down (one each side), strands of brown hair over one side, a
+    broad dark patch (a shadow the light model missed) and dark features."""
     rng = np.random.default_rng(0)
     skin = np.array([1.05, 0.98, 0.95], np.float32)
     albedo = skin * (1.0 + rng.normal(0, 0.03, (size, size, 1))).astype(np.float32)
-    marks = {name: np.zeros((size, size), np.uint8) for name in ("wrinkles", "strands", "patch")}
+    marks = {name: np.zeros((size, size), np.uint8) for name in ("wrinkles", "strands", "patch", "folds")}
     for row in range(int(0.62 * size), int(0.72 * size), 6):  # forehead-like horizontal lines, cheek height
         cv2.line(marks["wrinkles"], (int(0.35 * size), row), (int(0.65 * size), row + 2), 1, 1)
     for col in range(int(0.3 * size), int(0.45 * size), 9):
         cv2.line(marks["strands"], (col, int(0.3 * size)), (col + 8, int(0.6 * size)), 1, 2)
     cv2.circle(marks["patch"], (int(0.66 * size), int(0.45 * size)), int(0.05 * size), 1, -1)
+    for col in (int(0.3 * size), size - 1 - int(0.3 * size)):  # a pair of folds running down, mirror images
+        cv2.line(marks["folds"], (col, int(0.74 * size)), (col, int(0.86 * size)), 1, 1)
     albedo[marks["wrinkles"] > 0] *= 0.75
+    albedo[marks["folds"] > 0] *= 0.6
     albedo[marks["strands"] > 0] = (0.55, 0.42, 0.25)
     albedo[marks["patch"] > 0] *= 0.25
     protected, _ = _regions(size)
@@ -56,13 +60,16 @@ def test_hair_and_shadow_over_the_face_are_not_its_skin_but_wrinkles_and_feature
     albedo, marks = _synthetic_albedo(grey=grey)
     seen = np.ones(albedo.shape[:2], np.float32)
     confidence = skin_confidence(albedo, seen)
-    plain = ~(marks["wrinkles"] | marks["strands"] | marks["patch"] | marks["features"])
+    plain = ~(marks["wrinkles"] | marks["strands"] | marks["patch"] | marks["features"] | marks["folds"])
     plain = cv2.erode(plain.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
     assert confidence[plain].mean() > 0.97
     assert confidence[marks["patch"]].mean() < 0.2
     others = cv2.dilate((marks["strands"] | marks["patch"] | marks["features"]).astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
     assert confidence[marks["wrinkles"] & ~others].mean() > 0.9  # skin's colour, finely darker: kept
-    assert confidence[marks["features"] & (_regions(albedo.shape[0])[0] > 0.99)].mean() > 0.97  # dark by nature: kept
+    assert confidence[marks["folds"] & ~others].mean() > 0.9  # running down, but on both sides: the face's own
+    beside_strands = cv2.dilate(marks["strands"].astype(np.uint8), np.ones((7, 7), np.uint8)) > 0
+    features = marks["features"] & (_regions(albedo.shape[0])[0] > 0.99) & ~beside_strands
+    assert confidence[features].mean() > 0.97  # dark by nature: kept (a strand over a brow is not)
     # brown strands: by their colour, or (a grey photo) by how dark they are; not over the
     # eyes and brows (those are never judged)
     strands = marks["strands"] & (_regions(albedo.shape[0])[0] < 0.05)

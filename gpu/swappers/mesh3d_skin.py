@@ -15,10 +15,14 @@ statistics of this face alone (no fixed colours):
   explain; thin lines (wrinkles, folds) average out at that scale and stay;
 - **dark lines**: far darker than the skin, finer: strands of dark hair;
 - **asymmetry**: much darker than the same texel on the other side of the face, which is
-  seen well: a strand or a shadow over one side (a face's wrinkles come in pairs).
+  seen well: a strand or a shadow over one side (a face's wrinkles come in pairs);
+- **strands**: a thin dark line running up and down (darker than what lies beside it
+  across) that the other side of the face does not have: hair falls down, while brows,
+  lids, lips and wrinkles run across and folds come in pairs. Judged over the brows too
+  (strands cross them), never in the eye openings.
 
-The eyes, brows, lips and nostrils are the face's own whatever their colour: they are
-never judged. The swapper multiplies the confidence into the unwrap's visibility, so the
+The eyes, brows, lips and nostrils are the face's own whatever their colour: only the
+strand test looks there (not in the eyes). The swapper multiplies the confidence into the unwrap's visibility, so the
 mirrored side fills in first and a smooth fill of the skin around what neither side has.
 """
 
@@ -45,7 +49,9 @@ LINE_SPREADS = (3.5, 6.0)  # a fine texel this many of the skin's lightness spre
 LINE_FLOOR = (0.5, 0.9)  # ... but never nearer (log) than these
 ASYMMETRY = (0.35, 0.7)  # this much darker (log) than its mirror texel
 MIRROR_SEEN = 0.3  # the mirror texel must be seen at least this well to be compared with
-JUDGED_SEEN = (0.1, 0.3)  # texels seen (cos^2) below the first are not judged, above the second fully
+JUDGED_SEEN = (0.1, 0.3)
+STRAND_REACH = 0.012  # of the texture: a strand is a dark line narrower than twice this across ...
+STRAND_DEPTH = (0.2, 0.45)  # ... this much darker (log) than what lies beside it  # texels seen (cos^2) below the first are not judged, above the second fully
 
 
 def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -54,6 +60,7 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     in [0, 1], 0 where it did not). Texels not seen come back 1 (nothing to judge)."""
     size = albedo.shape[0]
     protected, core = _regions(size)
+    openings = _openings(size)
     logs = np.log(np.maximum(albedo, 1e-3))
     lightness = logs.mean(2)
     chroma = logs - lightness[..., None]
@@ -76,12 +83,19 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
                       max(LINE_SPREADS[1] * light_spread, LINE_FLOOR[1]))
 
     mirrored, mirror_seen = lightness[:, ::-1], seen[:, ::-1]
-    asymmetry = _ramp(mirrored - lightness, *ASYMMETRY) * (mirror_seen > MIRROR_SEEN)
+    compared = mirror_seen > MIRROR_SEEN
+    asymmetry = _ramp(mirrored - lightness, *ASYMMETRY) * compared
+    # a thin dark line running up and down that the other side of the face does not have:
+    # a strand of hair (brows, lids, lips and wrinkles run across; folds come in pairs)
+    across = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * max(1, int(round(STRAND_REACH * size))) + 1, 1))
+    upright = cv2.morphologyEx(lightness, cv2.MORPH_CLOSE, across) - lightness
+    strand = _ramp(upright, *STRAND_DEPTH) * (1.0 - _ramp(upright[:, ::-1], *STRAND_DEPTH)) * compared
+    strand *= 1.0 - openings
 
     # only what the photo sees well is judged: at grazing angles the light model is least sure of
     # the skin (the swapper's grazing test takes hair and background there)
     judged = _ramp(seen, *JUDGED_SEEN) * (1.0 - protected)
-    outlier = np.maximum.reduce([colour, broad_light, dark_line, asymmetry]) * judged
+    outlier = np.maximum(np.maximum.reduce([colour, broad_light, dark_line, asymmetry]) * judged, strand * _ramp(seen, *JUDGED_SEEN))
     confidence = np.where(seen > 0.0, 1.0 - outlier, 1.0).astype(np.float32)
     # an outlier's neighbours go with it (a strand's soft edges, a shadow's rim)
     return cv2.erode(confidence, np.ones((3, 3), np.uint8))
@@ -89,6 +103,13 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
 
 def _ramp(values: np.ndarray, start: float, stop: float) -> np.ndarray:
     return np.clip((values - start) / max(stop - start, 1e-6), 0.0, 1.0).astype(np.float32)
+
+
+@lru_cache(maxsize=2)
+def _openings(size: int) -> np.ndarray:
+    """(T, T) float32: the eye openings, grown a little (lashes): never taken for strands."""
+    openings = np.maximum(uv_polygon_mask(size, LEFT_EYE_CONTOUR), uv_polygon_mask(size, RIGHT_EYE_CONTOUR))
+    return cv2.dilate(openings, np.ones((5, 5), np.uint8))
 
 
 @lru_cache(maxsize=2)
