@@ -86,6 +86,7 @@ GRAZING_BELOW = 0.5  # ... where it is seen at cos^2 below this (fully at 0): ha
 LIPS_TEETH = (1.02, 0.95)  # lip texels no redder than this (red over green/blue) and this bright are teeth ...
 OPEN_MOUTH = 0.06  # a source's mouth this open (gap over width) may show teeth on its lips; a closed one's lips are left as they are
 LIPS_GAP = 0.6  # ... and darker than this times the lips' median the mouth's gap: both take the lips' colour
+LIPS_LINE = (0.55, 0.015)  # painted over, they get the line where closed lips meet: this much darker, this wide (of the texture)
 CHROMA_SMOOTHING = 0.8  # how much of the skin's colour detail gives way to its low-passed colour
 CHROMA_SIGMA = 14 / 384  # of the texture: the low pass's sigma (6 kept the red of Grace Hopper's nasolabial folds,
 # ~10 texels wide, which the colour match then drew as red folds on the target)
@@ -733,7 +734,20 @@ def _lips_without_mouth(albedo: np.ndarray) -> np.ndarray:
     cover = np.zeros(albedo.shape[:2], np.float32)
     cover[lips] = odd
     cover = np.clip(cv2.GaussianBlur(cv2.dilate(cover, np.ones((3, 3), np.uint8)), (0, 0), 1.0) * 1.5, 0.0, 1.0)[..., None]
-    return (albedo * (1.0 - cover) + lip_colour * cover).astype(np.float32)
+    return (albedo * (1.0 - cover) + lip_colour * _closed_lips_line(albedo.shape[0]) * cover).astype(np.float32)
+
+
+@lru_cache(maxsize=2)
+def _closed_lips_line(size: int) -> np.ndarray:
+    """(T, T, 1) the shade where closed lips meet, in UV: darker along the inner lip line,
+    fading towards the corners. Painted lips without it read as one flat slab."""
+    inner = canonical_mesh().uv[list(INNER_LIP_CONTOUR)] * size - 0.5
+    rows = np.arange(size, dtype=np.float32)[:, None]
+    cols = np.arange(size, dtype=np.float32)[None, :]
+    left, right, middle = float(inner[:, 0].min()), float(inner[:, 0].max()), float(inner[:, 1].mean())
+    along = np.clip(1.0 - np.abs(cols - (left + right) / 2) / max((right - left) / 2, 1.0), 0.0, 1.0) ** 0.5
+    across = np.exp(-(((rows - middle) / (LIPS_LINE[1] * size)) ** 2))
+    return (1.0 - LIPS_LINE[0] * along * across)[..., None].astype(np.float32)
 
 
 @lru_cache(maxsize=2)
