@@ -6,15 +6,23 @@ their depth as a posed instance of MediaPipe's canonical mesh, which has UV coor
 
 - **source, once** (``register``): the photo is unwrapped into a UV texture with a
   per-texel visibility weight (back-facing and hidden triangles 0, grazing ones little);
-  9 SH lighting coefficients fitted on its skin split it into lighting and albedo; what the
-  photo does not show is filled from the mirrored side; the face's shape is stored with
-  pose and size removed.
+  9 SH lighting coefficients fitted on its skin split it into lighting and albedo; what
+  is not the face's skin (hair over it, background, a hat, deep shadow: ``mesh3d_skin``)
+  and what the photo does not show are filled from the mirrored side or the skin around;
+  the face's shape is stored with pose and size removed. Several photos of one person
+  merge by those per-texel weights (``merge_sources``).
 - **target, per frame** (``prepare``): the target's own lighting is fitted on its skin; the
   source's shape offsets (source shape minus the target's running neutral shape) move the
-  target's mesh, tapering to nothing at the eyes, the mouth opening and the outline, so
-  the target keeps its pose and expression; that mesh is rasterised with back faces culled
-  (a turned head shows no folded triangles) and the eye and mouth closures dropped (the
-  target's own gaze, blinks and teeth stay). Each crop pixel learns where it lies in UV.
+  target's mesh, its eye shape too, tapering to nothing at the mouth opening and partly
+  at the outline, so the target keeps its pose and expression; that mesh is rasterised
+  with back faces culled (a turned head shows no folded triangles). The source's eyes are
+  drawn in the openings, blinking with the target's lids (``eyes: source``, the default),
+  or the target's own eyes are moved into the source's eye shape (``eyes: target``: its
+  gaze stays); the target's mouth opening (teeth) stays. Each crop pixel learns where it
+  lies in UV. The target's tone and light come from the target: the re-lit face's
+  low-passed lightness over the plain skin is made the target's, and its colour the
+  target's own at each spot (``_tone_ratio``), so a grey or colour-cast photo gives only
+  its detail and the target's shading survives.
 - **per pixel** (``mesh3d_graph``, through the runner): albedo x target lighting, blended
   over a Laplacian pyramid inside a seam fixed in UV (stable over time).
 """
@@ -173,15 +181,16 @@ def _uv_masks() -> _UvMasks:
     inner, features = uv_face_regions(LIGHTING_SIZE)
     skin = (inner * (1.0 - features))[atlas.texels]
     tone_inner, tone_features = uv_face_regions(MASK_SIZE)
-    return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), tone_skin=(tone_inner * (1.0 - tone_features)).astype(np.float32),
-                    skin=skin.astype(np.float32),
+    return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), skin=skin.astype(np.float32),
+                    tone_skin=(tone_inner * (1.0 - tone_features)).astype(np.float32),
                     shape_strength=_shape_strength(mesh.vertices))
 
 
 def _shape_strength(vertices: np.ndarray) -> np.ndarray:
-    """Per vertex: full strength inside the face, fading to nothing on the eye lid margins
-    and around the inner lips (the target's own eyes and mouth opening stay exactly where
-    they are, and its mouth keeps its expression) and to ``OUTLINE_STRENGTH`` on the outline (no seam where the mesh ends)."""
+    """Per vertex: full strength inside the face, the eye lids too (the eye's shape is who
+    the face is), fading to nothing around the inner lips (the target's mouth opening stays
+    where it is and keeps its expression) and to ``OUTLINE_STRENGTH`` on the outline (no
+    seam where the mesh ends)."""
 
     def distance_to(ids: tuple[int, ...]) -> np.ndarray:
         return np.linalg.norm(vertices[:, None] - vertices[list(ids)][None], axis=-1).min(1)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 
 import cv2
 import numpy as np
@@ -352,9 +351,3 @@ def _group(photo: np.ndarray, variant: str, seed: int) -> tuple[np.ndarray, tupl
     image = np.clip(canvas + 0.5, 0, 255).astype(np.uint8)
     lit = relight(image, np.concatenate([f.mesh for f in faces]), light)
     return lit, tuple(faces)
-
-
-@lru_cache(maxsize=1)
-def variant_list() -> dict[str, dict[str, tuple[str, ...]]]:
-    """Which variant is in which half (for the report)."""
-    return {"sources": dict(SOURCE_VARIANTS), "targets": dict(TARGET_VARIANTS)}
