@@ -21,5 +21,5 @@ class SwapOptions:
     feather: float = 0.06  # mask edge softness, as a fraction of the face crop size
     colour_match: bool = True  # match the swapped skin's colour statistics to the target
     smoothing: bool = True  # temporal smoothing of landmarks (no jitter on a still face)
-    eyes: Eyes = "target"  # target: its own eyes (gaze, blinks) stay; source: the source's eyes, opened and closed as the target's (mesh3d)
+    eyes: Eyes = "source"  # source: the source's eyes, opened and closed with the target's lids (identity); target: its own eyes (its gaze) in the source's eye shape (mesh3d)
     occlusion: Occlusion = "off"  # auto: what is in front of a face (hand, cup, its own glasses) stays the target's; objects: not its glasses (off by default: docs/guides/occlusion.md)

@@ -2,7 +2,8 @@
 resume a session without re-running detection: an ``.npz`` archive (no pickle) of the face,
 its identity and the swapper's own data. The mesh texture was cut from 8-bit pixels, so it
 is stored as uint8 without loss (4x smaller); mesh3d's albedo is stored as uint8 too (a step
-of ALBEDO_MAX/255 ~ 0.8 % of the skin's brightness, below what shows)."""
+of ALBEDO_MAX/255 ~ 0.8 % of the skin's brightness, below what shows), and its per-texel
+weight (what several photos are merged by) as uint8 where it has one."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def encode_source(swapper: str, face: Face, identity: np.ndarray, payload: Any) 
         arrays["albedo"] = np.round(np.clip(payload.albedo / ALBEDO_MAX, 0.0, 1.0) * 255.0).astype(np.uint8)
         arrays["lighting"] = payload.lighting
         arrays["shape"] = payload.shape
+        if payload.weight is not None:
+            arrays["weight"] = np.round(np.clip(payload.weight, 0.0, 1.0) * 255.0).astype(np.uint8)
     else:
         arrays["latent"] = np.asarray(payload, dtype=np.float32)
     buffer = io.BytesIO()
@@ -74,8 +77,10 @@ def decode_source(data: bytes, swapper: str) -> tuple[Face, np.ndarray, Any]:
     elif swapper == "mesh3d":
         from gpu.swappers.mesh3d import ALBEDO_MAX, Mesh3dSource
 
+        weight = arrays.get("weight")  # absent from sources stored before it was kept: all trusted
         payload = Mesh3dSource(
-            albedo=arrays["albedo"].astype(np.float32) * (ALBEDO_MAX / 255.0), lighting=arrays["lighting"], shape=arrays["shape"]
+            albedo=arrays["albedo"].astype(np.float32) * (ALBEDO_MAX / 255.0), lighting=arrays["lighting"], shape=arrays["shape"],
+            weight=None if weight is None else weight.astype(np.float32) / 255.0,
         )
     else:
         payload = arrays["latent"]

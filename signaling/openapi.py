@@ -446,7 +446,7 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
         "occlusion": {"type": "string", "enum": ["auto", "objects", "off"],
                       "description": "keep what is in front of a face in front (auto: its own glasses too; objects: not them)"},
         "eyes": {"type": "string", "enum": ["target", "source"],
-                 "description": "mesh3d: keep the target's own eyes (gaze, blinks; default) or draw the source's"},
+                 "description": "mesh3d: draw the source's eyes, blinking with the target's lids (default), or keep the target's own (its gaze)"},
     }}
     stats = {"type": "object", "description": "Live numbers (fps, latency, per-stage ms, frame counters)",
              "properties": {name: _nullable(number) for name in (

@@ -119,7 +119,7 @@ class SwapConfig(_Section):
     occlusion: Literal["auto", "objects", "off"] = Field(
         "off", description="auto: the built-in estimate keeps what is in front of a face, the glasses it wears too; objects: "
                            "what comes in front, not its glasses (off by default: it costs identity, see docs: guides/occlusion)")
-    eyes: Literal["target", "source"] = Field("target", description="mesh3d: the target's own eyes (gaze, blinks) or the source's")
+    eyes: Literal["target", "source"] = Field("source", description="mesh3d: the source's eyes, opened and closed with the target's lids, or the target's own (its gaze)")
 
     @field_validator("occlusion", mode="before")
     @classmethod

@@ -58,6 +58,35 @@ def test_a_mesh3d_source_is_stored_compactly_and_comes_back():
     np.testing.assert_allclose(restored.albedo, payload.albedo, atol=ALBEDO_MAX / 510 + 1e-6)
     np.testing.assert_array_equal(restored.lighting, payload.lighting)
     np.testing.assert_array_equal(restored.shape, payload.shape)
+    assert restored.weight is None  # a source stored without per-texel weights: all trusted
+
+
+def test_a_mesh3d_sources_texel_weights_travel_and_older_bytes_still_decode():
+    """What several photos are merged by (``Mesh3dSource.weight``) is stored as uint8; bytes
+    stored before it was kept (no ``weight`` entry) decode with none."""
+    import io
+
+    from gpu.source_codec import encode_source
+    from gpu.swappers.mesh3d import Mesh3dSource
+    from gpu.types import Face
+
+    rng = np.random.default_rng(1)
+    mesh = rng.uniform(100, 200, (468, 2)).astype(np.float32)
+    face = Face(box=np.array([100, 100, 200, 200], np.float32), kps=mesh[:5], mesh=mesh,
+                depth=rng.normal(0, 10, 468).astype(np.float32))
+    weight = rng.uniform(0, 1, (64, 64)).astype(np.float32)
+    payload = Mesh3dSource(albedo=rng.uniform(0, 2, (3, 64, 64)).astype(np.float32),
+                           lighting=np.zeros((9, 3), np.float32), shape=np.zeros((468, 3), np.float32), weight=weight)
+    data = encode_source("mesh3d", face, np.zeros(128, np.float32), payload)
+    _, _, restored = decode_source(data, "mesh3d")
+    np.testing.assert_allclose(restored.weight, weight, atol=1 / 510 + 1e-6)
+    with np.load(io.BytesIO(data)) as archive:
+        older = {name: archive[name] for name in archive.files if name != "weight"}
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **older)
+    _, _, restored = decode_source(buffer.getvalue(), "mesh3d")
+    assert restored.weight is None
+    np.testing.assert_allclose(restored.albedo, payload.albedo, atol=2 / 510 + 1e-6)
     with pytest.raises(SourceCodecError, match="prepared for the mesh3d swapper; this node runs mesh"):
         decode_source(data, "mesh")
 

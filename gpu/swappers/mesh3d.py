@@ -6,15 +6,23 @@ their depth as a posed instance of MediaPipe's canonical mesh, which has UV coor
 
 - **source, once** (``register``): the photo is unwrapped into a UV texture with a
   per-texel visibility weight (back-facing and hidden triangles 0, grazing ones little);
-  9 SH lighting coefficients fitted on its skin split it into lighting and albedo; what the
-  photo does not show is filled from the mirrored side; the face's shape is stored with
-  pose and size removed.
+  9 SH lighting coefficients fitted on its skin split it into lighting and albedo; what
+  is not the face's skin (hair over it, background, a hat, deep shadow: ``mesh3d_skin``)
+  and what the photo does not show are filled from the mirrored side or the skin around;
+  the face's shape is stored with pose and size removed. Several photos of one person
+  merge by those per-texel weights (``merge_sources``).
 - **target, per frame** (``prepare``): the target's own lighting is fitted on its skin; the
   source's shape offsets (source shape minus the target's running neutral shape) move the
-  target's mesh, tapering to nothing at the eyes, the mouth opening and the outline, so
-  the target keeps its pose and expression; that mesh is rasterised with back faces culled
-  (a turned head shows no folded triangles) and the eye and mouth closures dropped (the
-  target's own gaze, blinks and teeth stay). Each crop pixel learns where it lies in UV.
+  target's mesh, its eye shape too, tapering to nothing at the mouth opening and partly
+  at the outline, so the target keeps its pose and expression; that mesh is rasterised
+  with back faces culled (a turned head shows no folded triangles). The source's eyes are
+  drawn in the openings, blinking with the target's lids (``eyes: source``, the default),
+  or the target's own eyes are moved into the source's eye shape (``eyes: target``: its
+  gaze stays); the target's mouth opening (teeth) stays. Each crop pixel learns where it
+  lies in UV. The target's tone and light come from the target: the re-lit face's
+  low-passed lightness over the plain skin is made the target's, and its colour the
+  target's own at each spot (``_tone_ratio``), so a grey or colour-cast photo gives only
+  its detail and the target's shading survives.
 - **per pixel** (``mesh3d_graph``, through the runner): albedo x target lighting, blended
   over a Laplacian pyramid inside a seam fixed in UV (stable over time).
 """
@@ -62,12 +70,20 @@ from gpu.swappers.mesh3d_geometry import (
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
+from gpu.swappers.mesh3d_skin import skin_confidence
 from gpu.types import Face
 
 TEXTURE_SIZE = 384  # source albedo in UV space (256 softened faces over ~200 px wide: a webcam face close up, a photo)
 LIGHTING_SIZE = 32  # UV grid of the per-frame lighting fit and shading map (lighting is smooth)
 MASK_SIZE = 128  # UV seam masks
+COARSE_SIZE = 96  # UV grid of the albedo the tone transfer's low pass samples
+TONE_SIGMA = 1 / 8  # of the face's width: the low pass whose colour and light are the target's (finer is the source's)
+CHROMA_SIGMA_FACE = 1 / 12  # of the face's width: the low pass of the target's colour the face takes
+TONE_RATIO_RANGE = (0.25, 4.0)  # the most the tone transfer scales a channel
+TONE_OUTLIER = (0.15, 0.4)  # |log lightness / its low pass| from which a pixel starts to / stops counting as skin
+# in the tone's low pass (glasses frames, a strand of hair, a deep wrinkle: not the skin's tone)
 ALBEDO_MAX = 2.0  # albedo is relative to the skin (1); brighter than twice the skin is clipped
+EYE_STILL_PX = 0.5  # crop pixels: an eye moved less than this into the source's eye shape is left as it is
 OPENING_EDGE = 0.5  # keep the openings from their own contour inwards: the fade to the source's lids lies inside, none of the target's lid rims shows
 MIN_SKIN_TEXELS = 32  # of the lighting atlas's skin texels, to fit a face's light on
 TRUSTED_WEIGHT = (0.03, 0.12)  # a texel seen at cos^2 below the first is filled, above the second kept: grazing
@@ -78,6 +94,7 @@ GRAZING_BELOW = 0.5  # ... where it is seen at cos^2 below this (fully at 0): ha
 LIPS_TEETH = (1.02, 0.95)  # lip texels no redder than this (red over green/blue) and this bright are teeth ...
 OPEN_MOUTH = 0.06  # a source's mouth this open (gap over width) may show teeth on its lips; a closed one's lips are left as they are
 LIPS_GAP = 0.6  # ... and darker than this times the lips' median the mouth's gap: both take the lips' colour
+LIPS_LINE = (0.55, 0.015)  # painted over, they get the line where closed lips meet: this much darker, this wide (of the texture)
 CHROMA_SMOOTHING = 0.8  # how much of the skin's colour detail gives way to its low-passed colour
 CHROMA_SIGMA = 14 / 384  # of the texture: the low pass's sigma (6 kept the red of Grace Hopper's nasolabial folds,
 # ~10 texels wide, which the colour match then drew as red folds on the target)
@@ -93,8 +110,8 @@ ANTI_ALIAS_SIGMA = 0.6  # crop pixels: the albedo is low-passed to what the crop
 SEAM_INSET = 0.008  # the seam runs this far (in UV) inside the mesh outline
 SHAPE_STRENGTH = 1.0  # how much of the source's shape moves the target's mesh
 OUTLINE_STRENGTH = 0.35  # ... at the face outline (the cheeks/jaw the mesh ends on)
-SHAPE_FADE_CM = 1.2  # distance from the eye lids / outline over which that fades in
-MOUTH_FADE_CM = 2.5  # ... from the inner lips: the mouth's shape is mostly expression, which stays the target's
+SHAPE_FADE_CM = 1.2  # distance from the outline over which that fades in
+MOUTH_FADE_CM = 0.6  # ... from the inner lips: the mouth opening's shape is mostly expression, which stays the target's
 NEUTRAL_FRAMES = 60  # the running neutral shape of a track averages about this many frames
 NEUTRAL_RESET_CM = 1.5  # a track whose shape jumps this far (mean) is someone else: restart its mean
 MAX_TRACKS = 64  # per-track neutral shapes kept (least recently used go first)
@@ -106,11 +123,14 @@ _CROP_TEMPLATE = (ARCFACE_TEMPLATE_112 / 112.0 - np.array([0.5, 0.56], dtype=np.
 
 @dataclass(frozen=True)
 class Mesh3dSource:
-    """A registered source face: its albedo in UV space, its lighting and its shape."""
+    """A registered source face: its albedo in UV space, its lighting and its shape, and
+    how much each texel of the albedo is the photo's own view of the face's skin (what
+    several photos of one person are merged by, see ``merge_sources``)."""
 
     albedo: np.ndarray  # (3, T, T) float32 in [0, ALBEDO_MAX]
     lighting: np.ndarray  # (9, 3) float32 SH coefficients of the source photo
     shape: np.ndarray  # (468, 3) float32 canonical-frame shape (pose and size removed)
+    weight: np.ndarray | None = None  # (T, T) float32 in [0, 1]: seen (cos^2) x skin confidence; None: all trusted
     _device: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # derived copies
 
     def albedo_small(self) -> np.ndarray:
@@ -121,6 +141,14 @@ class Mesh3dSource:
             image = cv2.resize(self.albedo.transpose(1, 2, 0), (LIGHTING_SIZE, LIGHTING_SIZE), interpolation=cv2.INTER_AREA)
             small = self._device["small"] = image[atlas.texels]
         return small
+
+    def albedo_coarse(self) -> np.ndarray:
+        """(C, C, 3) the albedo shrunk to ``COARSE_SIZE``: what the tone transfer's low pass sees of it."""
+        coarse = self._device.get("coarse")
+        if coarse is None:
+            image = self.albedo.transpose(1, 2, 0)
+            coarse = self._device["coarse"] = cv2.resize(image, (COARSE_SIZE, COARSE_SIZE), interpolation=cv2.INTER_AREA)
+        return coarse
 
     def albedo_like(self, frame) -> object:
         """The albedo on the frame's device: uploaded once per source, not once per frame."""
@@ -138,6 +166,7 @@ class _UvMasks:
 
     seam: np.ndarray  # (M, M) the swapped region: the outline moved inwards
     seam_no_mouth: np.ndarray  # the same without the lips (the mouth mask option)
+    tone_skin: np.ndarray  # (M, M) plain skin, what the tone transfer compares (no eyes, brows, lips)
     skin: np.ndarray  # (L*L,) per lighting texel: 1 on plain skin (no eyes, brows, lips)
     shape_strength: np.ndarray  # (468,) how much of the source's shape each vertex takes
 
@@ -151,22 +180,23 @@ def _uv_masks() -> _UvMasks:
     atlas = uv_atlas(LIGHTING_SIZE)
     inner, features = uv_face_regions(LIGHTING_SIZE)
     skin = (inner * (1.0 - features))[atlas.texels]
+    tone_inner, tone_features = uv_face_regions(MASK_SIZE)
     return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), skin=skin.astype(np.float32),
+                    tone_skin=(tone_inner * (1.0 - tone_features)).astype(np.float32),
                     shape_strength=_shape_strength(mesh.vertices))
 
 
 def _shape_strength(vertices: np.ndarray) -> np.ndarray:
-    """Per vertex: full strength inside the face, fading to nothing on the eye lid margins
-    and around the inner lips (the target's own eyes and mouth opening stay exactly where
-    they are, and its mouth keeps its expression) and to ``OUTLINE_STRENGTH`` on the outline (no seam where the mesh ends)."""
+    """Per vertex: full strength inside the face, the eye lids too (the eye's shape is who
+    the face is), fading to nothing around the inner lips (the target's mouth opening stays
+    where it is and keeps its expression) and to ``OUTLINE_STRENGTH`` on the outline (no
+    seam where the mesh ends)."""
 
     def distance_to(ids: tuple[int, ...]) -> np.ndarray:
         return np.linalg.norm(vertices[:, None] - vertices[list(ids)][None], axis=-1).min(1)
 
-    eyes = np.clip(distance_to(RIGHT_EYE_CONTOUR + LEFT_EYE_CONTOUR) / SHAPE_FADE_CM, 0.0, 1.0)
-    mouth = np.clip(distance_to(INNER_LIP_CONTOUR) / MOUTH_FADE_CM, 0.0, 1.0)
+    near_opening = np.clip(distance_to(INNER_LIP_CONTOUR) / MOUTH_FADE_CM, 0.0, 1.0)
     outline = distance_to(FACE_OUTLINE)
-    near_opening = np.minimum(eyes, mouth)
     near_outline = OUTLINE_STRENGTH + (1.0 - OUTLINE_STRENGTH) * np.clip(outline / SHAPE_FADE_CM, 0.0, 1.0)
     return (SHAPE_STRENGTH * np.minimum(near_opening, near_outline)).astype(np.float32)
 
@@ -181,6 +211,16 @@ def _require_depth(face: Face, role: str) -> np.ndarray:
     if face.mesh is None or face.depth is None:
         raise NoFaceError(f"the {role} face has no 3D landmarks (face mesh found no face)")
     return posed(face.mesh, face.depth)
+
+
+@dataclass(frozen=True)
+class _EyeWarp:
+    """The target's own eyes moved into the openings of the source's eye shape, over a box
+    of the crop: where each of its pixels reads the crop, and how much it is eye."""
+
+    box: tuple[int, int, int, int]  # y0, y1, x0, x1 in crop pixels
+    map: np.ndarray  # (h, w, 2) crop positions (x, y)
+    weight: np.ndarray  # (h, w) in [0, 1]
 
 
 @dataclass(frozen=True)
@@ -277,16 +317,12 @@ class Mesh3dSwapper:
         visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)
         weight_image = atlas.scatter(visibility[:, None])[..., 0]
-        # soft symmetry: the mirrored side fills in where this side is not seen
-        mirrored_weight = weight_image[:, ::-1] * (1.0 - weight_image) ** 2 * MIRROR_WEIGHT
-        combined = weight_image + mirrored_weight
-        mixed = (albedo_image * weight_image[..., None] + albedo_image[:, ::-1] * mirrored_weight[..., None]) / np.maximum(
-            combined, 1e-6
-        )[..., None]
-        # what neither side shows well (grazing: stretched, often hair at the temples) takes
-        # the smooth average of what is well seen around it
-        filled = push_pull_fill(mixed, np.clip((combined - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0))
-        filled, _ = remove_eyewear(filled)
+        filled, _ = remove_eyewear(symmetric_fill(albedo_image, weight_image))
+        # what is not the face's skin (hair over it, the background, a hat, deep shadow)
+        # counts for little, judged once the glasses are out: the mirrored side or the fill
+        # takes over there
+        confidence = skin_confidence(filled, weight_image)
+        filled = symmetric_fill(filled, weight_image, confidence)
         if _mouth_opening(points) > OPEN_MOUTH:
             filled = _lips_without_mouth(filled)
         filled = _smooth_skin_chroma(filled)
@@ -296,6 +332,7 @@ class Mesh3dSwapper:
             albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
             lighting=lighting.coefficients,
             shape=shape.astype(np.float32),
+            weight=np.clip(weight_image * confidence, 0.0, 1.0).astype(np.float32),
         )
 
     def _anti_aliased(self, albedo: np.ndarray) -> np.ndarray:
@@ -326,16 +363,23 @@ class Mesh3dSwapper:
         # a face turned too far to fit its light on is lit as the source photo was
         occluded = keep_mask(keep, crop, face, matrix)
         lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False, kept=occluded) or _source_lit(source)
-        uv, rendered, holes, grid = self._render(moved, options.eyes == "target")
+        uv, rendered, holes, grid, eye_map = self._render(moved, options.eyes == "target", target)
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        if options.colour_match:
+            shading *= _tone_ratio(to_host(crop), uv, rendered, shading, source, occluded, float(np.ptp(target[:, 0])))
         mask, openings = self._mask(uv, rendered, holes, options)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
-        paste = self._paste_mask(mask) * (1.0 - openings)  # kept pixels stay the frame's own, not resampled ones
+        target_planes = xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0
+        kept_as_is = openings
+        if eye_map is not None:  # the target's eyes, in the source's eye shape
+            eyes, target_planes = _target_eyes(to_host(crop), eye_map, target_planes, xp)
+            kept_as_is = openings * (1.0 - eyes)
+        paste = self._paste_mask(mask) * (1.0 - kept_as_is)  # kept pixels stay the frame's own, not resampled ones
         feeds = {
-            "target": xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0,
+            "target": target_planes,
             "albedo": source.albedo_like(frame),
             "shading": xp.asarray(np.ascontiguousarray(shading.transpose(2, 0, 1))),
             "grid": xp.asarray(grid),
@@ -386,14 +430,18 @@ class Mesh3dSwapper:
                 self._neutral.popitem(last=False)
         return mean
 
-    def _render(self, points: np.ndarray, target_eyes: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _render(self, points: np.ndarray, target_eyes: bool = True, original: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, _EyeWarp | None]:
         """Rasterise the posed mesh at half resolution, back faces culled, z-buffered: the
         UV position of each pixel (half res, (S/2, S/2, 2), -1 where nothing is), whether
         the face is drawn there, whether a kept opening is there (the mouth's, and the eyes'
         with ``target_eyes``; otherwise the source's eyes are drawn there, opening and closing
-        with the target's lids), and
+        with the target's lids),
         GridSample's grid at full resolution (the map is affine per triangle, so bilinear
-        upsampling is exact inside triangles)."""
+        upsampling is exact inside triangles), and with ``target_eyes`` and the target's
+        own mesh (``original``, crop pixels) the eye warp: where the eye openings, drawn in
+        the source's eye shape, find the target's own eye (its gaze and blinks in the
+        source's lids), None where no eye opening shows."""
         mesh = canonical_mesh()
         half = self.crop_size // 2
         small = points.copy()
@@ -416,7 +464,31 @@ class Mesh3dSwapper:
                                 + weights[:, 2] * texture[corners[:, 2]])
         uv = uv.reshape(half, half, 2)
         grid = cv2.resize(uv * 2.0 - 1.0, (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
-        return uv, drawn & ~holes, holes, grid
+        eye_map = None
+        if target_eyes and original is not None:
+            eyes = (drawn & mesh.eye_closure[np.maximum(raster.triangle, 0)]).reshape(-1)[pixels]
+            if eyes.any():
+                eye_map = self._eye_warp(pixels[eyes], weights[eyes], original[corners[eyes], :2], half)
+        return uv, drawn & ~holes, holes, grid, eye_map
+
+    def _eye_warp(self, pixels: np.ndarray, weights: np.ndarray, own: np.ndarray, half: int) -> _EyeWarp:
+        """Where the eye openings' pixels (flat half-resolution ``pixels`` with their
+        barycentric ``weights``) find the target's own eye: the same place in the target's
+        own (unmoved) triangles, ``own`` (E, 3, 2) crop pixels. Worked out over the eyes' box."""
+        rows, cols = np.divmod(pixels, half)
+        top, left = max(int(rows.min()) - 2, 0), max(int(cols.min()) - 2, 0)
+        bottom, right = min(int(rows.max()) + 3, half), min(int(cols.max()) + 3, half)
+        ys, xs = np.mgrid[top:bottom, left:right].astype(np.float32)
+        at = np.stack([xs * 2.0 + 0.5, ys * 2.0 + 0.5], -1)  # each pixel's own full-resolution position
+        found = np.einsum("ek,ekc->ec", weights, own).astype(np.float32)
+        # where the eye hardly moves, the frame's own pixels stay (not resampled twice: pupils blur)
+        moved = np.clip(np.linalg.norm(found - at[rows - top, cols - left], axis=1) / EYE_STILL_PX, 0.0, 1.0)
+        at[rows - top, cols - left] = found
+        inside = np.zeros(ys.shape, np.float32)
+        inside[rows - top, cols - left] = moved
+        size = (2 * (right - left), 2 * (bottom - top))
+        weight = cv2.GaussianBlur(cv2.resize(inside, size, interpolation=cv2.INTER_LINEAR), (0, 0), 1.0)
+        return _EyeWarp((2 * top, 2 * bottom, 2 * left, 2 * right), cv2.resize(at, size, interpolation=cv2.INTER_LINEAR), weight)
 
     def _shading(self, points: np.ndarray, lighting: _SkinLighting, source: Mesh3dSource, colour_match: bool) -> np.ndarray:
         """(L, L, 3) target irradiance over the UV map of the rendered mesh. With colour
@@ -479,6 +551,131 @@ class Mesh3dSwapper:
         grown[grown < 0.02] = 0.0
         paste = cv2.resize(np.clip(np.maximum(small, grown), 0.0, 1.0), (self.crop_size, self.crop_size), interpolation=cv2.INTER_LINEAR)
         return np.maximum(paste, mask).astype(np.float32)
+
+
+def _target_eyes(crop: np.ndarray, warp: _EyeWarp, planes, xp) -> tuple[np.ndarray, object]:
+    """The target's own eyes drawn into its planes (3, S, S) where ``warp`` moves them:
+    (how much each crop pixel is eye, (S, S), the planes)."""
+    size = crop.shape[0]
+    y0, y1, x0, x1 = warp.box
+    eyes = np.zeros((size, size), np.float32)
+    eyes[y0:y1, x0:x1] = warp.weight
+    warped = cv2.remap(crop, warp.map[..., 0], warp.map[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    drawn = xp.asarray(np.ascontiguousarray(warped.transpose(2, 0, 1), dtype=np.float32) / 255.0)
+    inside = xp.asarray(warp.weight)[None]
+    planes[:, y0:y1, x0:x1] += (drawn - planes[:, y0:y1, x0:x1]) * inside
+    return eyes, planes
+
+
+def _tone_ratio(crop: np.ndarray, uv: np.ndarray, rendered: np.ndarray, shading: np.ndarray, source: Mesh3dSource,
+                kept: np.ndarray | None, width: float) -> np.ndarray:
+    """(S/2, S/2, 3) what the re-lit face is multiplied by so that it takes the target's
+    colour and light (a frequency split, worked out at a quarter of the crop's resolution):
+
+    - lightness: low-passed over the plain skin both faces show (a Gaussian of
+      ``TONE_SIGMA`` of the face's ``width``), the face's is made the target's: its tone,
+      its cheekbones' and nose's shading, the warmth or dimness of its light; everything
+      finer (features, wrinkles, pores) stays the source's;
+    - colour (chromaticity): the target's own at each spot, low-passed only over
+      ``CHROMA_SIGMA`` of the face's width and over the whole face (its lips' red, its
+      cheeks' flush): a grey, sepia or colour-cast source photo gives only lightness.
+
+    Glasses frames, strands of hair and deep wrinkles are not the skin's tone (pixels far
+    from their own low pass count for little), nor is anything kept in front of the face."""
+    half = uv.shape[0]
+    quarter = half // 2
+    small_uv = np.ascontiguousarray(uv[::2, ::2])
+    face_region = rendered[::2, ::2].astype(np.float32)
+    if kept is not None:
+        face_region *= 1.0 - cv2.resize(kept, (quarter, quarter), interpolation=cv2.INTER_AREA)
+    coords = small_uv * MASK_SIZE - 0.5
+    skin = cv2.remap(uv_masks().tone_skin, coords[..., 0], coords[..., 1], cv2.INTER_LINEAR, borderValue=0.0) * face_region
+    target = cv2.resize(crop, (quarter, quarter), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
+    coarse = source.albedo_coarse()
+    face = cv2.remap(coarse, small_uv[..., 0] * COARSE_SIZE - 0.5, small_uv[..., 1] * COARSE_SIZE - 0.5, cv2.INTER_LINEAR,
+                     borderMode=cv2.BORDER_REPLICATE) * cv2.resize(shading, (quarter, quarter), interpolation=cv2.INTER_AREA)
+    target_light, face_light = target.mean(2) + 1e-3, face.mean(2) + 1e-3
+    sigma = TONE_SIGMA * width / 4.0
+    plain = _near_own_low_pass(target_light, skin, sigma) * _near_own_low_pass(face_light, skin, sigma)
+    weight = skin * plain
+    target_low, support = _masked_low_pass(target_light[..., None], weight, sigma)
+    face_low, _ = _masked_low_pass(face_light[..., None], weight, sigma)
+    light = target_low / np.maximum(face_low, 1e-3)
+    colour_sigma = CHROMA_SIGMA_FACE * width / 4.0
+    colour_weight = skin * plain
+    target_colour, colour_support = _masked_low_pass(target / target_light[..., None], colour_weight, colour_sigma)
+    face_colour, _ = _masked_low_pass(face / face_light[..., None], colour_weight, colour_sigma)
+    colour = target_colour / np.maximum(face_colour, 1e-3)
+    ratio = np.clip(light * colour, *TONE_RATIO_RANGE)
+    # where no skin is near (an occluder's middle) the ratio fades to 1 rather than extrapolate
+    trust = np.clip(np.minimum(support, colour_support) / 0.05, 0.0, 1.0)[..., None]
+    ratio = 1.0 + trust * (ratio - 1.0)
+    return cv2.resize(ratio.astype(np.float32), (half, half), interpolation=cv2.INTER_LINEAR)
+
+
+def _masked_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    """(the Gaussian low pass of ``image`` over ``weight``, that low pass of ``weight``)."""
+    support = cv2.GaussianBlur(weight, (0, 0), sigma)
+    low = cv2.GaussianBlur(image * weight[..., None], (0, 0), sigma).reshape(image.shape) / np.maximum(support, 1e-6)[..., None]
+    return low, support
+
+
+def _near_own_low_pass(lightness: np.ndarray, weight: np.ndarray, sigma: float) -> np.ndarray:
+    """(H, W) in [0, 1]: 1 where a pixel's ``lightness`` is near its low pass over ``weight``,
+    0 far from it (a robust weight for the tone: dark frames, hair, glare)."""
+    lightness = np.log(lightness)
+    low, _ = _masked_low_pass(lightness[..., None], weight, sigma)
+    deviation = np.abs(lightness - low[..., 0])
+    return np.clip((TONE_OUTLIER[1] - deviation) / (TONE_OUTLIER[1] - TONE_OUTLIER[0]), 0.0, 1.0)
+
+
+def merge_sources(sources: Sequence[Mesh3dSource]) -> Mesh3dSource:
+    """One source from several photos of one person: per texel, the albedos averaged by how
+    well each photo saw that texel and how much it is skin there (a left and a right
+    profile fill each other's far side; a frontal photo wins where it sees best), the
+    mirrored side and a smooth fill where none saw it; the shape averaged per vertex by
+    how well each photo saw it (identity from all); the lighting of the photo that saw the
+    most. One source comes back as it is."""
+    if not sources:
+        raise ValueError("no sources to merge")
+    if len(sources) == 1:
+        return sources[0]
+    size = sources[0].albedo.shape[-1]
+    if any(source.albedo.shape[-1] != size for source in sources):
+        raise ValueError("sources of different texture sizes cannot be merged")
+    weights = np.stack([np.ones((size, size), np.float32) if s.weight is None else s.weight for s in sources])
+    albedos = np.stack([s.albedo.transpose(1, 2, 0) for s in sources])
+    total = weights.sum(0)
+    merged = (albedos * weights[..., None]).sum(0) / np.maximum(total, 1e-6)[..., None]
+    filled = symmetric_fill(merged, np.clip(total, 0.0, 1.0))
+    # the shape: per vertex, by the weight of the texel it lies on
+    at = np.clip(np.round(canonical_mesh().uv * size - 0.5).astype(np.int64), 0, size - 1)
+    vertex_weights = weights[:, at[:, 1], at[:, 0]] + 1e-3  # (N, 468): a vertex no photo saw takes the mean
+    shape = (np.stack([s.shape for s in sources]) * vertex_weights[..., None]).sum(0) / vertex_weights.sum(0)[:, None]
+    best = int(np.argmax(weights.sum((1, 2))))
+    return Mesh3dSource(
+        albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
+        lighting=sources[best].lighting,
+        shape=shape.astype(np.float32),
+        weight=np.clip(total, 0.0, 1.0).astype(np.float32),
+    )
+
+
+def symmetric_fill(albedo: np.ndarray, visibility: np.ndarray, confidence: np.ndarray | None = None) -> np.ndarray:
+    """(T, T, 3) the albedo mixed with the mirrored side's as far as that is better seen
+    (soft symmetry), and the smooth average of the trusted texels around what neither side
+    shows (past the cheeks, hair at the temples). ``visibility`` (T, T): how well the photo
+    saw each texel (cos^2: grazing texels are filled); ``confidence`` (T, T) in [0, 1], if
+    given: how much each texel is the face's own skin (what is not counts for little)."""
+    confidence = np.ones_like(visibility) if confidence is None else confidence
+    own = visibility * confidence
+    mirrored = own[:, ::-1] * (1.0 - own) ** 2 * MIRROR_WEIGHT
+    combined = own + mirrored
+    mixed = (albedo * own[..., None] + albedo[:, ::-1] * mirrored[..., None]) / np.maximum(combined, 1e-6)[..., None]
+    # trusted as far as seen, and as far as what the mix came from is the face's own skin
+    mixed_confidence = (own * confidence + mirrored * confidence[:, ::-1]) / np.maximum(combined, 1e-6)
+    seen = np.clip((combined - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0)
+    return push_pull_fill(mixed, seen * mixed_confidence)
 
 
 def _weighted_middle_mean(values: np.ndarray, weights: np.ndarray) -> float:
@@ -546,7 +743,20 @@ def _lips_without_mouth(albedo: np.ndarray) -> np.ndarray:
     cover = np.zeros(albedo.shape[:2], np.float32)
     cover[lips] = odd
     cover = np.clip(cv2.GaussianBlur(cv2.dilate(cover, np.ones((3, 3), np.uint8)), (0, 0), 1.0) * 1.5, 0.0, 1.0)[..., None]
-    return (albedo * (1.0 - cover) + lip_colour * cover).astype(np.float32)
+    return (albedo * (1.0 - cover) + lip_colour * _closed_lips_line(albedo.shape[0]) * cover).astype(np.float32)
+
+
+@lru_cache(maxsize=2)
+def _closed_lips_line(size: int) -> np.ndarray:
+    """(T, T, 1) the shade where closed lips meet, in UV: darker along the inner lip line,
+    fading towards the corners. Painted lips without it read as one flat slab."""
+    inner = canonical_mesh().uv[list(INNER_LIP_CONTOUR)] * size - 0.5
+    rows = np.arange(size, dtype=np.float32)[:, None]
+    cols = np.arange(size, dtype=np.float32)[None, :]
+    left, right, middle = float(inner[:, 0].min()), float(inner[:, 0].max()), float(inner[:, 1].mean())
+    along = np.clip(1.0 - np.abs(cols - (left + right) / 2) / max((right - left) / 2, 1.0), 0.0, 1.0) ** 0.5
+    across = np.exp(-(((rows - middle) / (LIPS_LINE[1] * size)) ** 2))
+    return (1.0 - LIPS_LINE[0] * along * across)[..., None].astype(np.float32)
 
 
 @lru_cache(maxsize=2)

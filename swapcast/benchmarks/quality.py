@@ -107,7 +107,7 @@ def run_quality_benchmark(
     stills = [s for s in pose_set(quick=quick) if not only or s.kind in only]
     clips = [c for c in pose_clips(quick=quick) if not only or c.motion in only]
     sources = {person: source_images(person, quick=quick) for person in PEOPLE}
-    scorer = _Scorer(next(iter(engines.values())))
+    scorer = Scorer(next(iter(engines.values())))
     options = replace(config.swap.options(), smoothing=False)
     video_options = config.swap.options()
     pairs = [(s, t) for t in stills for s in sources if s != t.person for _ in sources[s]]
@@ -195,7 +195,7 @@ def _engines(config: Config, names: tuple[str, ...]) -> tuple[dict[str, FaceEngi
     return engines, unavailable
 
 
-class _Scorer:
+class Scorer:
     """Ground-truth face matching, identity and dlib's HOG detector, shared by all swappers."""
 
     def __init__(self, engine: FaceEngine) -> None:
@@ -234,6 +234,10 @@ class _Scorer:
             self._detected[key] = any(f.mesh is not None and _matches(f.box, box) for f in self.engine.analyse_image(image))
         return self._detected[key]
 
+    def found(self, image: np.ndarray, box: np.ndarray) -> bool:
+        """Does the engine's still analysis find a face (with its mesh) at ``box`` in ``image`` (not cached: an output)?"""
+        return any(f.mesh is not None and _matches(f.box, box) for f in self.engine.analyse_image(image))
+
     def dlib_target(self, key: str, image: np.ndarray, box: np.ndarray) -> bool:
         if key not in self._dlib_target:
             self._dlib_target[key] = self.dlib_finds(image, box)
@@ -250,7 +254,7 @@ class _Scorer:
         return False
 
 
-def _swap_still(swapper: FrameSwapper, scorer: _Scorer, source_name: str, reference: np.ndarray,
+def _swap_still(swapper: FrameSwapper, scorer: Scorer, source_name: str, reference: np.ndarray,
                 target: PoseSample) -> tuple[np.ndarray, FaceResult]:
     output = target.image.copy()
     started = time.perf_counter()
@@ -264,14 +268,14 @@ def _swap_still(swapper: FrameSwapper, scorer: _Scorer, source_name: str, refere
         swapper=swapper.engine.swapper.name, source=source_name, target=target.name, kind=target.kind, group=_group(target), yaw=target.yaw,
         detected=scorer.detected(target.name, target.image, box),
         swapped=_changed(target.image, output, box),
-        output_to_source=to_source, output_to_target=to_target, passed=_passes(to_source, to_target),
+        output_to_source=to_source, output_to_target=to_target, passed=passes(to_source, to_target),
         dlib_target=scorer.dlib_target(target.name, target.image, box),
         dlib_output=scorer.dlib_finds(output, box),
         ms=ms, swap_ms=times.prepare + times.run + times.paste,
     )
 
 
-def _swap_clip(engine: FaceEngine, scorer: _Scorer, swapper_name: str, source_name: str, source: SourceFace,
+def _swap_clip(engine: FaceEngine, scorer: Scorer, swapper_name: str, source_name: str, source: SourceFace,
                clip: PoseClip, options) -> tuple[list[FaceResult], list[np.ndarray], float]:
     """The clip through one stream's FrameSwapper (tracker, smoothing, batcher) as a live
     session runs it; per frame results, the output frames and the flicker ratio."""
@@ -302,7 +306,7 @@ def _swap_clip(engine: FaceEngine, scorer: _Scorer, swapper_name: str, source_na
                 group=f"video {clip.motion}", yaw=clip.yaws[index] if clip.yaws else 0.0,
                 detected=found[index], swapped=_changed(frame, output, box),
                 output_to_source=to_source, output_to_target=to_target,
-                passed=_passes(to_source, to_target) if to_source is not None else None,
+                passed=passes(to_source, to_target) if to_source is not None else None,
                 dlib_target=scorer.dlib_target(f"{clip.name}#{index}", frame, box) if index % IDENTITY_EVERY == 0 else False,
                 dlib_output=scorer.dlib_finds(output, box) if index % IDENTITY_EVERY == 0 else False,
                 ms=ms, swap_ms=times.prepare + times.run + times.paste,
@@ -336,7 +340,7 @@ def _group(target: PoseSample) -> str:
     return f"light {target.light}" + (f" yaw {int(target.yaw):+d}" if target.yaw else "")
 
 
-def _passes(to_source: float | None, to_target: float | None) -> bool:
+def passes(to_source: float | None, to_target: float | None) -> bool:
     return to_source is not None and to_target is not None and to_source < SAME_PERSON_DISTANCE and to_source < to_target
 
 

@@ -113,14 +113,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     quality = benches.add_parser("quality", help="swap quality on the pose set (turned, tilted, small, relit, moving faces): "
                                                  "identity, recall, dlib, flicker, swappers side by side")
     quality.add_argument("--report", metavar="DIR", help="write side-by-side pictures (target | swappers | source) and quality.json here")
-    quality.add_argument("--swappers", default="mesh,mesh3d", metavar="A,B",
-                         help="swappers to compare, comma-separated (default mesh,mesh3d; one not available is left out)")
+    quality.add_argument("--swappers", default=None, metavar="A,B",
+                         help="swappers to compare, comma-separated (default mesh,mesh3d; --realism: mesh3d; one not available is left out)")
     quality.add_argument("--quick", action="store_true", help="a few faces of each kind and one short clip: a smoke run")
     quality.add_argument("--only", default="", metavar="A,B",
                          help="only these parts of the pose set: still kinds yaw, roll, scale, light and clip motions pan, "
                               "zoom, wobble, yaw_sweep (default all)")
     quality.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    quality.add_argument("--realism", action="store_true",
+                         help="the realism part instead: degraded sources onto relit, turned, grouped and moving targets; "
+                              "identity, tone, edge step, shading kept and contact sheets (--swappers default mesh3d)")
+    quality.add_argument("--half", choices=("tune", "held"), default="held",
+                         help="realism: which half of the set (tune: the variants tuned on; held: the others; default held)")
+    quality.add_argument("--baseline", metavar="DIR",
+                         help="realism: also swap with the code of this checkout (old columns beside new, one run)")
     add_swap_flags(quality)
     quality.set_defaults(run=_run_quality)
     occlusion = benches.add_parser("occlusion", help="objects in front of moving faces (cup, microphone, gift, glasses): "
@@ -218,7 +225,13 @@ def _run_quality(args: argparse.Namespace) -> int:
     from swapcast.benchmarks.quality import run_quality_benchmark
     from swapcast.commands.common import config_from_args
 
-    swappers = tuple(name.strip() for name in args.swappers.split(",") if name.strip())
+    default = "mesh3d" if args.realism else "mesh,mesh3d"
+    swappers = tuple(name.strip() for name in (args.swappers or default).split(",") if name.strip())
+    if args.realism:
+        from swapcast.benchmarks.realism import run_realism_benchmark
+
+        return run_realism_benchmark(config_from_args(args), args.report, half=args.half, swappers=swappers,
+                                     baseline=args.baseline, as_json=args.json, quick=args.quick)
     return run_quality_benchmark(config_from_args(args), args.report, swappers=swappers, quick=args.quick,
                                  as_json=args.json, progress=args.progress,
                                  only=tuple(part.strip() for part in args.only.split(",") if part.strip()))

@@ -43,7 +43,7 @@ def add_swap_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--occlusion", choices=["auto", "objects", "off"], help="keep what is in front of a face (hand, cup, the "
                        "glasses it wears; objects: not its glasses) in front "
                        f"(default: {SwapConfig.model_fields['occlusion'].default})")
-    group.add_argument("--eyes", choices=["target", "source"], help="mesh3d: the target's own eyes (default) or the source's")
+    group.add_argument("--eyes", choices=["target", "source"], help="mesh3d: the source's eyes (default) or the target's own (its gaze)")
 
 
 def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,0 +1,150 @@
+"""``swapcast bench quality --realism``: the realism set's halves, its measures (tone, edge
+step, shading kept) on pictures whose answer is known, and a quick run end to end with
+another checkout's code in the old column."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from gpu.models.canonical_mesh import canonical_mesh
+from streamer.media.images import read_image
+from swapcast.benchmarks.realism import edge_step, face_regions, shading_kept, tone_difference
+from swapcast.benchmarks.realism_set import (
+    SOURCE_VARIANTS,
+    TARGET_VARIANTS,
+    realism_sources,
+    realism_targets,
+)
+from swapcast.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the measures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lit_face():
+    """A 256x256 picture with a skin-coloured face lit from the left (a lightness ramp) and
+    the canonical mesh placed on it."""
+    mesh = canonical_mesh().vertices[:, :2] * 9.0 + (128.0, 120.0)
+    image = np.zeros((256, 256, 3), np.float32)
+    image[:] = (200, 150, 130)
+    ramp = np.linspace(0.55, 1.15, 256, dtype=np.float32)[None, :, None]
+    return np.clip(image * ramp, 0, 255).astype(np.uint8), mesh.astype(np.float32)
+
+
+def test_identical_pictures_measure_no_difference(lit_face):
+    image, mesh = lit_face
+    regions = face_regions(mesh, image.shape)
+    assert regions.skin.sum() > 2000 and regions.inner.sum() > 200 and regions.outer.sum() > 200
+    assert tone_difference(image, image, regions) == pytest.approx(0.0, abs=1e-6)
+    assert edge_step(image, image, regions) == pytest.approx(0.0, abs=1e-6)
+    assert shading_kept(image, image, regions) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_grey_flat_mask_reads_as_one(lit_face):
+    """The face replaced by a flat grey of its mean lightness: far off in tone, a step at the
+    edge, none of the light's ramp kept."""
+    image, mesh = lit_face
+    regions = face_regions(mesh, image.shape)
+    hull = np.zeros(image.shape[:2], np.uint8)
+    cv2.fillConvexPoly(hull, cv2.convexHull(np.round(mesh).astype(np.int32)), 1)
+    masked = image.copy()
+    masked[hull > 0] = int(image[hull > 0].mean())
+    assert tone_difference(masked, image, regions) > 8.0
+    assert edge_step(masked, image, regions) > 5.0
+    assert abs(shading_kept(masked, image, regions)) < 0.1
+
+
+def test_a_face_tinted_a_little_reads_as_a_little(lit_face):
+    image, mesh = lit_face
+    regions = face_regions(mesh, image.shape)
+    tinted = np.clip(image * np.array([1.0, 0.97, 0.95]), 0, 255).astype(np.uint8)
+    assert 0.5 < tone_difference(tinted, image, regions) < 4.0
+    assert shading_kept(tinted, image, regions) == pytest.approx(1.0, abs=0.1)
+
+
+# -- the set -----------------------------------------------------------------------------------------
+
+
+def test_the_halves_share_no_variant_and_each_has_frontal_targets():
+    for kind in (SOURCE_VARIANTS, TARGET_VARIANTS):
+        assert not set(kind["tune"]) & set(kind["held"])
+    for half in ("tune", "held"):
+        assert any(v in ("frontal", "mirrored") for v in TARGET_VARIANTS[half])
+
+
+def test_sources_are_degraded_as_named_and_the_same_every_time():
+    sources = {s.variant: s for s in realism_sources("held", people=("astronaut",))}
+    assert set(sources) == set(SOURCE_VARIANTS["held"])
+    again = {s.variant: s for s in realism_sources("held", people=("astronaut",))}
+    for variant, source in sources.items():
+        np.testing.assert_array_equal(source.image, again[variant].image)
+        assert source.name == f"astronaut/{variant}" and source.half == "held"
+    sepia = sources["sepia"].image.astype(float)
+    chroma = sepia / np.maximum(sepia.sum(2, keepdims=True), 1)
+    assert chroma.reshape(-1, 3)[sepia.sum(2).reshape(-1) > 150].std(0).max() < 0.02  # one tint everywhere
+    photo = sources["mirrored"].image
+    from swapcast.benchmarks.pose_set import head_model
+
+    face_width = float(np.ptp(head_model(photo[:, ::-1]).points[:, 0]))
+    assert sources["small80"].image.shape[1] == pytest.approx(photo.shape[1] * 80 / face_width, abs=2)  # the face 80 px wide
+    cool = sources["cool_cast"].image.astype(float)
+    assert cool[..., 2].mean() > photo[..., 2].mean() and cool[..., 0].mean() < photo[..., 0].mean()
+
+
+def test_targets_carry_their_faces_ground_truth():
+    targets = {t.variant: t for t in realism_targets("tune", people=("grace_hopper",))}
+    assert set(targets) == set(TARGET_VARIANTS["tune"])
+    group = targets["group_a"]
+    assert len(group.faces) == 3 and not group.frontal
+    widths = sorted(f.width for f in group.faces)
+    assert widths[0] == pytest.approx(90, rel=0.1) and widths[-1] == pytest.approx(150, rel=0.1)
+    assert targets["frontal"].frontal and targets["side_left"].frontal and not targets["yaw+30"].frontal
+    side = targets["side_left"]
+    box = side.faces[0].box.astype(int)
+    face = side.image[box[1]:box[3], box[0]:box[2]].astype(float).mean(2)
+    assert face[:, -face.shape[1] // 4:].mean() < 0.7 * face[:, : face.shape[1] // 4].mean()  # lit from the left
+
+
+# -- a quick run -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_quick_run_puts_the_old_code_beside_the_new(tmp_path, capsys):
+    """This checkout as the baseline too: the old column is swapped by a child process
+    running that checkout's code, the new one here, both scored alike."""
+    report = tmp_path / "realism"
+    code = main(["bench", "quality", "--realism", "--quick", "--half", "held", "--baseline", str(ROOT),
+                 "--report", str(report)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "old:mesh3d" in out and "new:mesh3d" in out and "held half (not tuned on)" in out
+    data = json.loads((report / "realism.json").read_text())
+    assert data["half"] == "held" and data["quick"] and data["baseline"] == str(ROOT)
+    faces = data["faces"]
+    old = [f for f in faces if f["swapper"] == "old:mesh3d"]
+    new = [f for f in faces if f["swapper"] == "new:mesh3d"]
+    assert len(old) == len(new) > 4
+    for face in faces:
+        assert 0 < face["output_to_source"] < 1.5 and face["tone"] >= 0 and face["edge_step"] >= 0
+        assert face["source"].startswith("astronaut/") and face["target"].startswith("grace_hopper/")
+    # the same code both sides: the same swaps, the same numbers
+    by_key = {(f["source"], f["target"]): f for f in old}
+    for face in new:
+        twin = by_key[(face["source"], face["target"])]
+        assert face["tone"] == pytest.approx(twin["tone"], abs=0.05)
+    sheets = sorted(report.glob("sheet_*.png"))
+    assert sheets
+    assert read_image(sheets[0]).shape[1] == 4 * 200  # source | target | old | new
+
+
+def test_a_baseline_that_is_no_checkout_is_bad_input(tmp_path, capsys):
+    assert main(["bench", "quality", "--realism", "--quick", "--baseline", str(tmp_path)]) == 2
+    assert "not a swapcast checkout" in capsys.readouterr().err

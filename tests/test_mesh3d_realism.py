@@ -1,0 +1,226 @@
+"""mesh3d looks real, not like a mask: only the face comes from the source (hair, background
+and shadow over it are not its skin), the target's tone and light come from the target,
+and several photos of one person merge into one source."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from gpu.engine import SourceFace
+from gpu.options import SwapOptions
+from gpu.source_merge import merge_source_faces
+from gpu.swappers import mesh3d
+from gpu.swappers.base import run_jobs
+from gpu.swappers.mesh3d import Mesh3dSource, Mesh3dSwapper, merge_sources
+from gpu.swappers.mesh3d_skin import _regions, skin_confidence
+from gpu.types import Face
+from swapcast.benchmarks.realism import face_regions, shading_kept, tone_difference
+from swapcast.benchmarks.realism_set import _SOURCE_MAKERS, _target
+
+
+@pytest.fixture(scope="module")
+def swapper():
+    return Mesh3dSwapper()
+
+
+# -- what is skin ------------------------------------------------------------------------------------
+
+
+def _synthetic_albedo(size: int = 192, grey: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Skin (1, a little red) with fine darker wrinkles of the skin's colour running across,
+    a pair of folds running down (one each side), strands of brown hair over one side, a
+    broad dark patch (a shadow the light model missed) and dark features."""
+    rng = np.random.default_rng(0)
+    skin = np.array([1.05, 0.98, 0.95], np.float32)
+    albedo = skin * (1.0 + rng.normal(0, 0.03, (size, size, 1))).astype(np.float32)
+    marks = {name: np.zeros((size, size), np.uint8) for name in ("wrinkles", "strands", "patch", "folds")}
+    for row in range(int(0.62 * size), int(0.72 * size), 6):  # forehead-like horizontal lines, cheek height
+        cv2.line(marks["wrinkles"], (int(0.35 * size), row), (int(0.65 * size), row + 2), 1, 1)
+    for col in range(int(0.3 * size), int(0.45 * size), 9):
+        cv2.line(marks["strands"], (col, int(0.3 * size)), (col + 8, int(0.6 * size)), 1, 2)
+    cv2.circle(marks["patch"], (int(0.66 * size), int(0.45 * size)), int(0.05 * size), 1, -1)
+    for col in (int(0.3 * size), size - 1 - int(0.3 * size)):  # a pair of folds running down, mirror images
+        cv2.line(marks["folds"], (col, int(0.74 * size)), (col, int(0.86 * size)), 1, 1)
+    albedo[marks["wrinkles"] > 0] *= 0.75
+    albedo[marks["folds"] > 0] *= 0.6
+    albedo[marks["strands"] > 0] = (0.55, 0.42, 0.25)
+    albedo[marks["patch"] > 0] *= 0.25
+    protected, _ = _regions(size)
+    eyes = protected > 0.5
+    albedo[eyes] = albedo[eyes] * 0.3  # eyes, brows, lips, nostrils: dark by nature
+    if grey:
+        albedo = np.repeat(albedo.mean(2, keepdims=True), 3, axis=2)
+    return albedo.astype(np.float32), {**{k: v > 0 for k, v in marks.items()}, "features": eyes}
+
+
+@pytest.mark.parametrize("grey", [False, True])
+def test_hair_and_shadow_over_the_face_are_not_its_skin_but_wrinkles_and_features_are(grey):
+    albedo, marks = _synthetic_albedo(grey=grey)
+    seen = np.ones(albedo.shape[:2], np.float32)
+    confidence = skin_confidence(albedo, seen)
+    plain = ~(marks["wrinkles"] | marks["strands"] | marks["patch"] | marks["features"] | marks["folds"])
+    plain = cv2.erode(plain.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+    assert confidence[plain].mean() > 0.97
+    assert confidence[marks["patch"]].mean() < 0.2
+    others = cv2.dilate((marks["strands"] | marks["patch"] | marks["features"]).astype(np.uint8), np.ones((9, 9), np.uint8)) > 0
+    assert confidence[marks["wrinkles"] & ~others].mean() > 0.9  # skin's colour, finely darker: kept
+    assert confidence[marks["folds"] & ~others].mean() > 0.9  # running down, but on both sides: the face's own
+    beside_strands = cv2.dilate(marks["strands"].astype(np.uint8), np.ones((7, 7), np.uint8)) > 0
+    features = marks["features"] & (_regions(albedo.shape[0])[0] > 0.99) & ~beside_strands
+    assert confidence[features].mean() > 0.97  # dark by nature: kept (a strand over a brow is not)
+    # brown strands: by their colour, or (a grey photo) by how dark they are; not over the
+    # eyes and brows (those are never judged)
+    strands = marks["strands"] & (_regions(albedo.shape[0])[0] < 0.05)
+    assert strands.sum() > 50
+    assert confidence[strands].mean() < (0.5 if grey else 0.2)
+
+
+def test_texels_the_photo_did_not_see_are_not_judged():
+    albedo, marks = _synthetic_albedo()
+    seen = np.zeros(albedo.shape[:2], np.float32)
+    np.testing.assert_array_equal(skin_confidence(albedo, seen), 1.0)
+
+
+@pytest.fixture(scope="module")
+def unwrapped(engine, swapper):
+    """The albedo each source variant of the astronaut gives before the skin confidence
+    (captured where register hands it over) and after."""
+    captured = {}
+    original = mesh3d.skin_confidence
+
+    def capture(albedo, seen):
+        captured["albedo"], captured["seen"] = albedo, seen
+        return original(albedo, seen)
+
+    from swapcast.benchmarks.pose_set import person_image
+
+    photo = person_image("astronaut")
+    results = {}
+    mesh3d.skin_confidence = capture
+    try:
+        for variant in ("photo", "hair_b"):
+            image = _SOURCE_MAKERS[variant](photo)
+            source = swapper.register(image, engine.analyse_image(image)[0])
+            results[variant] = (captured["albedo"], captured["seen"], source)
+    finally:
+        mesh3d.skin_confidence = original
+    return results
+
+
+def test_strands_of_hair_drawn_over_a_photo_leave_its_albedo(unwrapped):
+    raw_photo, seen, photo = unwrapped["photo"]
+    raw_hair, _, hair = unwrapped["hair_b"]
+    protected, _ = _regions(raw_photo.shape[0])
+    log = lambda a: np.log(np.maximum(a, 1e-3))  # noqa: E731
+    strands = (np.abs(log(raw_hair) - log(raw_photo)).mean(2) > 0.3) & (seen > 0.3) & (protected < 0.05)
+    assert strands.sum() > 500
+    assert hair.weight[strands].mean() < 0.35 * photo.weight[strands].mean()
+    before = np.abs(log(raw_hair) - log(raw_photo)).mean(2)[strands].mean()
+    after = np.abs(log(hair.albedo.transpose(1, 2, 0)) - log(photo.albedo.transpose(1, 2, 0))).mean(2)[strands].mean()
+    assert after < 0.5 * before
+
+
+# -- the target's tone and light ---------------------------------------------------------------------
+
+
+def _swap(engine, swapper, source, image, options=SwapOptions()):
+    face = engine.analyse_image(image)[0]
+    frame = image.copy()
+    job = swapper.prepare(frame, face, source, options)
+    swapper.finish(frame, job, run_jobs(swapper.runner, [job])[0])
+    return frame, face
+
+
+@pytest.mark.parametrize("light", ["warm", "side_left"])
+def test_a_grey_source_takes_the_targets_skin_tone_and_shading(engine, swapper, light):
+    """A black-and-white photo of the astronaut onto Grace Hopper under warm or side light:
+    the swapped skin has the target's colour and light (low-passed CIE76 under 4, most of
+    its shading kept); without the colour match it keeps the photo's grey."""
+    from swapcast.benchmarks.pose_set import person_image
+
+    grey = _SOURCE_MAKERS["grey"](person_image("astronaut"))
+    source = swapper.register(grey, engine.analyse_image(grey)[0])
+    target, faces = _target(person_image("grace_hopper"), light, seed=3)
+    regions = face_regions(faces[0].mesh, target.shape)
+    matched, _ = _swap(engine, swapper, source, target)
+    plain, _ = _swap(engine, swapper, source, target, SwapOptions(colour_match=False))
+    assert tone_difference(matched, target, regions) < 4.0
+    assert tone_difference(plain, target, regions) > 2.0 * tone_difference(matched, target, regions)
+    assert shading_kept(matched, target, regions) > 0.6
+    lab = lambda image: cv2.cvtColor(image, cv2.COLOR_RGB2LAB).astype(float)[regions.skin > 0]  # noqa: E731
+    chroma = lambda image: np.hypot(lab(image)[:, 1] - 128, lab(image)[:, 2] - 128).mean()  # noqa: E731
+    assert chroma(matched) > 0.7 * chroma(target)  # coloured like the target's skin, not grey
+
+
+# -- several photos of one person --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def profiles(engine):
+    from swapcast.benchmarks.pose_set import person_image, render_pose
+
+    photo = person_image("astronaut")
+    views = {"left": render_pose(photo, -50), "right": render_pose(photo, 50), "frontal": photo}
+    return {name: engine.register_source(image, index=0) for name, image in views.items()}
+
+
+def test_a_left_and_a_right_profile_fill_each_others_far_side(profiles):
+    left, right = profiles["left"].payload, profiles["right"].payload
+    merged = merge_sources([left, right])
+    well_seen = lambda weight: (weight > 0.3).mean()  # noqa: E731
+    assert well_seen(merged.weight) > max(well_seen(left.weight), well_seen(right.weight)) + 0.1
+    # where one profile alone sees the face, the merged albedo is that profile's own (its
+    # grazing texels mix a little of the mirrored side in, as a single photo's do)
+    only_left = (left.weight > 0.5) & (right.weight < 0.01)
+    only_right = (right.weight > 0.5) & (left.weight < 0.01)
+    assert only_left.sum() > 500 and only_right.sum() > 500
+    for alone, own, other in ((only_left, left, right), (only_right, right, left)):
+        mine = np.abs(merged.albedo[:, alone] - own.albedo[:, alone]).mean()
+        assert mine < 0.02 and mine < 0.2 * np.abs(merged.albedo[:, alone] - other.albedo[:, alone]).mean()
+    # closer to the frontal photo's albedo than either profile alone
+    frontal = profiles["frontal"].payload.albedo
+    error = lambda source: np.abs(source.albedo - frontal).mean()  # noqa: E731
+    assert error(merged) < min(error(left), error(right))
+
+
+def test_merging_takes_the_shape_and_identity_from_all(profiles):
+    faces = [profiles["left"], profiles["right"]]
+    merged = merge_source_faces("mesh3d", faces)
+    shapes = np.stack([f.payload.shape for f in faces])
+    assert np.all(merged.payload.shape >= shapes.min(0) - 1e-4) and np.all(merged.payload.shape <= shapes.max(0) + 1e-4)
+    from gpu.analysis.identity import identity_distance
+
+    truth = profiles["frontal"].identity
+    assert identity_distance(merged.identity, truth) < min(identity_distance(f.identity, truth) for f in faces)
+    assert merge_source_faces("mesh3d", [profiles["frontal"]]) is profiles["frontal"]  # one photo: as it was
+
+
+def test_a_merged_source_swaps(engine, swapper, profiles, grace_image):
+    merged = merge_source_faces("mesh3d", [profiles["left"], profiles["right"], profiles["frontal"]])
+    output, face = _swap(engine, swapper, merged.payload, grace_image)
+    x0, y0, x1, y1 = face.box.astype(int)
+    assert np.abs(output[y0:y1, x0:x1].astype(int) - grace_image[y0:y1, x0:x1]).mean() > 5.0
+
+
+def test_other_swappers_merge_what_they_can():
+    rng = np.random.default_rng(2)
+
+    def source(yaw_offset: float, payload) -> SourceFace:
+        kps = np.array([[40, 50], [80, 50], [60 + yaw_offset, 70], [45, 90], [75, 90]], np.float32)
+        return SourceFace(Face(box=np.array([20, 20, 100, 110], np.float32), kps=kps), rng.normal(0, 0.1, 128).astype(np.float32),
+                          payload)
+
+    latents = [rng.normal(0, 1, (1, 512)).astype(np.float32) for _ in range(2)]
+    latents = [latent / np.linalg.norm(latent) for latent in latents]
+    merged = merge_source_faces("inswapper", [source(0, latents[0]), source(15, latents[1])])
+    assert merged.payload.shape == (1, 512)
+    assert np.linalg.norm(merged.payload) == pytest.approx(1.0, abs=1e-5)
+    turned, frontal = source(15, "turned texture"), source(1, "frontal texture")
+    assert merge_source_faces("mesh", [turned, frontal]).payload == "frontal texture"  # 2D textures do not average
+    with pytest.raises(ValueError):
+        merge_source_faces("mesh3d", [])
+    with pytest.raises(ValueError):
+        merge_sources([Mesh3dSource(np.zeros((3, 8, 8)), np.zeros((9, 3)), np.zeros((468, 3))),
+                       Mesh3dSource(np.zeros((3, 16, 16)), np.zeros((9, 3)), np.zeros((468, 3)))])
