@@ -1,0 +1,163 @@
+"""``bench quality``'s mapping part: on the people set (``people_clips``), every person is
+mapped by a reference photo to someone else's face (astronaut -> Grace Hopper -> the
+third person -> astronaut) and each clip runs through one stream's ``FrameSwapper`` as a
+file or a live session does. Per person:
+
+- **present**: frames where the ground truth shows their face (mostly in view, turned at
+  most 45 degrees);
+- **own / another's**: frames where their face was swapped with their own mapped source,
+  or with another person's (the second must be 0); ``correct`` = own / (own + another's),
+  the share of their swapped frames with their own source;
+- **coverage**: present frames in which they were swapped with their own source;
+- **identity** (every ``IDENTITY_EVERY`` frames where they were swapped): dlib distance
+  from the output face to their mapped source, and whether it is under 0.6 and nearer
+  than to every other source;
+- **stray**: swapped faces that are no one in the ground truth.
+
+And the cost of knowing who is who: the ``identity`` stage (descriptors, signatures) per
+tracked face per frame, and the descriptors computed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpu.analysis.identity import SAME_PERSON_DISTANCE, identity_distance
+from gpu.analysis.people import People
+from gpu.engine import FaceEngine
+from gpu.options import SwapOptions
+from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.pipeline.people_map import MappedSource, PeopleMap, Reference
+from swapcast.benchmarks.people_clips import PEOPLE, PeopleClip, head_model, photo_of, who_is
+
+WEARS = {"astronaut": "grace_hopper", "grace_hopper": "third", "third": "astronaut"}  # nobody wears their own face
+IDENTITY_EVERY = 6
+
+
+@dataclass
+class PersonScore:
+    clip: str
+    split: str
+    person: str
+    wears: str
+    present: int = 0
+    own: int = 0
+    others: int = 0
+    covered: int = 0
+    identity_checked: int = 0
+    identity_passed: int = 0
+    to_source: list[float] = field(default_factory=list)
+
+    @property
+    def correct(self) -> float | None:
+        swapped = self.own + self.others
+        return self.own / swapped if swapped else None
+
+    @property
+    def coverage(self) -> float | None:
+        return self.covered / self.present if self.present else None
+
+    def row(self) -> dict[str, Any]:
+        row = {k: v for k, v in asdict(self).items() if k != "to_source"}
+        row.update(correct=self.correct, coverage=self.coverage,
+                   mean_to_source=float(np.mean(self.to_source)) if self.to_source else None)
+        return row
+
+
+@dataclass
+class ClipScore:
+    people: list[PersonScore]
+    stray: int = 0
+    faces: int = 0  # tracked faces over all frames
+    identity_ms: float = 0.0  # the identity stage over all frames
+    descriptors: int = 0
+    ms_per_frame: float = 0.0
+
+
+class SourceSet:
+    """Each person's photo registered once as a source and as a reference identity."""
+
+    def __init__(self, engine: FaceEngine, people: tuple[str, ...] = PEOPLE) -> None:
+        self.engine = engine
+        self.sources: dict[str, MappedSource] = {}
+        self.identities: dict[str, np.ndarray] = {}
+        for person in people:
+            photo = photo_of(person)
+            source = engine.register_source(photo, label=person)
+            self.sources[person] = MappedSource(person, source)
+            face = _ground_truth_face(photo)
+            self.identities[person] = engine.identity(photo, face)
+
+    def mapping(self, wears: dict[str, str], keep_unmapped: bool = True) -> PeopleMap:
+        """People named by their own photos, each wearing ``wears[person]``'s face."""
+        return PeopleMap(references=tuple(Reference(person, self.identities[person], self.sources[other])
+                                          for person, other in wears.items()), keep_unmapped=keep_unmapped)
+
+
+def score_clip(engine: FaceEngine, clip: PeopleClip, sources: SourceSet, *, live: bool = False,
+               identity_every: int | None = IDENTITY_EVERY, options: SwapOptions | None = None,
+               outputs: list[np.ndarray] | None = None) -> ClipScore:
+    """Run ``clip`` through a mapped ``FrameSwapper`` (``live``: one descriptor a frame at
+    most, as live sessions run; else every one due, as files) and score it per person."""
+    wears = {person: WEARS[person] for person in clip.people}
+    people = People(engine.frontal_identity, per_frame=1 if live else None)
+    swapper = FrameSwapper(engine, None, options or SwapOptions(), people=people, mapping=sources.mapping(wears),
+                           offline=not live, session_id=f"mapping-{clip.name}")
+    scores = {person: PersonScore(clip.name, clip.split, person, wears[person]) for person in clip.people}
+    result = ClipScore(list(scores.values()))
+    started = time.perf_counter()
+    try:
+        for index, frame in enumerate(clip.frames):
+            output = frame.copy()
+            times = swapper.process(output, index / clip.fps)
+            result.faces += times.faces_seen
+            result.identity_ms += times.identity
+            _score_frame(clip, index, output, swapper.last_wearing, scores, sources, identity_every, result)
+            if outputs is not None:
+                outputs.append(output)
+    finally:
+        swapper.close()
+    result.ms_per_frame = (time.perf_counter() - started) * 1000 / max(len(clip.frames), 1)
+    result.descriptors = people.descriptors
+    return result
+
+
+def _score_frame(clip: PeopleClip, index: int, output: np.ndarray, wearing: list, scores: dict[str, PersonScore],
+                 sources: SourceSet, identity_every: int | None, result: ClipScore) -> None:
+    truth = clip.truth[index]
+    swapped: dict[str, str] = {}
+    for face, _, label in wearing:
+        who = who_is(face.box, truth)
+        if who is None:
+            result.stray += 1
+            continue
+        swapped[who.person] = label
+        score = scores[who.person]
+        if label == score.wears:
+            score.own += 1
+        else:
+            score.others += 1
+    for appearance in truth:
+        score = scores[appearance.person]
+        if appearance.present:
+            score.present += 1
+            if swapped.get(appearance.person) == score.wears:
+                score.covered += 1
+        if identity_every and index % identity_every == 0 and appearance.person in swapped and appearance.present:
+            identity = sources.engine.identity(output, appearance.face())
+            distances = {person: identity_distance(identity, own) for person, own in sources.identities.items()
+                         if person in WEARS.values()}
+            mine = distances[score.wears]
+            score.identity_checked += 1
+            score.to_source.append(mine)
+            if mine < SAME_PERSON_DISTANCE and all(mine < d for p, d in distances.items() if p != score.wears):
+                score.identity_passed += 1
+
+
+def _ground_truth_face(photo: np.ndarray):
+    from gpu.analysis.face_mesh import face_from_mesh
+
+    return face_from_mesh(head_model(photo).points)
