@@ -2,6 +2,7 @@
 
     GET    /api/v1/keys            [{key_id, name, face_id, owner, created, revoked, active, push, record, play_token}]
     POST   /api/v1/keys            {name, face_id, options?, push?: [rtmp://...], record?: path} -> 201 {..., key}
+                                   (options.faces_map names people by reference photo: {face id: face id | "keep"})
                                    (a user's push destinations must pass the push policy: 400 saying why;
                                    409 past MAX_KEYS_PER_USER keys, their oldest revoked ones make room)
     DELETE /api/v1/keys/{key_id}   -> 204 (revoked; its publisher is refused from then on)
@@ -14,6 +15,7 @@ module never touches models."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,6 +28,7 @@ from signaling.push_policy import PushPolicy
 from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyLimitError, StreamKeyStore, check_destination
 
 KEYS_KEY = web.AppKey("stream_key_api", object)
+_PERSON_ID = re.compile(r"person-\d+")
 MAX_NAME = 80
 MAX_KEYS_PER_USER = 64  # keys (active, or revoked and not yet replaced) one user holds in the store
 
@@ -95,6 +98,12 @@ async def create_key(request: web.Request) -> web.Response:
                       else "record must be a path")
     await api.check_face(face_id, caller)  # another user's face: 404, as for a missing one
     api.check_options(options)
+    faces_map = options.get("faces_map") or {}
+    if any(_PERSON_ID.fullmatch(person) for person in faces_map):
+        return _error(400, "a stream key's faces_map names people by a reference photo's face id: a session's "
+                           "person ids (person-2) do not outlive the session")
+    for mapped in {*faces_map.keys(), *faces_map.values()} - {"keep"}:
+        await api.check_face(mapped, caller)
     try:
         for url in push if not caller.is_admin else ():
             check_destination(url)

@@ -132,6 +132,7 @@ class People:
         self._tracks: dict[int, _Track] = {}
         self._ended_states: dict[int, str] = {}  # state ids of ended tracks (or of a track before its person changed) -> person
         self._on_screen: set[str] = set()
+        self._together: set[frozenset[str]] = set()  # pairs of people seen in one frame: never one person
         self._lock = threading.Lock()  # guards the people for ``snapshot`` (another thread)
         self.version = 0  # bumped whenever a person's identity changes (callers cache by it)
         self.descriptors = 0  # computed so far (cost accounting)
@@ -186,6 +187,8 @@ class People:
                     entry.frames += 1
                     entry.last_seen = timestamp
             self._on_screen = seen
+        if len(seen) > 1:
+            self._together.update(frozenset((a, b)) for a in seen for b in seen if a < b)
         return answer
 
     def identify_still(self, image: np.ndarray, faces: list[Face]) -> list[str | None]:
@@ -200,6 +203,10 @@ class People:
             self._identify(image, face, track, 0.0, {}, taken=taken)
             taken.add(track.person)
             out.append(track.person)
+        if len(taken) > 1:
+            self._together.update(frozenset((a, b)) for a in taken for b in taken if a < b)
+        for person in taken:
+            self._people[person].frames += 1
         return out
 
     def state_id(self, track_id: int | None) -> int | None:
@@ -213,6 +220,28 @@ class People:
         model)."""
         ended, new = self._person_of_state(ended_state), self._person_of_state(new_state)
         return ended is None or new is None or ended == new
+
+    def consolidated(self) -> list[Person]:
+        """The people of a whole file, clustered over it: two never seen in one frame whose
+        descriptors are as close as one person's are (average over their exemplars under
+        ``SAME_PERSON``) are one person (a first view that read as a stranger); then
+        numbered again by first appearance. The stream's own listing is left as it was."""
+        people = {p.id: Person(p.id, list(p.exemplars), p.first_seen, p.last_seen, p.since, p.frames, p.thumbnail,
+                               p.thumbnail_yaw) for p in self._people.values() if p.exemplars}
+        together = set(self._together)
+        while True:
+            pairs = [(_linkage(a, b), a.id, b.id) for a in people.values() for b in people.values()
+                     if a.id < b.id and frozenset((a.id, b.id)) not in together]
+            close = min((pair for pair in pairs if pair[0] < SAME_PERSON), default=None)
+            if close is None:
+                break
+            keep, gone = sorted((people[close[1]], people[close[2]]), key=lambda p: (p.first_seen or 0.0, p.id))
+            _merge(keep, people.pop(gone.id))
+            together = {pair if gone.id not in pair else frozenset({*pair} - {gone.id} | {keep.id}) for pair in together}
+        ordered = sorted(people.values(), key=lambda p: (p.first_seen if p.first_seen is not None else math.inf, p.id))
+        for number, person in enumerate(ordered, 1):
+            person.id = f"person-{number}"
+        return ordered
 
     # -- listing -----------------------------------------------------------------------------
 
@@ -315,6 +344,21 @@ class People:
         track.person, track.doubt, track.crossed = person.id, False, False
         signature = face_signature(frame, face)
         track.signature, track.facing = signature if signature is not None else (None, None)
+
+
+def _linkage(a: Person, b: Person) -> float:
+    return float(np.mean([identity_distance(x, y) for x in a.exemplars for y in b.exemplars]))
+
+
+def _merge(into: Person, other: Person) -> None:
+    for descriptor in other.exemplars:
+        into.learn(descriptor)
+    into.frames += other.frames
+    firsts = [t for t in (into.first_seen, other.first_seen) if t is not None]
+    lasts = [t for t in (into.last_seen, other.last_seen) if t is not None]
+    into.first_seen, into.last_seen = (min(firsts) if firsts else None), (max(lasts) if lasts else None)
+    if other.thumbnail is not None and (into.thumbnail is None or other.thumbnail_yaw < into.thumbnail_yaw):
+        into.thumbnail, into.thumbnail_yaw = other.thumbnail, other.thumbnail_yaw
 
 
 def _urgency(track: _Track | None, timestamp: float) -> int:

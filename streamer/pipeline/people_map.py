@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -83,3 +84,33 @@ class PeopleMap:
 
 def _distance(person: PersonView, identity: np.ndarray) -> float:
     return min(float(np.linalg.norm(exemplar - identity)) for exemplar in person.identity)
+
+
+def describe_people(people: list[PersonView], mapping: PeopleMap | None, thumbnails: str) -> list[dict]:
+    """The people a stream has seen as the API lists them, most recently seen first: id,
+    on screen now, since when (UTC), frames, what they wear (a face id, ``keep``, or
+    ``source``: the stream's own face) and their thumbnail's path (``thumbnails``/<id>.jpg)."""
+    named = mapping.named(people) if mapping is not None else {}
+    keep_rest = mapping is not None and mapping.keep_unmapped
+    out = []
+    for person in sorted(people, key=lambda p: (not p.on_screen, -(p.last_seen or 0.0))):
+        if person.id in named:
+            wears = named[person.id].label if named[person.id] is not None else KEEP
+        else:
+            wears = KEEP if keep_rest else "source"
+        out.append({
+            "id": person.id, "on_screen": person.on_screen, "since": _utc(person.since), "frames": person.frames,
+            "first_seen_s": _seconds(person.first_seen), "last_seen_s": _seconds(person.last_seen), "wears": wears,
+            "thumbnail": f"{thumbnails}/{person.id}.jpg" if person.thumbnail is not None else None,
+        })
+    return out
+
+
+def _utc(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
