@@ -15,11 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
+from gpu.analysis.people import People
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
 from streamer.media.errors import VideoError
 from streamer.media.transcode import TranscodeReport, transcode_video
 from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.pipeline.people_map import PeopleMap
 
 BATCH_TIMEOUT_S = 120.0
 
@@ -44,7 +46,7 @@ class UnswappedFrames(RuntimeError):
 
 def render_chunk(
     engine: FaceEngine,
-    source: SourceFace,
+    source: SourceFace | None,
     options: SwapOptions,
     chunk: Path,
     output: Path,
@@ -55,13 +57,16 @@ def render_chunk(
     label: str,
     session_id: str,
     marker: Callable[[np.ndarray], None] | None = None,
+    mapping: PeopleMap | None = None,
 ) -> TranscodeReport:
     """Swap every frame of ``chunk`` into ``output`` (same timestamps, H.264). ``stopped`` is
     polled after each frame (``Abandoned``). ``label`` names the chunk in errors, e.g. "the
-    video between 3.0 s and 6.0 s": damaged data becomes a ``VideoError`` saying where."""
+    video between 3.0 s and 6.0 s": damaged data becomes a ``VideoError`` saying where.
+    ``mapping`` names people by identity, so each chunk finds the same people again."""
 
+    people = People(engine.frontal_identity) if mapping is not None and mapping.names_people else None
     swapper = FrameSwapper(engine, source, options, session_id=session_id, batch_timeout_s=BATCH_TIMEOUT_S,
-                           marker=marker, offline=True)
+                           marker=marker, offline=True, people=people, mapping=mapping)
 
     def swap(frame: np.ndarray, seconds: float) -> np.ndarray:
         swapper.process(frame, seconds)

@@ -208,8 +208,9 @@ async def _check_mapped_faces(request: web.Request, options: object) -> None:
     mapping = options.get("faces_map") if isinstance(options, dict) else None
     if not isinstance(mapping, dict):
         return  # the schema says what is wrong with it
-    for name in {*mapping.keys(), *mapping.values()}:
-        if isinstance(name, str) and name != KEEP and not is_person_id(name):
+    names = {name for name in (*mapping.keys(), *mapping.values()) if isinstance(name, str)}
+    for name in sorted(names):
+        if name and name != KEEP and not is_person_id(name):
             await _check_face(request, name)
 
 

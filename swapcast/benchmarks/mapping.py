@@ -31,7 +31,7 @@ from gpu.engine import FaceEngine
 from gpu.options import SwapOptions
 from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.pipeline.people_map import MappedSource, PeopleMap, Reference
-from swapcast.benchmarks.people_clips import PEOPLE, PeopleClip, head_model, photo_of, who_is
+from swapcast.benchmarks.people_clips import PEOPLE, SPLITS, PeopleClip, head_model, people_clips, photo_of, who_is
 
 WEARS = {"astronaut": "grace_hopper", "grace_hopper": "third", "third": "astronaut"}  # nobody wears their own face
 IDENTITY_EVERY = 6
@@ -161,3 +161,73 @@ def _ground_truth_face(photo: np.ndarray):
     from gpu.analysis.face_mesh import face_from_mesh
 
     return face_from_mesh(head_model(photo).points)
+
+
+def run_mapping(engines: dict[str, FaceEngine], quick: bool = False, live: bool = False,
+                splits: tuple[str, ...] = SPLITS, options: SwapOptions | None = None) -> dict[str, Any]:
+    """The mapping part for every swapper: per split, per clip and person, and totals."""
+    out: dict[str, Any] = {"wears": WEARS, "live": live, "splits": {}}
+    for split in splits:
+        clips = people_clips(split, quick=quick)
+        rows: list[dict[str, Any]] = []
+        costs: list[dict[str, Any]] = []
+        for swapper, engine in engines.items():
+            sources = SourceSet(engine)
+            for clip in clips:
+                score = score_clip(engine, clip, sources, live=live, options=options)
+                rows.extend({**person.row(), "swapper": swapper} for person in score.people)
+                costs.append({"swapper": swapper, "clip": clip.name, "stray": score.stray, "descriptors": score.descriptors,
+                              "identity_ms_per_face": score.identity_ms / max(score.faces, 1),
+                              "ms_per_frame": score.ms_per_frame})
+        out["splits"][split] = {"people": rows, "clips": costs, "totals": _totals(rows, costs)}
+    return out
+
+
+def _totals(rows: list[dict[str, Any]], costs: list[dict[str, Any]]) -> dict[str, Any]:
+    own, others = sum(r["own"] for r in rows), sum(r["others"] for r in rows)
+    present, covered = sum(r["present"] for r in rows), sum(r["covered"] for r in rows)
+    checked, passed = sum(r["identity_checked"] for r in rows), sum(r["identity_passed"] for r in rows)
+    correct = [r["correct"] for r in rows if r["correct"] is not None]
+    return {
+        "correct": own / (own + others) if own + others else None,
+        "worst_person_correct": min(correct) if correct else None,
+        "frames_with_another": others,
+        "coverage": covered / present if present else None,
+        "worst_person_coverage": min((r["coverage"] for r in rows if r["coverage"] is not None), default=None),
+        "identity_pass": passed / checked if checked else None,
+        "stray": sum(c["stray"] for c in costs),
+        "descriptors": sum(c["descriptors"] for c in costs),
+        "identity_ms_per_face": float(np.mean([c["identity_ms_per_face"] for c in costs])) if costs else None,
+    }
+
+
+def print_mapping(result: dict[str, Any]) -> None:
+    """The mapping part as a table per split, and the issue's bar."""
+    mode = "live (one descriptor a frame)" if result["live"] else "files"
+    print(f"\nmapping ({mode}): each person mapped by a reference photo to "
+          + ", ".join(f"{a} -> {b}" for a, b in result["wears"].items()))
+    for split, part in result["splits"].items():
+        print(f"\n[{split}] {'swapper':<8}{'clip':<20}{'person':<14}{'present':>8}{'own':>6}{'another':>8}"
+              f"{'correct':>9}{'coverage':>9}{'id pass':>9}{'d(o,src)':>9}")
+        for row in part["people"]:
+            print(f"{'':<{len(split) + 3}}{row['swapper']:<8}{row['clip']:<20}{row['person']:<14}{row['present']:>8}"
+                  f"{row['own']:>6}{row['others']:>8}{_pct(row['correct']):>9}{_pct(row['coverage']):>9}"
+                  f"{_pct(row['identity_passed'] / row['identity_checked'] if row['identity_checked'] else None):>9}"
+                  f"{_num(row['mean_to_source']):>9}")
+        totals = part["totals"]
+        verdict = ("PASS" if totals["worst_person_correct"] is not None and totals["worst_person_correct"] >= 0.98
+                   and totals["frames_with_another"] == 0 else "FAIL")
+        print(f"{'':<{len(split) + 3}}all: correct {_pct(totals['correct'])} (worst person {_pct(totals['worst_person_correct'])}), "
+              f"{totals['frames_with_another']} frames with another's source, coverage {_pct(totals['coverage'])} "
+              f"(worst {_pct(totals['worst_person_coverage'])}), identity pass {_pct(totals['identity_pass'])}, "
+              f"stray {totals['stray']}; {totals['descriptors']} descriptors, identity stage "
+              f"{_num(totals['identity_ms_per_face'])} ms per tracked face per frame")
+        print(f"{'':<{len(split) + 3}}each person their own source in >= 98% of their swapped frames, never another's -> {verdict}")
+
+
+def _pct(value: float | None) -> str:
+    return f"{100 * value:.1f}%" if value is not None else "-"
+
+
+def _num(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "-"

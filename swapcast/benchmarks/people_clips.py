@@ -312,30 +312,37 @@ def _three(name: str, split: str, left: str, right: str, walker: str, frames: in
     return render_clip(name, split, actors, frames, seed)
 
 
+def _recipes(split: str, quick: bool) -> dict[str, Callable[[], PeopleClip]]:
+    """Each clip of a half by name, drawn when called."""
+    short = 0.6 if quick else 1.0
+    a, g, t = PEOPLE
+    if split == "tuning":
+        return {
+            "cross": lambda: _cross("cross", split, g, a, int(150 * short), 110.0, seed=1),
+            "leave_return": lambda: _leave_return("leave_return", split, a, g, int(180 * short), 110.0, seed=2),
+            "three": lambda: _three("three", split, a, g, t, int(210 * short), 100.0, seed=3),
+        }
+    return {
+        "cross_fast": lambda: _cross("cross_fast", split, t, a, int(100 * short), 95.0, seed=4),
+        "leave_return_left": lambda: _leave_return("leave_return_left", split, t, g, int(200 * short), 130.0, seed=5,
+                                                   side=-1.0),
+        "three_reordered": lambda: _three("three_reordered", split, g, t, a, int(240 * short), 105.0, seed=6),
+    }
+
+
 def people_clips(split: str = "tuning", quick: bool = False) -> list[PeopleClip]:
     """The clips of one half (``SPLITS``); ``quick``: shorter ones (tests, smoke runs)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
-    short = 0.6 if quick else 1.0
-    a, g, t = PEOPLE
-    if split == "tuning":
-        return [
-            _cross("cross", split, g, a, int(150 * short), 110.0, seed=1),
-            _leave_return("leave_return", split, a, g, int(180 * short), 110.0, seed=2),
-            _three("three", split, a, g, t, int(210 * short), 100.0, seed=3),
-        ]
-    return [
-        _cross("cross_fast", split, t, a, int(100 * short), 95.0, seed=4),
-        _leave_return("leave_return_left", split, t, g, int(200 * short), 130.0, seed=5, side=-1.0),
-        _three("three_reordered", split, g, t, a, int(240 * short), 105.0, seed=6),
-    ]
+    return [draw() for draw in _recipes(split, quick).values()]
 
 
 def clip_by_name(name: str, quick: bool = False) -> PeopleClip:
+    """One clip of either half, drawn alone."""
     for split in SPLITS:
-        for clip in people_clips(split, quick):
-            if clip.name == name:
-                return clip
+        recipes = _recipes(split, quick)
+        if name in recipes:
+            return recipes[name]()
     raise ValueError(f"no people clip {name!r}")
 
 
