@@ -52,7 +52,7 @@ RETRY_FRAMES = 8  # a track described and still in doubt (or not describable) wa
 NEW_PERSON = 0.7  # a descriptor between SAME_PERSON and this from someone known is not yet a new person ...
 NEW_AFTER = 2  # ... until this many descriptors of the track said so (a half-hidden view reads as a stranger),
 STRANGE_RETRY_FRAMES = 3  # ... the next one this many frames later
-RECHECK_S = 10.0  # seconds: a confirmed track is described again after this long
+RECHECK_S = 30.0  # seconds: a confirmed track is described again after this long (a flip the signature missed)
 SIGNATURE_JUMP = 0.2  # median per-point colour change (over the face's brightness) that puts a track in doubt
 SIGNATURE_LEARN = 0.15  # the track's model follows its face at this rate per frame (slow turns, light)
 SIGNATURE_PX = 48  # the face is read this many pixels wide
@@ -135,7 +135,8 @@ class People:
         self._together: set[frozenset[str]] = set()  # pairs of people seen in one frame: never one person
         self._lock = threading.Lock()  # guards the people for ``snapshot`` (another thread)
         self.version = 0  # bumped whenever a person's identity changes (callers cache by it)
-        self.descriptors = 0  # computed so far (cost accounting)
+        self.descriptors = 0  # asked for so far (cost accounting: dlib's frontal check, and its descriptor where that passes)
+        self.describe_ms = 0.0  # ... and the time they took
         self.reasons: dict[str, int] = {}  # why they were computed: new, doubt, crossed, recheck
 
     # -- per frame ---------------------------------------------------------------------------
@@ -304,7 +305,9 @@ class People:
     def _identify(self, frame: np.ndarray, face: Face, track: _Track, timestamp: float,
                   tracks: dict[int, _Track], taken: set[str] | None = None) -> None:
         """Describe ``face`` and settle who its track is."""
+        started = time.perf_counter()
         found = self._describe(frame, face)
+        self.describe_ms += (time.perf_counter() - started) * 1000.0
         self.descriptors += 1
         track.wait = RETRY_FRAMES
         if found is None:
@@ -409,15 +412,12 @@ def face_signature(frame: np.ndarray, face: Face) -> tuple[np.ndarray, np.ndarra
     right, bottom = min(width, int(x1) + 3), min(height, int(y1) + 3)
     if right - left < 4 or bottom - top < 4:
         return None
-    # read at SIGNATURE_PX across the face: area averaging is the blur (noise, small moves)
-    scale = min(1.0, SIGNATURE_PX / max(x1 - x0, 1.0))
-    crop = frame[top:bottom, left:right]
-    if scale < 1.0:
-        crop = cv2.resize(crop, (max(1, round((right - left) * scale)), max(1, round((bottom - top) * scale))),
-                          interpolation=cv2.INTER_AREA)
-    crop = cv2.blur(crop, (3, 3))
-    xs = np.clip(np.rint((face.mesh[:, 0] - left) * scale), 0, crop.shape[1] - 1).astype(np.intp)
-    ys = np.clip(np.rint((face.mesh[:, 1] - top) * scale), 0, crop.shape[0] - 1).astype(np.intp)
+    # each point reads a box about 1/SIGNATURE_PX of the face wide (noise and small moves
+    # average out); a box filter costs the same whatever its size
+    side = max(3, int(round(3 * (x1 - x0) / SIGNATURE_PX)) | 1)
+    crop = cv2.blur(frame[top:bottom, left:right], (side, side))
+    xs = np.clip(np.rint(face.mesh[:, 0] - left), 0, right - left - 1).astype(np.intp)
+    ys = np.clip(np.rint(face.mesh[:, 1] - top), 0, bottom - top - 1).astype(np.intp)
     colours = crop[ys, xs].astype(np.float32)
     brightness = float(np.median(colours.mean(1)))
     return colours / max(brightness, 1.0), _point_facing(face.mesh, face.depth)

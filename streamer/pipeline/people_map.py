@@ -12,6 +12,7 @@ whoever built it (the node's face library, the command line, a job's worker)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,6 +25,14 @@ from gpu.engine import SourceFace
 
 KEEP = "keep"  # what a person is mapped to who stays as they are
 PERSON_PREFIX = "person-"
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a face id or a person id, as the options schema takes them
+
+
+def is_face_id(name: str) -> bool:
+    """A name the options schema takes as a face id (not ``keep``, not a person id)."""
+    return name != KEEP and not is_person_id(name) and _NAME.fullmatch(name) is not None
 
 
 def is_person_id(name: str) -> bool:
@@ -89,7 +98,7 @@ def _distance(person: PersonView, identity: np.ndarray) -> float:
 def describe_people(people: list[PersonView], mapping: PeopleMap | None, thumbnails: str) -> list[dict]:
     """The people a stream has seen as the API lists them, most recently seen first: id,
     on screen now, since when (UTC), frames, what they wear (a face id, ``keep``, or
-    ``source``: the stream's own face) and their thumbnail's path (``thumbnails``/<id>.jpg)."""
+    ``source``: the stream's own face) and their thumbnail's path (``thumbnails``/<id>/thumbnail.jpg)."""
     named = mapping.named(people) if mapping is not None else {}
     keep_rest = mapping is not None and mapping.keep_unmapped
     out = []
@@ -101,7 +110,7 @@ def describe_people(people: list[PersonView], mapping: PeopleMap | None, thumbna
         out.append({
             "id": person.id, "on_screen": person.on_screen, "since": _utc(person.since), "frames": person.frames,
             "first_seen_s": _seconds(person.first_seen), "last_seen_s": _seconds(person.last_seen), "wears": wears,
-            "thumbnail": f"{thumbnails}/{person.id}.jpg" if person.thumbnail is not None else None,
+            "thumbnail": f"{thumbnails}/{person.id}/thumbnail.jpg" if person.thumbnail is not None else None,
         })
     return out
 

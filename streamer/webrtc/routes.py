@@ -61,7 +61,7 @@ from streamer.webrtc.errors import (
     UnauthorizedError,
     UnsupportedMediaTypeError,
 )
-from streamer.pipeline.people_map import KEEP, is_person_id
+from streamer.pipeline.people_map import is_face_id
 from streamer.webrtc.manager import SessionManager
 
 log = logging.getLogger(__name__)
@@ -204,13 +204,14 @@ async def _check_face(request: web.Request, face_id: object) -> None:
 
 async def _check_mapped_faces(request: web.Request, options: object) -> None:
     """Every face a ``faces_map`` names (reference photos and the faces worn) must be one
-    the caller may use: 404 otherwise, as for ``face_id``."""
+    the caller may use: 404 otherwise, as for ``face_id`` (names that are no face id at
+    all are the schema's 400)."""
     mapping = options.get("faces_map") if isinstance(options, dict) else None
     if not isinstance(mapping, dict):
         return  # the schema says what is wrong with it
     names = {name for name in (*mapping.keys(), *mapping.values()) if isinstance(name, str)}
     for name in sorted(names):
-        if name and name != KEEP and not is_person_id(name):
+        if is_face_id(name):
             await _check_face(request, name)
 
 

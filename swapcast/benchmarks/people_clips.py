@@ -312,6 +312,24 @@ def _three(name: str, split: str, left: str, right: str, walker: str, frames: in
     return render_clip(name, split, actors, frames, seed)
 
 
+def _steady(name: str, split: str, left: str, right: str, frames: int, seed: int) -> PeopleClip:
+    """Two people talking: each sways a little and turns a little, nobody leaves or crosses
+    (what the cost of knowing who is who is measured on)."""
+    keys_left, keys_right = [], []
+    for second in range(0, frames // 30 + 2):
+        frame = second * 30
+        phase = second * 0.9
+        keys_left.append((frame, 0.28 + 0.015 * np.sin(phase), 0.45, 12 * np.sin(phase * 0.7), 0))
+        keys_right.append((frame, 0.72 + 0.015 * np.cos(phase), 0.46, -12 * np.cos(phase * 0.6), 0))
+    return render_clip(name, split, [Actor(left, tuple(keys_left), 110.0), Actor(right, tuple(keys_right), 110.0)],
+                       frames, seed)
+
+
+def steady_clip(quick: bool = False) -> PeopleClip:
+    """The cost clip: two people for 20 s (quick: 4 s)."""
+    return _steady("steady", "cost", PEOPLE[0], PEOPLE[1], 120 if quick else 600, seed=7)
+
+
 def _recipes(split: str, quick: bool) -> dict[str, Callable[[], PeopleClip]]:
     """Each clip of a half by name, drawn when called."""
     short = 0.6 if quick else 1.0
