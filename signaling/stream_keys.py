@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -134,8 +135,8 @@ class StreamKeyStore:
             stored_face = ""
             if source is not None:
                 stored_face = self._copy(source, key_id)
-            stored_map = {self._copy(Path(ref), f"{key_id}-ref{n}"):
-                          KEEP_PHOTO if wears == KEEP_PHOTO else self._copy(Path(wears), f"{key_id}-wears{n}")
+            stored_map = {self._copy(Path(ref), f"{key_id}-ref{n}-{_stem(ref)}"):
+                          KEEP_PHOTO if wears == KEEP_PHOTO else self._copy(Path(wears), f"{key_id}-wears{n}-{_stem(wears)}")
                           for n, (ref, wears) in enumerate((map_photos or {}).items())}
             record = StreamKey(
                 key_id=key_id,
@@ -213,6 +214,11 @@ class StreamKeyStore:
             json.dump([asdict(k) for k in keys], out, indent=2)
         os.chmod(temp, 0o600)
         os.replace(temp, self.path)
+
+
+def _stem(photo: str | Path) -> str:
+    """A photo's name, safe in a file name (what a key's map lists it as)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", Path(photo).stem)[:40] or "photo"
 
 
 def _fresh_key_id(taken: set[str]) -> str:

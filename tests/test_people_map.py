@@ -97,3 +97,34 @@ def test_a_map_that_keeps_everyone_swaps_nobody_and_unnamed_people_wear_the_sour
     finally:
         swapper.close()
         rest.close()
+
+
+def test_map_faces_picture(engine, sources, tmp_path):
+    """The guide's picture (docs/guides/map-faces.md): three people in one photo, each named by
+    a photo of them; two wear someone else's face, the third stays. Checked: the kept face is
+    untouched, the other two come out nearer the face they wear than their own."""
+    from gpu.analysis.people import People
+    from picture_sheet import save_sheet
+
+    clip = clip_by_name("three", quick=True)
+    index = max(range(len(clip.frames)), key=lambda i: (len(clip.truth[i]), min(a.visible for a in clip.truth[i])))
+    frame = clip.frames[index]
+    plan = {"astronaut": "grace_hopper", "grace_hopper": "astronaut", "third": None}
+    mapping = PeopleMap(references=tuple(
+        Reference(person, sources.identities[person], sources.sources[wear] if wear else None) for person, wear in plan.items()))
+    out = frame.copy()
+    swapper = FrameSwapper(engine, None, people=People(engine.frontal_identity), mapping=mapping, offline=True)
+    try:
+        assert swapper.process_still(out).faces_swapped == 2
+    finally:
+        swapper.close()
+    for spot in clip.truth[index]:
+        x0, y0, x1, y1 = (max(0, int(v)) for v in spot.box)
+        change = float(np.abs(out[y0:y1, x0:x1].astype(np.float32) - frame[y0:y1, x0:x1]).mean())
+        if plan[spot.person] is None:
+            assert change < 1.0, f"{spot.person} was to stay as they are (changed {change:.1f})"
+        else:
+            found = engine.identity(out, spot.face())
+            worn, own = sources.identities[plan[spot.person]], sources.identities[spot.person]
+            assert identity_distance(found, worn) < identity_distance(found, own), spot.person
+    save_sheet("map-faces.png", [("before", frame), ("after: two mapped, one kept", out)], tmp_path)

@@ -419,7 +419,9 @@ function renderPeople() {
     }
     li.dataset.onScreen = String(Boolean(person.on_screen));
     li.dataset.wears = person.wears || '';
-    li.querySelector('.who').textContent = `${person.id}${person.on_screen ? '' : ' (gone)'} · wears ${person.wears}`;
+    const worn = state.faces.find((f) => f.id === person.wears);
+    const wearing = worn ? worn.name || worn.id : person.wears === 'source' ? 'the selected face' : person.wears;
+    li.querySelector('.who').textContent = `${person.id}${person.on_screen ? '' : ' (gone)'} · wears ${wearing}`;
     const select = li.querySelector('select');
     if (document.activeElement !== select && select.options.length !== state.faces.length + 2) personOptions(select, person.id);
     else if (document.activeElement !== select) select.value = choiceOf(person.id);

@@ -202,7 +202,8 @@ class People:
                 continue
             track = _Track()
             self._identify(image, face, track, 0.0, {}, taken=taken)
-            taken.add(track.person)
+            if track.person is not None:
+                taken.add(track.person)
             out.append(track.person)
         if len(taken) > 1:
             self._together.update(frozenset((a, b)) for a in taken for b in taken if a < b)
