@@ -227,3 +227,14 @@ def test_the_version_moves_only_when_someone_is_learnt():
     learnt = people.version
     step(people, scene, {T[1]: "A"}, 1 / 30)
     assert before < learnt == people.version
+
+
+def test_a_long_stream_remembers_a_bounded_number_of_people(monkeypatch):
+    monkeypatch.setattr(people_module, "MAX_PEOPLE", 3)
+    T = Ids()
+    people = People(lambda frame, face: np.eye(128, dtype=np.float32)[face.track_id % 128], per_frame=None)
+    frame = np.zeros((*SIZE, 3), np.uint8)
+    for n in range(6):  # six strangers, one after the other
+        people.update(frame, [posed(320, 240, T[n])], n / 30)
+    listed = [p.id for p in people.snapshot()]
+    assert listed == ["person-4", "person-5", "person-6"]

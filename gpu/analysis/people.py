@@ -61,6 +61,7 @@ CROSS_IOU = 0.1  # two tracks whose boxes overlap this much have crossed: both a
 APART_IOU = 0.02
 THUMBNAIL_PX = 128
 MAX_ENDED = 64  # ended tracks whose person is remembered (for ``same_state``)
+MAX_PEOPLE = 64  # people one stream remembers (a broadcast shows hundreds: the ones seen longest ago go)
 
 Describe = Callable[[np.ndarray, Face], np.ndarray | None]  # None: no trustworthy descriptor of this view
 
@@ -117,7 +118,9 @@ class _Track:
 
 class People:
     """Track ids -> people for one stream. ``update`` once per frame with the tracker's
-    faces; ``describe`` is the identity descriptor (``FaceEngine.identity``)."""
+    faces; ``describe`` is the identity descriptor where it can be trusted
+    (``FaceEngine.frontal_identity``). A stream keeps at most ``MAX_PEOPLE``: past that the
+    one seen longest ago is forgotten (found again, they get a new id)."""
 
     def __init__(self, describe: Describe, *, known: Iterable[Person] = (), per_frame: int | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -158,7 +161,7 @@ class People:
             if track is not None:
                 self._follow(frame, face, track)
         budget = math.inf if self._per_frame is None else self._per_frame
-        for face in sorted(faces, key=lambda f: _urgency(tracks.get(f.track_id), timestamp)):
+        for face in sorted(faces, key=lambda f: _urgency(tracks.get(f.track_id))):
             track = tracks.get(face.track_id)
             if budget <= 0 or (track is not None and not _due(track, timestamp)):
                 continue
@@ -169,7 +172,7 @@ class People:
                     track.wait = RETRY_FRAMES
                 continue
             budget -= 1
-            reason = ("new", "doubt", "crossed", "recheck")[_urgency(track, timestamp)]
+            reason = ("new", "doubt", "crossed", "recheck")[_urgency(track)]
             self.reasons[reason] = self.reasons.get(reason, 0) + 1
             self._identify(frame, face, track if track is not None else _Track(), timestamp, tracks)
         answer = {}
@@ -207,8 +210,9 @@ class People:
             out.append(track.person)
         if len(taken) > 1:
             self._together.update(frozenset((a, b)) for a in taken for b in taken if a < b)
-        for person in taken:
-            self._people[person].frames += 1
+        with self._lock:
+            for person in taken:
+                self._people[person].frames += 1
         return out
 
     def state_id(self, track_id: int | None) -> int | None:
@@ -266,6 +270,16 @@ class People:
             if track.state_id == state:
                 return track.person
         return self._ended_states.get(state)
+
+    def _forget_long_gone(self, keep: set[str]) -> None:
+        """Past ``MAX_PEOPLE``: forget those seen longest ago (never one on screen or in ``keep``)."""
+        while len(self._people) > MAX_PEOPLE:
+            gone = [p for p in self._people.values() if p.id not in keep and p.id not in self._on_screen]
+            if not gone:
+                return
+            oldest = min(gone, key=lambda p: p.last_seen if p.last_seen is not None else -math.inf)
+            del self._people[oldest.id]
+            self.version += 1
 
     def _remember_ended(self, state: int, person: str) -> None:
         self._ended_states[state] = person
@@ -333,6 +347,7 @@ class People:
                 self._numbers += 1
                 person = Person(f"person-{self._numbers}", first_seen=timestamp, since=self._clock())
                 self._people[person.id] = person
+                self._forget_long_gone(held | {person.id})
             before = len(person.exemplars)
             person.learn(descriptor)
             if len(person.exemplars) != before:
@@ -365,7 +380,7 @@ def _merge(into: Person, other: Person) -> None:
         into.thumbnail, into.thumbnail_yaw = other.thumbnail, other.thumbnail_yaw
 
 
-def _urgency(track: _Track | None, timestamp: float) -> int:
+def _urgency(track: _Track | None) -> int:
     """Which faces are described first when a frame's budget is short."""
     if track is None or track.person is None:
         return 0

@@ -232,7 +232,12 @@ class SessionManager:
             id=session_id or secrets.token_urlsafe(12), protocol="whip", node_id=self.node_id, owner=record.owner,
             options=dict(record.stream.swap), label=record.stream.name, state="live",
         )
-        session, answer = await self._create("whip", offer, face, None, swap, record=session_record)
+        try:
+            photos = dict(record.stream.map_photos)
+            await self.people_map(swap, photos)
+        except BadRequestError as exc:
+            raise UnprocessableError(f"stream key {record.key_id}: {exc.reason}") from None
+        session, answer = await self._create("whip", offer, face, None, swap, record=session_record, map_photos=photos)
         session.publisher_key_hash = record.key_hash
         return session, answer
 
@@ -254,14 +259,15 @@ class SessionManager:
         raise ForbiddenError("stream key not recognised")
 
     async def _create(self, protocol, offer: Offer, face: FaceEntry, face_id: str | None, swap,
-                      record: SessionRecord) -> tuple[Session, str]:
-        mapping = await self.people_map(swap)
+                      record: SessionRecord, map_photos: dict[str, str] | None = None) -> tuple[Session, str]:
+        mapping = await self.people_map(swap, map_photos)
         self._reserve()
         session = None
         try:
             pc = RTCPeerConnection(ice.rtc_configuration(self.webrtc.ice_servers))
             session = Session(record.id, protocol, pc, face, face_id, swap, enabled=record.enabled,
                               label=record.label, record=record)
+            session.map_photos = dict(map_photos or {})
             if self.observe_stats is not None:
                 session.video.stats.observer = self.observe_stats(protocol)
             engine, source, options = self.engine, face.source, swap.options()
@@ -463,7 +469,7 @@ class SessionManager:
             return describe_record(await self.registry.update_session(session_id, **changes))
         async with session.updates:
             options = self.resolve_options(session.options, body["options"]) if "options" in body else None
-            mapping = await self.people_map(options) if options is not None else None
+            mapping = await self.people_map(options, session.map_photos) if options is not None else None
             face = await self.faces.get(body["face_id"]) if "face_id" in body else None
             await session.apply(enabled=body.get("enabled"), face=face, face_id=face.id if face else None, options=options,
                                 mapping=mapping)
@@ -542,11 +548,12 @@ class SessionManager:
         """The records of the sessions with media on this node (re-saved after Redis returns)."""
         return [session.record for session in self._sessions.values()]
 
-    async def people_map(self, swap: SwapConfig) -> PeopleMap | None:
-        """The options' ``faces_map`` as sources (None: nobody named, the rest wear the
-        session's face); an unknown face in it is a 400 saying which."""
+    async def people_map(self, swap: SwapConfig, photos: dict[str, str] | None = None) -> PeopleMap | None:
+        """The options' ``faces_map`` (and a command-line stream key's map ``photos``) as
+        sources (None: nobody named, the rest wear the session's face); an unknown face in
+        it is a 400 saying which."""
         try:
-            return await self.faces.people_map(swap.faces_map, swap.unmapped, swap.reference_threshold)
+            return await self.faces.people_map(swap.faces_map, swap.unmapped, swap.reference_threshold, photos)
         except SwapcastError as exc:
             raise BadRequestError(f"faces_map: {exc}") from None
 

@@ -96,6 +96,7 @@ class Session:
         self.enabled = enabled
         self.label = label  # e.g. the stream key's name for WHIP
         self.publisher_key_hash: str | None = None  # WHIP: the stream key that publishes it (its holder may end it)
+        self.map_photos: dict[str, str] = {}  # WHIP from a command-line key: its map by stored photos (kept across PATCHes)
         self.created = iso_utc()
         self.video = SwappedVideo(session_id[:8])
         # PATCHes are applied one at a time: each resolves its options from the previous one's result

@@ -120,3 +120,36 @@ def test_a_placed_session_checks_its_map(engine, tmp_path):
     assert patched["options"]["faces_map"] == {"grace_hopper": "keep"} and patched["options"]["unmapped"] == "keep"
     assert missing == 404
     assert listing["options"]["faces_map"] == {"grace_hopper": "keep"}
+
+
+def test_a_whip_publisher_wears_its_stream_keys_map(engine, tmp_path):
+    """A key made over the API names Grace Hopper by a reference face (the sample's photo) to
+    wear the astronaut's face, and keeps everyone else: the WHIP session follows it."""
+    frames = clip_by_name("cross", quick=True).frames[:FRAMES]
+
+    async def scenario():
+        async with node(engine, tmp_path) as client:
+            created = await client.post("/api/v1/keys", json={
+                "name": "podcast", "face_id": "astronaut",
+                "options": {"faces_map": {"grace_hopper": "astronaut"}, "unmapped": "keep"}})
+            assert created.status == 201, await created.text()
+            key = (await created.json())["key"]
+            pc = client_peer()
+            pc.addTransceiver(TwoPeopleCamera(frames), direction="sendonly")
+            await pc.setLocalDescription(await pc.createOffer())
+            async with aiohttp.ClientSession() as http:
+                reply = await http.post(client.make_url("/whip"), data=pc.localDescription.sdp,
+                                        headers={"Content-Type": "application/sdp", "Authorization": f"Bearer {key}"})
+                assert reply.status == 201, await reply.text()
+                location, sdp = reply.headers["Location"], await reply.text()
+            await answer(pc, sdp)
+            path = f"/api/v1/sessions/{location.rsplit('/', 1)[1]}"
+            seen = await wait_json(client, path, lambda s: sorted(p["wears"] for p in s.get("people", [])) == ["astronaut", "keep"]
+                                   and (s["stats"] or {}).get("faces_swapped") == 1)
+            await client.delete(path)
+            await pc.close()
+            return seen
+
+    seen = run(scenario(), timeout=90)
+    assert sorted(p["wears"] for p in seen["people"]) == ["astronaut", "keep"], seen["people"]
+    assert seen["protocol"] == "whip" and seen["stats"]["faces_swapped"] == 1 and seen["stats"]["faces_seen"] == 2
