@@ -32,11 +32,11 @@ import cv2
 import numpy as np
 
 from gpu.engine import FaceEngine, SourceFace
-from streamer.pipeline.people_map import KEEP, MappedSource, PeopleMap, Reference, is_person_id
 from gpu.errors import ImageError, ManyFacesError, NoFaceError, SwapcastError
 from signaling.registry import FaceLimitError, FaceRecord, MemoryRegistry, Registry
 from signaling.stream_keys import StreamConfig
 from streamer.media.images import HEADER_CHECKED_FORMATS
+from streamer.pipeline.people_map import KEEP, MappedSource, PeopleMap, Reference, is_person_id
 from streamer.samples import SAMPLE_FACES
 
 log = logging.getLogger(__name__)

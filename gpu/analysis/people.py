@@ -203,7 +203,7 @@ class People:
             if not describable(face, max_yaw=90.0):
                 out.append(None)
                 continue
-            track = _Track()
+            track = _Track(strange=NEW_AFTER)  # a still has no second view to wait for
             self._identify(image, face, track, 0.0, {}, taken=taken)
             if track.person is not None:
                 taken.add(track.person)

@@ -191,7 +191,8 @@ def parse_faces_map(text: str | None) -> dict[str, str]:
             raise JobRequestError(f"faces_map: {person} is a session's or scan's id; a job names people by the face id "
                                   "of a reference photo of them (the same person in every chunk)")
         if person == "keep" or not _FACE_ID.fullmatch(person) or (face != "keep" and not _FACE_ID.fullmatch(face)):
-            raise JobRequestError(f"faces_map: {person[:80]!r}: {face[:80]!r} is not reference face id: face id or 'keep'")
+            raise JobRequestError(f"faces_map: {person[:80]!r} -> {face[:80]!r}: expected a reference face id -> a face id "
+                                  "or 'keep'")
     return mapping
 
 

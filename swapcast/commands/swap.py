@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+from gpu.analysis.people import People, Person
 from gpu.engine import FaceEngine
 from gpu.errors import ImageError, SwapcastError
 from streamer.media.images import is_image_path, is_video_path, read_image, write_image
 from streamer.media.transcode import transcode_video
-from gpu.analysis.people import People, Person
 from streamer.pipeline.frame_swapper import FrameSwapper
 from streamer.pipeline.people_map import KEEP, MappedSource, PeopleMap, Reference, describe_people, is_person_id
 from streamer.pipeline.people_scan import SCAN_FILE, load_scan, scan_folder

@@ -53,7 +53,7 @@ def pool(redis_server, storage, tmp_path_factory):
     ("[1]", "JSON object"),
     ("{not json", "JSON object"),
     ('{"astronaut": 3}', "JSON object"),
-    ('{"a/b": "astronaut"}', "not reference face id"),
+    ('{"a/b": "astronaut"}', "expected a reference face id"),
     (json.dumps({f"face{n}": "keep" for n in range(17)}), "at most 16"),
 ])
 def test_bad_maps_are_refused_with_a_reason(text, words):
