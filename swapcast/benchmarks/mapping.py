@@ -20,9 +20,11 @@ tracked face per frame, and the descriptors computed."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import cv2
 import numpy as np
 
 from gpu.analysis.identity import SAME_PERSON_DISTANCE, identity_distance
@@ -35,6 +37,7 @@ from swapcast.benchmarks.people_clips import (
     PEOPLE,
     SPLITS,
     PeopleClip,
+    clip_by_name,
     head_model,
     people_clips,
     photo_of,
@@ -109,9 +112,10 @@ class SourceSet:
 
 def score_clip(engine: FaceEngine, clip: PeopleClip, sources: SourceSet, *, live: bool = False,
                identity_every: int | None = IDENTITY_EVERY, options: SwapOptions | None = None,
-               outputs: list[np.ndarray] | None = None) -> ClipScore:
+               keep: dict[int, np.ndarray] | None = None) -> ClipScore:
     """Run ``clip`` through a mapped ``FrameSwapper`` (``live``: one descriptor a frame at
-    most, as live sessions run; else every one due, as files) and score it per person."""
+    most, as live sessions run; else every one due, as files) and score it per person.
+    ``keep``: frame index -> None, filled with those output frames (pictures)."""
     wears = {person: WEARS[person] for person in clip.people}
     people = People(engine.frontal_identity, per_frame=1 if live else None)
     swapper = FrameSwapper(engine, None, options or SwapOptions(), people=people, mapping=sources.mapping(wears),
@@ -126,8 +130,8 @@ def score_clip(engine: FaceEngine, clip: PeopleClip, sources: SourceSet, *, live
             result.faces += times.faces_seen
             result.identity_ms += times.identity
             _score_frame(clip, index, output, swapper.last_wearing, scores, sources, identity_every, result)
-            if outputs is not None:
-                outputs.append(output)
+            if keep is not None and index in keep:
+                keep[index] = output
     finally:
         swapper.close()
     result.ms_per_frame = (time.perf_counter() - started) * 1000 / max(len(clip.frames), 1)
@@ -175,24 +179,32 @@ def _ground_truth_face(photo: np.ndarray):
 
 
 def run_mapping(engines: dict[str, FaceEngine], quick: bool = False, live: bool = False,
-                splits: tuple[str, ...] = SPLITS, options: SwapOptions | None = None) -> dict[str, Any]:
-    """The mapping part for every swapper: per split, per clip and person, and totals."""
+                splits: tuple[str, ...] = SPLITS, options: SwapOptions | None = None,
+                report: Path | None = None) -> dict[str, Any]:
+    """The mapping part for every swapper: per split, per clip and person, and totals, and
+    the cost on a steady stream; with ``report``, a picture per clip and swapper (four
+    moments: input above, output below). ``quick``: the tuning half's crossing, shortened."""
     out: dict[str, Any] = {"wears": WEARS, "live": live, "splits": {}}
-    for split in splits:
-        clips = people_clips(split, quick=quick)
+    for split in ("tuning",) if quick else splits:
+        clips = [clip_by_name("cross", quick=True)] if quick else people_clips(split)
         rows: list[dict[str, Any]] = []
         costs: list[dict[str, Any]] = []
         for swapper, engine in engines.items():
             sources = SourceSet(engine)
             for clip in clips:
-                score = score_clip(engine, clip, sources, live=live, options=options)
+                moments = {int(i): None for i in np.linspace(0, len(clip.frames) - 1, 4)}
+                score = score_clip(engine, clip, sources, live=live, options=options, keep=moments)
+                if report is not None:
+                    _picture(report / f"mapping-{split}-{clip.name}-{swapper}.jpg", clip, moments)
                 rows.extend({**person.row(), "swapper": swapper} for person in score.people)
                 costs.append({"swapper": swapper, "clip": clip.name, "stray": score.stray, "descriptors": score.descriptors,
                               "identity_ms_per_face": score.identity_ms / max(score.faces, 1),
                               "dlib_ms_per_face": score.describe_ms / max(score.faces, 1),
                               "ms_per_frame": score.ms_per_frame})
         out["splits"][split] = {"people": rows, "clips": costs, "totals": _totals(rows, costs)}
-    clip = steady_clip(quick)
+    if quick:
+        return out
+    clip = steady_clip()
     engine = next(iter(engines.values()))
     score = score_clip(engine, clip, SourceSet(engine), live=True, identity_every=None, options=options)
     faces = max(score.faces, 1)
@@ -201,6 +213,14 @@ def run_mapping(engines: dict[str, FaceEngine], quick: bool = False, live: bool 
                      "identity_ms_per_face": score.identity_ms / faces, "dlib_ms_per_face": score.describe_ms / faces,
                      "dlib_ms_per_call": score.describe_ms / max(score.descriptors, 1)}
     return out
+
+
+def _picture(path: Path, clip: PeopleClip, moments: dict[int, np.ndarray | None]) -> None:
+    small = lambda image: cv2.resize(image, (320, 240), interpolation=cv2.INTER_AREA)  # noqa: E731
+    top = np.hstack([small(clip.frames[i]) for i in moments])
+    bottom = np.hstack([small(out) for out in moments.values() if out is not None])
+    if bottom.shape == top.shape:
+        cv2.imwrite(str(path), cv2.cvtColor(np.vstack([top, bottom]), cv2.COLOR_RGB2BGR))
 
 
 def _totals(rows: list[dict[str, Any]], costs: list[dict[str, Any]]) -> dict[str, Any]:

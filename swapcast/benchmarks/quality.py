@@ -19,6 +19,10 @@ relit and moving faces. Per target face and swapper it records:
 - **ms per frame**: the still path (``swapcast swap``) for stills, the per-stream path
   (``FrameSwapper.process``, as live sessions run it) for clips.
 
+A mapping part (``swapcast.benchmarks.mapping``) runs the people set: two and three people,
+each mapped by a reference photo to someone else's face; per person, the share of their
+swapped frames with their own source, frames with another's, coverage and identity.
+
 Pictures (target | each swapper | source, cropped around the face) and ``quality.json``
 with every number go into ``--report DIR``."""
 
@@ -163,7 +167,7 @@ def run_quality_benchmark(
     mapping = None
     if not only or "mapping" in only:
         print("building the people set and mapping ...", file=sys.stderr, flush=True)
-        mapping = run_mapping(engines, quick=quick, options=video_options)
+        mapping = run_mapping(engines, quick=quick, options=video_options, report=report)
         print_mapping(mapping)
     data = {
         "swappers": names,
