@@ -111,14 +111,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     fuzz.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
     fuzz.set_defaults(run=_run_fuzz)
     quality = benches.add_parser("quality", help="swap quality on the pose set (turned, tilted, small, relit, moving faces): "
-                                                 "identity, recall, dlib, flicker, swappers side by side")
+                                                 "identity, recall, dlib, flicker, swappers side by side; and map faces "
+                                                 "(two and three people, each their own source)")
     quality.add_argument("--report", metavar="DIR", help="write side-by-side pictures (target | swappers | source) and quality.json here")
     quality.add_argument("--swappers", default=None, metavar="A,B",
                          help="swappers to compare, comma-separated (default mesh,mesh3d; --realism: mesh3d; one not available is left out)")
     quality.add_argument("--quick", action="store_true", help="a few faces of each kind and one short clip: a smoke run")
     quality.add_argument("--only", default="", metavar="A,B",
-                         help="only these parts of the pose set: still kinds yaw, roll, scale, light and clip motions pan, "
-                              "zoom, wobble, yaw_sweep (default all)")
+                         help="only these parts: still kinds yaw, roll, scale, light, clip motions pan, zoom, wobble, "
+                              "yaw_sweep, and mapping (people clips, each person their own source) (default all)")
     quality.add_argument("--json", action="store_true", help="print the report as JSON at the end")
     quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     quality.add_argument("--realism", action="store_true",
