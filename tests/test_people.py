@@ -113,6 +113,24 @@ def test_a_track_that_slides_onto_another_face_is_in_doubt_then_becomes_that_per
     assert not people.same_state(state_before, people.state_id(T[1]))
 
 
+def test_a_stream_nobody_maps_describes_new_tracks_only():
+    """Without a map the swap never waits on people: a doubt or a 30 s recheck would only
+    stall the live thread (dlib holds the GIL), so they wait until a map names someone."""
+    T = Ids()
+    scene = Scene()
+    scene.places = {"A": (180, 240)}
+    people = People(scene.describe, per_frame=1)
+    people.settle_doubts = False
+    assert step(people, scene, {T[1]: "A"}, 0.0) == {T[1]: "person-1"}
+    late = people_module.RECHECK_S + 1.0
+    for frame in range(RETRY_FRAMES + 2):
+        step(people, scene, {T[1]: "A"}, late + frame / 30)
+    assert scene.calls == 1 and people.reasons == {"new": 1}
+    people.settle_doubts = True  # a map names someone now: the recheck that was due runs
+    step(people, scene, {T[1]: "A"}, late + 1.0)
+    assert scene.calls == 2 and people.reasons == {"new": 1, "recheck": 1}
+
+
 def test_two_faces_never_share_one_person():
     T = Ids()
     scene = Scene()

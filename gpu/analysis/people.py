@@ -141,6 +141,10 @@ class People:
         self.descriptors = 0  # asked for so far (cost accounting: dlib's frontal check, and its descriptor where that passes)
         self.describe_ms = 0.0  # ... and the time they took
         self.reasons: dict[str, int] = {}  # why they were computed: new, doubt, crossed, recheck
+        # False: only new tracks are described. A live stream whose map names nobody only
+        # lists its people; its swap never waits on them, so a doubt or a recheck (a 60-90 ms
+        # dlib call on the stream's thread, GIL held: frames dropped) buys it nothing
+        self.settle_doubts = True
 
     # -- per frame ---------------------------------------------------------------------------
 
@@ -164,6 +168,8 @@ class People:
         for face in sorted(faces, key=lambda f: _urgency(tracks.get(f.track_id))):
             track = tracks.get(face.track_id)
             if budget <= 0 or (track is not None and not _due(track, timestamp)):
+                continue
+            if not self.settle_doubts and _urgency(track) > 0:
                 continue
             if track is not None and track.overlapping:
                 continue  # a face over another one: described once they are apart

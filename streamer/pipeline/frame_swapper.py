@@ -180,7 +180,10 @@ class FrameSwapper:
         self._follow_hands(frame, faces)  # here, not in ``track``: the occlusion estimate reads the hands
         _add(times, "track", started)
         started = _started()
-        who = self.people.update(frame, faces, tracked.timestamp) if self.people is not None else None
+        who = None
+        if self.people is not None:
+            self.people.settle_doubts = self.mapping is not None and self.mapping.names_people
+            who = self.people.update(frame, faces, tracked.timestamp)
         _record(times, "identity", started)
         if who is not None:  # per-track state downstream goes by person: a track that changed person starts afresh
             faces = [replace(face, track_id=self.people.state_id(face.track_id)) for face in faces]
