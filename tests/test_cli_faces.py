@@ -5,12 +5,14 @@ crossing, its first second) and a photo of two."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpu.analysis.identity import identity_distance
+from signaling.stream_keys import StreamKeyStore
 from streamer.media.frames import read_frames
 from streamer.media.images import read_image, write_image
 from swapcast.benchmarks.people_clips import clip_by_name, photo_of
@@ -128,7 +130,7 @@ def test_keys_store_a_map_of_photos(files, tmp_path, monkeypatch):
     run = run_cli("keys", "add", "--map", f"{files['astronaut']}={files['grace_hopper']}", "--map",
                   f"{files['grace_hopper']}=keep", "--name", "podcast")
     assert_ok(run)
-    stored = json.loads((data / "stream-keys.json").read_text())[0]["stream"]
+    stored = asdict(StreamKeyStore(data).list()[0].stream)
     assert stored["swap"] == {"unmapped": "keep"} and len(stored["map_photos"]) == 2
     assert all(Path(p).is_file() for pair in stored["map_photos"].items() for p in pair if p != "keep")
     assert "map=2 people" in run_cli("keys", "list").out
