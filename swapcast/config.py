@@ -324,8 +324,8 @@ class PushConfig(_Section):
 
 class QuotasConfig(_Section):
     """What one user can make the node keep or do, each bounded (docs/operations/threat-model.md
-    lists these with the other limits and where each is enforced). Going past one is a 409,
-    413 or 429 that says which limit it was; admins are held to them too."""
+    lists these with the other limits and where each is enforced). Going past one is a 4xx
+    (400, 409, 413 or 429) that says which limit it was; admins are held to them too."""
 
     keys_per_user: int = Field(64, ge=1, le=100_000, description="stream keys one user holds, revoked ones not yet "
                                                                  "replaced included (their oldest make room)")

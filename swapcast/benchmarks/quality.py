@@ -127,7 +127,7 @@ def run_quality_benchmark(
     clip_outputs: dict[tuple[str, str], list[np.ndarray]] = {}
     flicker: dict[str, dict[str, float]] = {}
     done = 0
-    with ProgressBar("bench quality", enabled=progress and sys.stderr.isatty()) as bar:
+    with ProgressBar("bench quality", enabled=progress) as bar:
         for swapper_name, engine in engines.items():
             registered = {
                 (person, label): engine.register_source(image, label=label)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from gpu.errors import SwapcastError
@@ -25,7 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     scan.add_argument("target", metavar="VIDEO|IMAGE", help="the video or photo to scan")
     scan.add_argument("--out", metavar="DIR", help="where the thumbnails and people.json go (default: <target>.people/ beside it)")
     scan.add_argument("--json", action="store_true", help="print the listing as JSON")
-    scan.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    scan.add_argument("--no-progress", dest="progress", action="store_false", help="no progress (neither the bar nor the periodic lines)")
     add_engine_flags(scan)
     scan.set_defaults(run=_scan)
 
@@ -42,7 +41,7 @@ def _scan(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     folder = Path(args.out) if args.out else scan_folder(target)
     engine = FaceEngine(config.engine.settings())
-    with ProgressBar(f"scanning {target.name}", enabled=args.progress and sys.stderr.isatty()) as bar:
+    with ProgressBar(f"scanning {target.name}", enabled=args.progress) as bar:
         result = scan(engine, target, progress=lambda frames: bar.update(frames, None))
     write_scan(result, folder)
     listing = listing_of(result, folder)

@@ -36,7 +36,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="bearer token (JWT; default $SWAPCAST_TOKEN); jobs belong to its subject")
     waiting = argparse.ArgumentParser(add_help=False)
     waiting.add_argument("--output", metavar="FILE", help="download the finished video here")
-    waiting.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    waiting.add_argument("--no-progress", dest="progress", action="store_false", help="no progress (neither the bar nor the periodic lines)")
 
     parser = commands.add_parser("jobs", help="offline video jobs: submit, status, wait, cancel")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import secrets
-import sys
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--source-face-index", type=int, metavar="I", help="which face of the source photo (0 = largest) when it shows several")
     parser.add_argument("--target", required=True, metavar="IN", help="image (jpg/png/webp) or video (mp4/mov/mkv/webm/...)")
     parser.add_argument("--output", required=True, metavar="OUT", help="image for an image target; .mp4/.mov/.mkv for a video")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress (neither the bar nor the periodic lines)")
     add_map_flags(parser, people_ids=True)
     parser.add_argument("--people", metavar="SCAN", help="with --map person-N: the scan that numbered them "
                         "(default: <target>.people/people.json, as 'swapcast faces scan' writes it)")
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         _say_what_is_marked(provenance, job_id)
         return 0
 
-    with ProgressBar(f"swapping {target.name}", enabled=args.progress and sys.stderr.isatty()) as bar:
+    with ProgressBar(f"swapping {target.name}", enabled=args.progress) as bar:
         # the frame bound a job's video has (jobs.max_frames); the wall time is the caller's to end
         budget = DecodeBudget(max_frames=config.jobs.max_frames,
                               max_pixels=config.jobs.max_frames * MAX_DECODED_PIXELS, max_seconds=math.inf)
