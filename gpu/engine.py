@@ -278,6 +278,11 @@ class FaceEngine:
         """dlib identity descriptor: for reference selection and scoring (~60 ms)."""
         return self._identity.embed(image, face)
 
+    def frontal_identity(self, image: np.ndarray, face: Face) -> np.ndarray | None:
+        """``identity`` where dlib's frontal detector finds the face, else None (turned
+        away, half hidden): what re-identifying people runs on (``gpu.analysis.people``)."""
+        return self._identity.embed_frontal(image, face)
+
     def register_source(self, image: np.ndarray, index: int | None = None, label: str = "source image") -> SourceFace:
         """Pick the source face (the only one, or ``index`` counted from the largest) and
         prepare everything the swapper needs, once. A loaded content gate checks the photo

@@ -8,6 +8,9 @@ Messages (JSON text frames), server to client only:
     {"type": "session_started", "session": {...}}             a session appeared since the
     {"type": "session_ended", "session": {...}}               last snapshot / disappeared (its
                                                                last known state)
+    {"type": "people", "session_id": "...", "people": [...]}    the people a session sees changed
+                                                               (someone new, on or off screen, what
+                                                               they wear; see map faces)
 
 Sessions are whatever ``list_sessions(request)`` returns for the caller (the app decides
 whose sessions a caller sees); events are the difference between two successive listings,
@@ -109,6 +112,10 @@ async def _stream(request: web.Request, ws: web.WebSocketResponse, list_sessions
                 await ws.send_json({"type": "session_ended", "session": previous[session_id]})
             for session_id in current.keys() - previous.keys():
                 await ws.send_json({"type": "session_started", "session": current[session_id]})
+            for session_id in current.keys() & previous.keys():
+                if _people_state(current[session_id]) != _people_state(previous[session_id]):
+                    await ws.send_json({"type": "people", "session_id": session_id,
+                                        "people": current[session_id].get("people") or []})
         snapshot: dict[str, Any] = {"type": "snapshot", "sessions": sessions}
         if list_nodes is not None:
             snapshot["nodes"] = await list_nodes()
@@ -117,6 +124,12 @@ async def _stream(request: web.Request, ws: web.WebSocketResponse, list_sessions
         wait = interval_s if caller.expires is None else max(0.0, min(interval_s, caller.expires - time.time()))
         if not await _idle(ws, wait):
             return
+
+
+def _people_state(session: dict[str, Any]) -> list[tuple]:
+    """What a ``people`` event reports a change of: who, on screen or not, wearing what."""
+    people = session.get("people") or []
+    return [(p.get("id"), p.get("on_screen"), p.get("wears")) for p in people if isinstance(p, dict)]
 
 
 async def _idle(ws: web.WebSocketResponse, seconds: float) -> bool:

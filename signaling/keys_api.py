@@ -2,6 +2,7 @@
 
     GET    /api/v1/keys            [{key_id, name, face_id, owner, created, revoked, active, push, record, play_token}]
     POST   /api/v1/keys            {name, face_id, options?, push?: [rtmp://...], record?: path} -> 201 {..., key}
+                                   (options.faces_map names people by reference photo: {face id: face id | "keep"})
                                    (a user's push destinations must pass the push policy: 400 saying why;
                                    400 past quotas.push_per_key destinations; 409 past quotas.keys_per_user
                                    keys, their oldest revoked ones make room)
@@ -16,6 +17,7 @@ the options as the schema reads them, each destination once."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,7 @@ from signaling.push_policy import PushPolicy
 from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyLimitError, StreamKeyStore, check_destination
 
 KEYS_KEY = web.AppKey("stream_key_api", object)
+_PERSON_ID = re.compile(r"person-\d+")
 MAX_NAME = 80
 MAX_URL_CHARS = 2048
 FIELDS = frozenset({"name", "face_id", "options", "push", "record"})
@@ -104,6 +107,12 @@ async def create_key(request: web.Request) -> web.Response:
                       else "record must be a path")
     await api.check_face(face_id, caller)  # another user's face: 404, as for a missing one
     options = api.normalise_options(body.get("options") or {})
+    faces_map = options.get("faces_map") or {}
+    if any(_PERSON_ID.fullmatch(person) for person in faces_map):
+        return _error(400, "a stream key's faces_map names people by a reference photo's face id: a session's "
+                           "person ids (person-2) do not outlive the session")
+    for mapped in {*faces_map.keys(), *faces_map.values()} - {"keep"}:
+        await api.check_face(mapped, caller)
     try:
         for url in push if not caller.is_admin else ():
             await api.push_policy.check_new(url)

@@ -272,6 +272,19 @@ def _sessions(b: _Builder) -> None:
          "The session's newest swapped frame, small (any protocol)", "sessions",
          {"200": _ok("JPEG", {"type": "string", "format": "binary"}, "image/jpeg")}, ("404", "503"), params=sid,
          forwarded=True, description="404 also before the first swapped frame.")
+    b.op("get", "/api/v1/sessions/{session_id}/people/{person_id}/thumbnail.jpg", "personThumbnail",
+         "A person the session has seen, cropped (map faces)", "sessions",
+         {"200": _ok("JPEG", {"type": "string", "format": "binary"}, "image/jpeg")}, ("403", "404", "503"),
+         params=[*sid, _path_param("person_id"),
+                 {"name": "expires", "in": "query", "schema": {"type": "integer"},
+                  "description": "with `sig`: when the signed link stops working (unix time)"},
+                 {"name": "sig", "in": "query", "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                  "description": "the signature of a person's `thumbnail_url` in the session's listing"}],
+         forwarded=True,
+         description="With the owner's (or an admin's) bearer token, or the signed `thumbnail_url` of the "
+                     "session's `people` (for `<img>` tags), valid for minutes. 403: the signed link expired. "
+                     "404: no such person or session, or another user's (the same answer).")
+    b.paths["/api/v1/sessions/{session_id}/people/{person_id}/thumbnail.jpg"]["get"]["security"] = [{"bearerAuth": []}, {}]
     b.op("get", "/api/v1/sessions/{session_id}", "getSession", "One session with its live stats", "sessions",
          {"200": _ok("The session", _ref("Session"))}, ("404", "503"), params=sid, forwarded=True)
     b.op("patch", "/api/v1/sessions/{session_id}", "updateSession", "Change face, options or on/off, live",
@@ -429,7 +442,9 @@ def _events(b: _Builder) -> None:
          description=(
              'JSON text messages: {"type": "snapshot", "sessions": [Session], "nodes": [Node] (admins only)} '
              'at once and every second; {"type": "session_started" | "session_ended", "session": Session} when '
-             "a session appears or goes. Closed with 1001 when the server shuts down."))
+             'a session appears or goes; {"type": "people", "session_id", "people": [Person]} when the people a '
+             "session sees change (someone new, on or off screen, what they wear). Closed with 1001 when the "
+             "server shuts down."))
 
 
 # -- schemas ----------------------------------------------------------------------------------------
@@ -447,7 +462,19 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
                       "description": "keep what is in front of a face in front (auto: its own glasses too; objects: not them)"},
         "eyes": {"type": "string", "enum": ["target", "source"],
                  "description": "mesh3d: draw the source's eyes, blinking with the target's lids (default), or keep the target's own (its gaze)"},
+        "faces_map": {"type": "object", "maxProperties": 16, "additionalProperties": string,
+                      "description": "map faces: {person: face id or \"keep\"}; a person is an id the session "
+                                     "reported (person-2; not on stream keys) or the face id of a reference photo of "
+                                     "them (matched by identity under reference_threshold). Replaced whole by a PATCH"},
+        "unmapped": {"type": "string", "enum": ["source", "keep"],
+                     "description": "people faces_map does not name: the session's face (source) or as they are"},
     }}
+    person = {"type": "object", "required": ["id", "on_screen", "wears"], "properties": {
+        "id": {"type": "string", "example": "person-2"}, "on_screen": boolean,
+        "since": _nullable({"type": "string", "format": "date-time"}), "frames": integer,
+        "first_seen_s": _nullable(number), "last_seen_s": _nullable(number),
+        "wears": {"type": "string", "description": "a face id, \"keep\", or \"source\" (the session's face)"},
+        "thumbnail_url": _nullable({"type": "string", "description": "signed for `<img>`, expires after minutes"})}}
     stats = {"type": "object", "description": "Live numbers (fps, latency, per-stage ms, frame counters)",
              "properties": {name: _nullable(number) for name in (
                  "fps_in", "fps_out", "latency_ms", "latency_p50_ms", "latency_p99_ms", "swap_ms")}
@@ -469,6 +496,7 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
         "connection": {"type": "string", "description": "the peer connection's state"},
         "node_id": string, "owner": string, "label": _nullable(string), "viewers": integer,
         "stats": _nullable(stats),
+        "people": {"type": "array", "items": person, "description": "who the swap has seen (map faces), on screen first"},
     }}
     face_id = {"type": "string", "minLength": 1, "example": "astronaut"}
     return {
@@ -529,14 +557,20 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
                                                                     "(users: under users/<subject>/ or their own jobs')"},
             "priority": {"type": "string", "enum": ["high", "normal", "low"]},
             "webhook_url": {"type": "string", "description": "POSTed (HMAC-signed) when the job ends (users: "
-                                                              "a public address, as for push destinations)"}}},
+                                                              "a public address, as for push destinations)"},
+            "faces_map": {"type": "string", "description": "map faces: JSON {reference face id: face id or \"keep\"} "
+                                                            "(an object in a JSON body): people named by a photo of them, "
+                                                            "the same person in every chunk"},
+            "unmapped": {"type": "string", "enum": ["source", "keep"],
+                         "description": "people faces_map does not name: the job's face, or as they are"}}},
         "Job": {"type": "object", "required": ["id", "state", "progress"], "properties": {
             "id": string, "state": {"type": "string", "enum": ["pending", "processing", "completed", "failed", "cancelled"]},
             "progress": number, "error": _nullable(string),
             "priority": {"type": "string", "enum": ["high", "normal", "low"]}, "face_id": _nullable(string),
-            "source": {"type": "string", "enum": ["upload", "face_id"]}, "input": string,
+            "source": _nullable({"type": "string", "enum": ["upload", "face_id"]}), "input": string,
             "chunks": {"type": "object", "properties": {"total": integer, "done": integer}},
             "frames": _nullable(integer), "duration_s": _nullable(number), "has_audio": _nullable(boolean),
             "created": number, "updated": number, "finished": _nullable(number), "output": _nullable(string),
-            "webhook_url": _nullable(string), "webhook_status": _nullable(string)}},
+            "webhook_url": _nullable(string), "webhook_status": _nullable(string),
+            "faces_map": {"type": "object", "additionalProperties": string}, "unmapped": string}},
     }

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import sqlite3
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 from gpu.errors import SwapcastError
 
 KEY_PREFIX = "sk_"
+KEEP_PHOTO = "keep"  # in map_photos: the person stays as they are
 PLAY_PREFIX = "pt_"
 
 
@@ -52,6 +54,7 @@ class StreamConfig:
     record: str | None = None  # recording path (a file or a folder)
     face_id: str | None = None  # a face of the face library (keys made over the API)
     push_unrestricted: bool = False  # an admin made it: push.allowed_* do not apply (signaling.push_policy)
+    map_photos: dict = field(default_factory=dict)  # map faces by photo (command-line keys): stored reference photo -> stored photo or "keep"
 
 
 @dataclass(frozen=True)
@@ -186,9 +189,11 @@ class StreamKeyStore:
     def add(self, name: str, source_face: str | Path | None = None, *, face_id: str | None = None,
             swap: dict | None = None, push: tuple[str, ...] = (), record: str | None = None,
             owner: str = "", push_unrestricted: bool = False,
-            max_per_owner: int | None = None) -> tuple[str, StreamKey]:
+            max_per_owner: int | None = None, map_photos: dict[str, str] | None = None) -> tuple[str, StreamKey]:
         """Create a key for a photo (copied into the store) or a face library id; returns
-        (the secret key, shown only now, and its record). With ``max_per_owner`` the owner
+        (the secret key, shown only now, and its record). ``map_photos`` maps faces by photo
+        (reference photo -> photo to wear, or "keep"): the photos are copied into the store
+        too. With ``max_per_owner`` the owner
         keeps at most that many records: their oldest revoked ones make room, and with
         none revoked it is a ``StreamKeyLimitError``."""
         if (source_face is None) == (face_id is None):
@@ -198,6 +203,9 @@ class StreamKeyStore:
         source = Path(source_face) if source_face is not None else None
         if source is not None and not source.is_file():
             raise StreamKeyError(f"source face {source}: no such file")
+        for photo in [p for pair in (map_photos or {}).items() for p in pair if p != KEEP_PHOTO]:
+            if not Path(photo).is_file():
+                raise StreamKeyError(f"map photo {photo}: no such file")
         key = KEY_PREFIX + secrets.token_urlsafe(24)
         with self._transaction() as db:
             if owner and max_per_owner is not None:
@@ -205,14 +213,16 @@ class StreamKeyStore:
             key_id = _fresh_key_id(db)
             stored_face = ""
             if source is not None:
-                self._faces.mkdir(parents=True, exist_ok=True)
-                stored_face = str(self._faces / f"{key_id}{source.suffix.lower()}")
-                shutil.copyfile(source, stored_face)
+                stored_face = self._copy(source, key_id)
+            stored_map = {self._copy(Path(ref), f"{key_id}-ref{n}-{_stem(ref)}"):
+                          KEEP_PHOTO if wears == KEEP_PHOTO else self._copy(Path(wears), f"{key_id}-wears{n}-{_stem(wears)}")
+                          for n, (ref, wears) in enumerate((map_photos or {}).items())}
             made = StreamKey(
                 key_id=key_id,
                 key_hash=hash_key(key),
                 stream=StreamConfig(name=name, source_face=stored_face, swap=dict(swap or {}), push=tuple(push),
-                                    record=record, face_id=face_id, push_unrestricted=push_unrestricted),
+                                    record=record, face_id=face_id, push_unrestricted=push_unrestricted,
+                                    map_photos=stored_map),
                 created=time.time(),
                 owner=owner,
             )
@@ -224,6 +234,13 @@ class StreamKeyStore:
         store of 100,000 keys); a record whose key id is taken is left out."""
         with self._transaction() as db:
             _import(db, records)
+
+    def _copy(self, photo: Path, name: str) -> str:
+        """``photo`` copied into the store's faces folder as ``name``; its stored path."""
+        self._faces.mkdir(parents=True, exist_ok=True)
+        stored = str(self._faces / f"{name}{photo.suffix.lower()}")
+        shutil.copyfile(photo, stored)
+        return stored
 
     def list(self, owner: str | None = None) -> list[StreamKey]:
         """Every key (or one owner's), oldest first."""
@@ -384,6 +401,11 @@ def _record(row: tuple) -> StreamKey:
 
 def _legacy_record(row: dict) -> StreamKey:
     return StreamKey(**{**row, "stream": StreamConfig(**{**row["stream"], "push": tuple(row["stream"]["push"])})})
+
+
+def _stem(photo: str | Path) -> str:
+    """A photo's name, safe in a file name (what a key's map lists it as)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", Path(photo).stem)[:40] or "photo"
 
 
 def _fresh_key_id(db: sqlite3.Connection) -> str:

@@ -22,6 +22,7 @@ import logging
 import secrets
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from signaling.http_input import BadInput, display_name
 from signaling.registry import FaceLimitError, FaceRecord, MemoryRegistry, Registry
 from signaling.stream_keys import StreamConfig
 from streamer.media.images import HEADER_CHECKED_FORMATS
+from streamer.pipeline.people_map import KEEP, MappedSource, PeopleMap, Reference, is_person_id
 from streamer.samples import SAMPLE_FACES
 
 log = logging.getLogger(__name__)
@@ -280,6 +282,27 @@ class FaceLibrary:
         if stream.face_id:
             return await self.get(stream.face_id)
         return await self.from_path(stream.source_face)
+
+    async def people_map(self, faces_map: Mapping[str, str], unmapped: str, threshold: float,
+                         photos: Mapping[str, str] | None = None) -> PeopleMap | None:
+        """A session's or stream key's ``faces_map`` (person id or reference face id -> face id
+        or ``keep``) and ``photos`` (a command-line key's stored reference photo -> stored
+        photo or ``keep``) as sources; None when it changes nothing (no one named, the rest
+        wear the source). ``UnknownFaceError`` for a face no longer there."""
+        if not faces_map and not photos and unmapped != KEEP:
+            return None
+        named: dict[str, MappedSource | None] = {}
+        references = []
+        for person, face_id in faces_map.items():
+            wears = None if face_id == KEEP else MappedSource(face_id, (await self.get(face_id)).source)
+            if is_person_id(person):
+                named[person] = wears
+            else:
+                references.append(Reference(person, (await self.get(person)).source.identity, wears))
+        for photo, wears_photo in (photos or {}).items():
+            wears = None if wears_photo == KEEP else MappedSource(Path(wears_photo).name, (await self.from_path(wears_photo)).source)
+            references.append(Reference(Path(photo).name, (await self.from_path(photo)).source.identity, wears))
+        return PeopleMap(named, tuple(references), keep_unmapped=unmapped == KEEP, threshold=threshold)
 
     async def from_path(self, path: str | Path) -> FaceEntry:
         """A photo named by path (a stream key's source face): registered once per file

@@ -229,6 +229,7 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     sessions.kill_stream = ingest.kill
     sessions.provenance = provenance
     sessions.preview_stream = ingest.preview_jpeg
+    sessions.stream_person = ingest.person_thumbnail
     rtmp_server = RtmpServer(
         ingest, host=config.server.host, port=config.rtmp.port, stall_timeout=config.rtmp.stall_timeout_s,
         chunk_size=config.rtmp.chunk_size, tls=tls if config.rtmp.tls_port is not None else None,
@@ -370,7 +371,7 @@ def build_app(config: Config, *, engine: FaceEngine | None = None, node: Node | 
 
     async def visible_sessions(request: web.Request) -> list[dict]:
         caller = principal(request)
-        return [s for s in await node.live_sessions() if caller.may_access(s.get("owner", ""))]
+        return [webrtc_routes.sign_people(app, s) for s in await node.live_sessions() if caller.may_access(s.get("owner", ""))]
 
     async def node_list() -> list[dict]:
         return [info.to_dict() for info in await node.registry.nodes()]

@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from swapcast.commands import (
         bench,
         doctor,
+        faces,
         gateway,
         jobs,
         keys,
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text, or one JSON object per line (default: server.log_format of the config: "
                              "file, env SWAPCAST_SERVER__LOG_FORMAT)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, gateway, worker, jobs, swap, score, provenance, keys, token, bench, doctor, models):
+    for module in (serve, gateway, worker, jobs, swap, faces, score, provenance, keys, token, bench, doctor, models):
         module.register(commands)
     return parser
 

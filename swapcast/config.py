@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -108,6 +109,11 @@ class EngineConfig(_Section):
         return EngineSettings(**self.model_dump(exclude={"processors"}), processors=self.processors.settings())
 
 
+MAX_MAPPED_PEOPLE = 16
+KEEP_FACE = "keep"  # what a person in faces_map wears to stay as they are
+_FACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a face id or a person id (person-2)
+
+
 class SwapConfig(_Section):
     face_selection: Literal["all", "largest", "reference"] = "all"
     reference_threshold: float = Field(0.6, gt=0, le=2)
@@ -120,6 +126,27 @@ class SwapConfig(_Section):
         "off", description="auto: the built-in estimate keeps what is in front of a face, the glasses it wears too; objects: "
                            "what comes in front, not its glasses (off by default: it costs identity, see docs: guides/occlusion)")
     eyes: Literal["target", "source"] = Field("source", description="mesh3d: the source's eyes, opened and closed with the target's lids, or the target's own (its gaze)")
+    faces_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="map faces: who wears which face, {person: face id or 'keep'}; a person is an id the session (or "
+                    "'swapcast faces scan') reported, person-2, or the face id of a reference photo of them (matched by "
+                    f"identity under reference_threshold); at most {MAX_MAPPED_PEOPLE} (docs: guides/map-faces)")
+    unmapped: Literal["source", "keep"] = Field(
+        "source", description="with faces_map: the people it does not name wear the session's own face (source) or stay "
+                              "as they are (keep)")
+
+    @field_validator("faces_map")
+    @classmethod
+    def _faces_map(cls, mapping: dict[str, str]) -> dict[str, str]:
+        if len(mapping) > MAX_MAPPED_PEOPLE:
+            raise ValueError(f"names {len(mapping)} people; at most {MAX_MAPPED_PEOPLE}")
+        for person, face in mapping.items():
+            if person == KEEP_FACE or not _FACE_NAME.fullmatch(person):
+                raise ValueError(f"{person[:80]!r} is not a person: use an id a session or scan reported (person-2) "
+                                 "or the face id of a reference photo")
+            if face != KEEP_FACE and not _FACE_NAME.fullmatch(face):
+                raise ValueError(f"{person} wears {face[:80]!r}: use a face id (GET /api/v1/faces) or 'keep'")
+        return dict(mapping)
 
     @field_validator("occlusion", mode="before")
     @classmethod
@@ -128,7 +155,7 @@ class SwapConfig(_Section):
         return {True: "auto", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     def options(self) -> SwapOptions:
-        return SwapOptions(**self.model_dump())
+        return SwapOptions(**self.model_dump(exclude={"faces_map", "unmapped"}))
 
     def with_live_changes(self, changes: object) -> SwapConfig:
         """These options with a live session's changes (``options`` of the sessions API)
@@ -297,8 +324,8 @@ class PushConfig(_Section):
 
 class QuotasConfig(_Section):
     """What one user can make the node keep or do, each bounded (docs/operations/threat-model.md
-    lists these with the other limits and where each is enforced). Going past one is a 409,
-    413 or 429 that says which limit it was; admins are held to them too."""
+    lists these with the other limits and where each is enforced). Going past one is a 4xx
+    (400, 409, 413 or 429) that says which limit it was; admins are held to them too."""
 
     keys_per_user: int = Field(64, ge=1, le=100_000, description="stream keys one user holds, revoked ones not yet "
                                                                  "replaced included (their oldest make room)")

@@ -9,8 +9,10 @@ from tqdm import tqdm
 
 
 class ProgressBar:
-    """``update(done, total)`` as the media layer reports it; a context manager. Both forms
-    show the rate: tqdm its own (frame/s), the periodic lines the average since the start."""
+    """``update(done, total)`` as the media layer reports it; a context manager. On a
+    terminal a tqdm bar; elsewhere (a log, a pipe) a line every ``log_every_s``; nothing
+    when not ``enabled`` (``--no-progress``). Both forms show the rate: tqdm its own
+    (frame/s), the periodic lines the average since the start."""
 
     def __init__(self, label: str, enabled: bool = True, log_every_s: float = 5.0) -> None:
         self.label = label
@@ -20,7 +22,7 @@ class ProgressBar:
         self._started = self._last_log = time.monotonic()
 
     def __enter__(self) -> ProgressBar:
-        if self.enabled:
+        if self.enabled and sys.stderr.isatty():
             self._bar = tqdm(desc=self.label, unit="frame", dynamic_ncols=True, file=sys.stderr)
         return self
 
@@ -29,7 +31,7 @@ class ProgressBar:
             if total and self._bar.total != max(total, done):
                 self._bar.total = max(total, done)
             self._bar.update(done - self._bar.n)
-        elif time.monotonic() - self._last_log >= self.log_every_s:
+        elif self.enabled and time.monotonic() - self._last_log >= self.log_every_s:
             self._last_log = time.monotonic()
             share = f"/{total} ({100 * done / total:.0f}%)" if total else ""
             rate = done / max(self._last_log - self._started, 1e-9)

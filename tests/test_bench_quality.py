@@ -45,6 +45,11 @@ def test_quick_run_writes_table_json_and_pictures(tmp_path, capsys):
     assert len(pictures) == 12 + 2
     picture = read_image(report / "astronaut_yawp30.png")
     assert picture.shape == (256, 3 * 256, 3)  # target | mesh | source
+    # the mapping part: two people crossing, each wearing the other's face by a reference photo
+    mapping = data["mapping"]["splits"]["tuning"]
+    assert {row["person"] for row in mapping["people"]} == {"astronaut", "grace_hopper"}
+    assert mapping["totals"]["frames_with_another"] == 0 and mapping["totals"]["correct"] >= 0.98
+    assert "each person their own source" in out and (report / "mapping-tuning-cross-mesh.jpg").is_file()
 
 
 def test_a_swapper_that_is_not_there_is_left_out_with_the_reason():

@@ -16,6 +16,7 @@ def test_models_convert_fills_the_cache_and_reuses_it(tmp_path: Path, capsys) ->
     converted = sorted(cache.glob("*.onnx"))
     assert [p.name.split("-")[0] for p in converted] == [
         "face_detection_full_range_sparse", "face_detection_short_range", "face_landmark",
+        "hand_landmark_lite", "palm_detection_full",
     ]
     for path in converted:
         assert str(path) in out

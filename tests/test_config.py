@@ -99,6 +99,11 @@ def test_a_child_config_file_keeps_the_secret_a_dump_would_mask(tmp_path):
     ({"colour": 1}, "invalid options: colour: Extra inputs are not permitted"),
     ({"face_selection": "reference"}, "face_selection 'reference' needs a reference photo"),
     (["blend", 1], "options must be a JSON object"),
+    ({"faces_map": {"keep": "astronaut"}}, "faces_map: Value error, 'keep' is not a person"),
+    ({"faces_map": {"person-1": "../etc"}}, "person-1 wears '../etc': use a face id"),
+    ({"faces_map": {f"person-{n}": "keep" for n in range(17)}}, "names 17 people; at most 16"),
+    ({"faces_map": ["person-1"]}, "faces_map: Input should be a valid dictionary"),
+    ({"unmapped": "nobody"}, "unmapped: Input should be 'source' or 'keep'"),
 ])
 def test_a_live_sessions_bad_option_is_refused_naming_it(changes, needle):
     from swapcast.config import SwapConfig
@@ -113,3 +118,7 @@ def test_a_live_sessions_option_changes_apply_over_its_options():
 
     changed = SwapConfig(blend=0.7, mouth_mask=True).with_live_changes({"occlusion": "auto", "feather": 0.1})
     assert (changed.blend, changed.mouth_mask, changed.occlusion, changed.feather) == (0.7, True, "auto", 0.1)
+    mapped = changed.with_live_changes({"faces_map": {"person-2": "u-1a2b3c", "grace_hopper": "keep"}, "unmapped": "keep"})
+    assert mapped.faces_map == {"person-2": "u-1a2b3c", "grace_hopper": "keep"} and mapped.unmapped == "keep"
+    assert mapped.with_live_changes({"faces_map": {}}).faces_map == {}  # a map is replaced whole
+    assert "faces_map" not in vars(mapped.options())  # the swappers' options carry no map

@@ -105,8 +105,8 @@ def test_swap_options_pictures(engine, grace_source, grace_image, target, tmp_pa
     mouth = swapped(engine, grace_source, image, replace(default, mouth_mask=True))
     assert change(mouth, image, lips) < 0.5 * change(full, image, lips), "the mouth mask keeps the target's lips"
 
-    own_eyes = swapped(engine, grace_source, image, replace(default, eyes="source"))
-    assert change(own_eyes, full, eyes) > 2 * change(own_eyes, full, face & ~eyes), "eyes: source changes the eyes"
+    own_eyes = swapped(engine, grace_source, image, replace(default, eyes="target"))
+    assert change(own_eyes, full, eyes) > 2 * change(own_eyes, full, face & ~eyes), "eyes: target changes the eyes"
 
     no_colour = swapped(engine, grace_source, image, replace(default, colour_match=False))
     assert change(no_colour, full, face) > 1, "colour match off changes the skin's colour"
@@ -117,7 +117,7 @@ def test_swap_options_pictures(engine, grace_source, grace_image, target, tmp_pa
          tmp_path)
     save("options-blend.png", [("blend 1 (default)", square(full)), ("blend 0.5", square(half))], tmp_path)
     save("options-mouth-mask.png", [("mouth_mask off", square(full)), ("mouth_mask on", square(mouth))], tmp_path)
-    save("options-eyes.png", [("eyes: target", square(full)), ("eyes: source", square(own_eyes))], tmp_path)
+    save("options-eyes.png", [("eyes: source (default)", square(full)), ("eyes: target", square(own_eyes))], tmp_path)
     save("options-colour-match.png", [("colour_match on", square(full)), ("colour_match off", square(no_colour))],
          tmp_path)
 

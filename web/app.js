@@ -29,6 +29,10 @@ const el = {
   uploadLabel: document.querySelector('.upload'),
   stats: $('stats'),
   showStats: $('show-stats'),
+  peoplePanel: $('people-panel'),
+  peopleList: $('people-list'),
+  keepUnmapped: $('keep-unmapped'),
+  keepChip: $('keep-chip'),
   stat: {
     fpsIn: $('stat-fps-in'),
     fpsOut: $('stat-fps-out'),
@@ -52,6 +56,8 @@ const state = {
   generation: 0, // bumped by stop(): a start() still waiting for the camera gives up
   lastFramesIn: null,
   lastPollAt: null,
+  people: [], // the people the live session has seen (GET /api/v1/sessions/{id}: people)
+  facesMap: {}, // person id -> face id or "keep": what the session's options.faces_map holds
 };
 
 // --- messages & status ---------------------------------------------------------------
@@ -158,6 +164,11 @@ function renderFaces() {
     name.textContent = face.name || face.id;
     button.title = face.name || face.id;
     button.append(img, name);
+    button.draggable = true; // dropped onto a person in the picture: they wear it
+    button.addEventListener('dragstart', (event) => {
+      event.dataTransfer.setData('application/x-swapcast-face', face.id);
+      event.dataTransfer.effectAllowed = 'copy';
+    });
     button.addEventListener('click', () => selectFace(face.id));
     button.addEventListener('keydown', onFaceKey);
     el.faceList.append(button);
@@ -346,6 +357,111 @@ el.faceSelection.addEventListener('change', () => {
   });
 });
 
+// --- people in the picture (map faces: options.faces_map) ----------------------------------
+
+const KEEP = 'keep';
+const FACE_DRAG = 'application/x-swapcast-face';
+
+/** The person's choice in the map: a face id, "keep", or "" (not mapped: the session's rule). */
+const choiceOf = (personId) => state.facesMap[personId] || '';
+
+function personOptions(select, personId) {
+  const choices = [['', 'not mapped'], ...state.faces.map((f) => [f.id, f.name || f.id]), [KEEP, 'keep: stays themselves']];
+  select.replaceChildren(...choices.map(([value, text]) => {
+    const option = document.createElement('option');
+    option.value = value;
+    option.textContent = text;
+    return option;
+  }));
+  select.value = choiceOf(personId);
+}
+
+function renderPeople() {
+  const live = Boolean(state.live && state.live.sessionId);
+  el.peoplePanel.hidden = !live || state.people.length === 0;
+  const shown = new Map([...el.peopleList.children].map((li) => [li.dataset.personId, li]));
+  const wanted = new Set(state.people.map((p) => p.id));
+  for (const [id, li] of shown) if (!wanted.has(id)) li.remove();
+  for (const person of state.people) {
+    let li = shown.get(person.id);
+    if (!li) {
+      li = document.createElement('li');
+      li.className = 'person';
+      li.dataset.personId = person.id;
+      const img = document.createElement('img');
+      img.alt = `${person.id} as the camera shows them`;
+      const who = document.createElement('span');
+      who.className = 'who';
+      const select = document.createElement('select');
+      select.setAttribute('aria-label', `Face for ${person.id}`);
+      select.dataset.personId = person.id;
+      select.addEventListener('change', () => mapPerson(person.id, select.value));
+      li.append(img, who, select);
+      li.addEventListener('dragover', (event) => {
+        if (![...event.dataTransfer.types].includes(FACE_DRAG) && ![...event.dataTransfer.types].includes('text/plain')) return;
+        event.preventDefault();
+        li.classList.add('drop-target');
+      });
+      li.addEventListener('dragleave', () => li.classList.remove('drop-target'));
+      li.addEventListener('drop', (event) => {
+        event.preventDefault();
+        li.classList.remove('drop-target');
+        const faceId = event.dataTransfer.getData(FACE_DRAG) || event.dataTransfer.getData('text/plain');
+        if (faceId) mapPerson(person.id, faceId);
+      });
+      el.peopleList.append(li);
+      personOptions(select, person.id);
+    }
+    const img = li.querySelector('img');
+    if (person.thumbnail_url && img.dataset.src !== person.thumbnail_url) {
+      img.dataset.src = person.thumbnail_url;
+      img.src = person.thumbnail_url;
+    }
+    li.dataset.onScreen = String(Boolean(person.on_screen));
+    li.dataset.wears = person.wears || '';
+    const worn = state.faces.find((f) => f.id === person.wears);
+    const wearing = worn ? worn.name || worn.id : person.wears === 'source' ? 'the selected face' : person.wears;
+    li.querySelector('.who').textContent = `${person.id}${person.on_screen ? '' : ' (gone)'} · wears ${wearing}`;
+    const select = li.querySelector('select');
+    if (document.activeElement !== select && select.options.length !== state.faces.length + 2) personOptions(select, person.id);
+    else if (document.activeElement !== select) select.value = choiceOf(person.id);
+  }
+}
+
+/** PATCH the whole map with one person changed ("" takes them out of it); on refusal it goes back. */
+async function mapPerson(personId, choice) {
+  const before = { ...state.facesMap };
+  const next = { ...state.facesMap };
+  if (choice) next[personId] = choice;
+  else delete next[personId];
+  state.facesMap = next;
+  renderPeople();
+  await patchLive({ options: { faces_map: next } }, () => {
+    state.facesMap = before;
+    renderPeople();
+  });
+}
+
+el.keepChip.addEventListener('dragstart', (event) => {
+  event.dataTransfer.setData(FACE_DRAG, KEEP);
+  event.dataTransfer.effectAllowed = 'copy';
+});
+
+el.keepUnmapped.addEventListener('change', () => {
+  const value = el.keepUnmapped.checked;
+  patchLive({ options: { unmapped: value ? KEEP : 'source' } }, () => {
+    el.keepUnmapped.checked = !value;
+  });
+});
+
+function followPeople(session) {
+  state.people = Array.isArray(session.people) ? session.people : [];
+  const map = session.options && session.options.faces_map;
+  if (map && typeof map === 'object') state.facesMap = { ...map };
+  if (session.options && document.activeElement !== el.keepUnmapped) el.keepUnmapped.checked = session.options.unmapped === KEEP;
+  renderPeople();
+}
+
 // --- stats ---------------------------------------------------------------------------------
 
 const fmt = (value, digits = 0, unit = '') =>
@@ -373,6 +489,7 @@ function stageText(stats) {
 
 function renderStats({ session, rtp, error }) {
   if (error || !session) return;
+  followPeople(session);
   const s = session.stats || {};
   const now = performance.now();
   let fpsIn = typeof s.fps_in === 'number' ? s.fps_in : null;
@@ -490,6 +607,9 @@ async function stop({ keepMessage = false } = {}) {
   el.localPlaceholder.hidden = false;
   el.remotePlaceholder.hidden = false;
   el.stats.hidden = true;
+  state.people = [];
+  state.facesMap = {};
+  renderPeople();
   setBusy(false);
   if (!keepMessage) {
     clearMessage();
@@ -523,6 +643,9 @@ window.swapcast = {
   },
   get faceId() {
     return state.faceId;
+  },
+  get people() {
+    return state.people;
   },
 };
 

@@ -53,6 +53,7 @@ pixels): about 5 ms of CPU per face (``swapcast bench occlusion``).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -222,6 +223,9 @@ class OcclusionEstimator:
         self._frame = 0
         self.keep_worn = keep_worn
         self.hands = hands  # a hand model's keep mask (``gpu.analysis.hands``): kept, and never learnt
+        # whether a new track may take over an ended one's model (ended id, new id): not when
+        # they are known to be different people (``gpu.analysis.people``); None: any may
+        self.may_adopt: Callable[[int, int], bool] | None = None
 
     def __call__(self, crop: Any, face: Face, matrix: np.ndarray) -> np.ndarray | None:
         crop = to_host(crop)
@@ -328,18 +332,20 @@ class OcclusionEstimator:
         while len(self._orphans) > MAX_TRACKS:
             self._orphans.popitem(last=False)
 
-    def _adopted(self, box: np.ndarray) -> _Track | None:
+    def _adopted(self, box: np.ndarray, track_id: int) -> _Track | None:
         """The model of an ended track whose last box overlaps ``box`` most (at least
-        ``ADOPT_IOU``): the same face, found again."""
+        ``ADOPT_IOU``): the same face, found again (and, with ``may_adopt``, the same person)."""
         best, best_overlap = None, ADOPT_IOU
-        for track_id, (track, _) in self._orphans.items():
+        for ended_id, (track, _) in self._orphans.items():
+            if self.may_adopt is not None and not self.may_adopt(ended_id, track_id):
+                continue
             overlap = _box_iou(track.box, box) if track.box is not None else 0.0
             if overlap >= best_overlap:
-                best, best_overlap = track_id, overlap
+                best, best_overlap = ended_id, overlap
         return None if best is None else self._orphans.pop(best)[0]
 
     def _track(self, face: Face, texels: int) -> _Track:
-        track = self._tracks.pop(face.track_id, None) or self._adopted(face.box) or _Track.empty(texels)
+        track = self._tracks.pop(face.track_id, None) or self._adopted(face.box, face.track_id) or _Track.empty(texels)
         track.box = np.asarray(face.box, np.float32)
         self._tracks[face.track_id] = track
         while len(self._tracks) > MAX_TRACKS:

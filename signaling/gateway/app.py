@@ -412,6 +412,7 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
     r.add_post("/api/v1/sessions/{session_id}/offer", gateway.offer)
     r.add_post("/api/v1/sessions/{session_id}/candidates", gateway.to_owner)
     r.add_get("/api/v1/sessions/{session_id}/preview.jpg", gateway.to_owner)
+    r.add_get("/api/v1/sessions/{session_id}/people/{person_id}/thumbnail.jpg", gateway.to_owner)
     for method in ("GET", "PATCH", "DELETE"):
         r.add_route(method, "/api/v1/sessions/{session_id}", gateway.session_item)
     r.add_post("/whip", gateway.whip_publish)

@@ -89,6 +89,8 @@ class Job:
     output_path: str | None = None  # relative to the job storage, once completed
     webhook_status: str | None = None
     webhook_unrestricted: bool = False  # submitted by an admin (or without auth): no push policy
+    faces_map: str | None = None  # map faces: JSON {reference face id: face id | "keep"}
+    unmapped: str = "source"  # people the map does not name: the job's face ("source") or kept ("keep")
 
     @property
     def final(self) -> bool:
@@ -113,7 +115,7 @@ class Job:
             "error": self.error,
             "priority": self.priority,
             "face_id": self.face_id,
-            "source": "upload" if self.source_path else "face_id",
+            "source": "upload" if self.source_path else "face_id" if self.face_id else None,
             "input": self.input_name,
             "chunks": {"total": self.chunks_total, "done": self.chunks_done},
             "frames": self.frames,
@@ -125,6 +127,8 @@ class Job:
             "output": f"/api/v1/jobs/{self.id}/output" if self.state == "completed" else None,
             "webhook_url": self.webhook_url,
             "webhook_status": self.webhook_status,
+            "faces_map": json.loads(self.faces_map) if self.faces_map else {},
+            "unmapped": self.unmapped,
         }
 
     def to_fields(self) -> dict[str, str]:
@@ -166,4 +170,6 @@ class Job:
             output_path=raw.get("output_path") or None,
             webhook_status=raw.get("webhook_status") or None,
             webhook_unrestricted=raw.get("webhook_unrestricted") == "1",
+            faces_map=raw.get("faces_map") or None,
+            unmapped=raw.get("unmapped") or "source",
         )

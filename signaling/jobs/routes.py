@@ -2,7 +2,9 @@
 
 - ``POST /api/v1/jobs``: ``multipart/form-data`` with a ``video`` file (or a ``path`` inside
   the job storage), a ``face_id`` (or a ``source`` photo file), optional ``priority``
-  (high | normal | low) and ``webhook_url``; or JSON with the same text fields and a
+  (high | normal | low) and ``webhook_url``, and to map faces ``faces_map`` (a JSON object
+  {reference face id: face id | "keep"}: people named by a photo of them, the same person
+  in every chunk) with ``unmapped`` (source | keep); or JSON with the same fields and a
   ``path``. Header ``Idempotency-Key``: the same key again returns the same job (200
   instead of 201). Answers the job.
 - ``GET /api/v1/jobs`` (newest first, ``?limit=``), ``GET /api/v1/jobs/{id}``: state,
@@ -32,6 +34,7 @@ middleware (a bare jobs API, as the tests and the benchmark run it) there are no
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import mimetypes
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -52,6 +55,7 @@ from signaling.jobs.service import (
     JobService,
     Submission,
     check_idempotency_key,
+    parse_faces_map,
 )
 from signaling.jobs.storage import JobStorage, JobStorageError, StoredFile
 from signaling.jobs.uploads import (
@@ -69,7 +73,7 @@ from signaling.jobs.uploads import (
 from signaling.numbers import NumberError, is_ascii_number, parse_natural
 
 NO_REDIS = "offline jobs need Redis: start the server with --redis URL (cluster.redis_url)"
-TEXT_FIELDS = frozenset({"face_id", "path", "priority", "webhook_url"})
+TEXT_FIELDS = frozenset({"face_id", "path", "priority", "webhook_url", "faces_map", "unmapped"})
 _FORM_SLACK_BYTES = 64 * 1024  # multipart boundaries and text fields on top of the files
 _MAX_FIELD_BYTES = 4096
 _SEND_BYTES = 1 << 20
@@ -245,7 +249,8 @@ class _JobsApi:
         return Submission(
             job_id=job_id, input_path=input_path, input_name=input_name, face_id=fields.get("face_id"),
             source_path=form.source, priority=fields.get("priority", "normal"), webhook_url=fields.get("webhook_url"),
-            idempotency_key=key, caller=caller,
+            idempotency_key=key, caller=caller, faces_map=parse_faces_map(fields.get("faces_map")),
+            unmapped=fields.get("unmapped", "source"),
         )
 
     async def list(self, request: web.Request) -> web.Response:
@@ -425,6 +430,8 @@ def _too_large(limit: int) -> str:
 def _text_field(name: str, value: Any) -> str:
     if name not in TEXT_FIELDS:
         raise JobRequestError(f"unknown field {name!r}")
+    if name == "faces_map" and isinstance(value, dict):
+        return json.dumps(value)  # JSON bodies give it as an object, forms as JSON text
     if not isinstance(value, str):
         raise JobRequestError(f"{name} must be a string")
     if len(value.encode("utf-8", "surrogatepass")) > _MAX_FIELD_BYTES:  # as a form's text field

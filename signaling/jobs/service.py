@@ -4,9 +4,11 @@ the job's files in the shared storage, creating the job once per idempotency key
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from urllib.parse import quote, urlparse
 
@@ -47,6 +49,8 @@ class Submission:
     webhook_url: str | None = None
     idempotency_key: str | None = None
     caller: Principal | None = None  # None: a bare API without auth (no owners)
+    faces_map: dict[str, str] = field(default_factory=dict)  # reference face id -> face id or "keep"
+    unmapped: str = "source"  # people the map does not name: the job's face, or kept
 
     @property
     def owner(self) -> str:
@@ -130,12 +134,22 @@ class JobService:
             source_path=submission.source_path, webhook_url=submission.webhook_url,
             idempotency_key=submission.idempotency_key, created=stamp, updated=stamp, owner=submission.owner,
             webhook_unrestricted=submission.caller is None or submission.caller.is_admin,
+            faces_map=json.dumps(submission.faces_map) if submission.faces_map else None, unmapped=submission.unmapped,
         )
         return await self.queue.create(job)
 
     async def _check(self, submission: Submission) -> None:
-        if (submission.face_id is None) == (submission.source_path is None):
+        if submission.face_id is not None and submission.source_path is not None:
             raise JobRequestError("give exactly one of 'face_id' (a stored or sample face) or 'source' (a photo upload)")
+        if submission.unmapped not in ("source", "keep"):
+            raise JobRequestError(f"unmapped must be 'source' or 'keep', not {submission.unmapped!r}")
+        if submission.face_id is None and submission.source_path is None and not (
+                submission.faces_map and submission.unmapped == "keep"):
+            raise JobRequestError("give exactly one of 'face_id' (a stored or sample face) or 'source' (a photo upload)"
+                                  " (without either, a 'faces_map' with unmapped 'keep')")
+        for face_id in {*submission.faces_map.keys(), *submission.faces_map.values()} - {"keep"}:
+            if self.face_exists is not None and not await self.face_exists(face_id, submission.caller):
+                raise JobRequestError(f"faces_map: unknown face_id {face_id!r}")
         if submission.priority not in PRIORITIES:
             raise JobRequestError(f"priority must be one of {', '.join(PRIORITIES)}, not {submission.priority!r}")
         if submission.webhook_url is not None and not _http_url(submission.webhook_url):
@@ -152,6 +166,34 @@ class JobService:
             and not await self.face_exists(submission.face_id, submission.caller)
         ):
             raise JobRequestError(f"unknown face_id {submission.face_id!r}")
+
+
+MAX_MAPPED_PEOPLE = 16
+_FACE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_PERSON_ID = re.compile(r"person-\d+")
+
+
+def parse_faces_map(text: str | None) -> dict[str, str]:
+    """A job's ``faces_map`` (JSON text: {reference face id: face id | "keep"}), checked: a
+    job names people by a photo of them, as their ids would differ from chunk to chunk."""
+    if not text:
+        return {}
+    try:
+        mapping = json.loads(text)
+    except ValueError:
+        raise JobRequestError("faces_map must be a JSON object {reference face id: face id or \"keep\"}") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise JobRequestError("faces_map must be a JSON object {reference face id: face id or \"keep\"}")
+    if len(mapping) > MAX_MAPPED_PEOPLE:
+        raise JobRequestError(f"faces_map names {len(mapping)} people; at most {MAX_MAPPED_PEOPLE}")
+    for person, face in mapping.items():
+        if _PERSON_ID.fullmatch(person):
+            raise JobRequestError(f"faces_map: {person} is a session's or scan's id; a job names people by the face id "
+                                  "of a reference photo of them (the same person in every chunk)")
+        if person == "keep" or not _FACE_ID.fullmatch(person) or (face != "keep" and not _FACE_ID.fullmatch(face)):
+            raise JobRequestError(f"faces_map: {person[:80]!r} -> {face[:80]!r}: expected a reference face id -> a face id "
+                                  "or 'keep'")
+    return mapping
 
 
 def _http_url(text: str) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpu.analysis.people import People
 from gpu.engine import FaceEngine, SourceFace
 from gpu.options import SwapOptions
 from streamer.media.decode_budget import DecodeBudget
@@ -22,6 +23,7 @@ from streamer.media.errors import VideoError
 from streamer.media.stream_guard import MAX_DECODED_PIXELS
 from streamer.media.transcode import TranscodeReport, transcode_video
 from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.pipeline.people_map import PeopleMap
 
 BATCH_TIMEOUT_S = 120.0
 CHUNK_TIMEOUT_S = 600.0  # the default of jobs.chunk_timeout_s
@@ -47,7 +49,7 @@ class UnswappedFrames(RuntimeError):
 
 def render_chunk(
     engine: FaceEngine,
-    source: SourceFace,
+    source: SourceFace | None,
     options: SwapOptions,
     chunk: Path,
     output: Path,
@@ -59,15 +61,18 @@ def render_chunk(
     session_id: str,
     marker: Callable[[np.ndarray], None] | None = None,
     max_seconds: float = CHUNK_TIMEOUT_S,
+    mapping: PeopleMap | None = None,
 ) -> TranscodeReport:
     """Swap every frame of ``chunk`` into ``output`` (same timestamps, H.264). ``stopped`` is
     polled after each frame (``Abandoned``). ``label`` names the chunk in errors, e.g. "the
     video between 3.0 s and 6.0 s": damaged data becomes a ``VideoError`` saying where. The
     decode is bounded (``DecodeBudget``): no more frames than the chunk shows, no longer
-    than ``max_seconds``."""
+    than ``max_seconds``. ``mapping`` names people by identity, so each chunk finds the same
+    people again."""
 
+    people = People(engine.frontal_identity) if mapping is not None and mapping.names_people else None
     swapper = FrameSwapper(engine, source, options, session_id=session_id, batch_timeout_s=BATCH_TIMEOUT_S,
-                           marker=marker, offline=True)
+                           marker=marker, offline=True, people=people, mapping=mapping)
 
     def progress(done: int, total: int | None) -> None:
         if stopped():

@@ -9,6 +9,7 @@ for the next chunks (a small LRU).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import OrderedDict
 
 import cv2
@@ -19,6 +20,7 @@ from signaling.jobs.model import Job
 from signaling.jobs.storage import JobStorage
 from signaling.registry import Registry
 from streamer.media.images import read_image
+from streamer.pipeline.people_map import KEEP, MappedSource, PeopleMap, Reference
 from streamer.samples import SAMPLE_FACES
 
 CACHE_SIZE = 32
@@ -35,12 +37,34 @@ class SourceFaces:
         self.storage = storage
         self._cache: OrderedDict[str, SourceFace] = OrderedDict()
 
-    async def for_job(self, job: Job) -> SourceFace:
+    async def for_job(self, job: Job) -> SourceFace | None:
+        """The job's face (None: it has none, its ``faces_map`` names everyone it swaps)."""
+        if not job.source_path and not job.face_id:
+            return None
         key = f"upload:{job.id}" if job.source_path else f"face:{job.face_id}"
+        return await self._cached(key, lambda: self._resolve(job))
+
+    async def people_map(self, job: Job, threshold: float) -> PeopleMap | None:
+        """The job's ``faces_map`` as sources: people named by a reference face's identity,
+        so a person is the same one in every chunk (None: no map, every face wears the job's)."""
+        mapping = json.loads(job.faces_map) if job.faces_map else {}
+        if not mapping and job.unmapped != KEEP:
+            return None
+        references = []
+        for reference, face_id in mapping.items():
+            identity = (await self._by_face_id(reference)).identity
+            wears = None if face_id == KEEP else MappedSource(face_id, await self._by_face_id(face_id))
+            references.append(Reference(reference, identity, wears))
+        return PeopleMap(references=tuple(references), keep_unmapped=job.unmapped == KEEP, threshold=threshold)
+
+    async def _by_face_id(self, face_id: str) -> SourceFace:
+        return await self._cached(f"face:{face_id}", lambda: self._face(face_id))
+
+    async def _cached(self, key: str, resolve) -> SourceFace:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        source = await self._resolve(job)
+        source = await resolve()
         self._cache[key] = source
         while len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
@@ -49,7 +73,9 @@ class SourceFaces:
     async def _resolve(self, job: Job) -> SourceFace:
         if job.source_path:
             return await asyncio.to_thread(self._from_photo, job.source_path)
-        face_id = job.face_id or ""
+        return await self._face(job.face_id or "")
+
+    async def _face(self, face_id: str) -> SourceFace:
         if face_id in SAMPLE_FACES:
             image = SAMPLE_FACES[face_id]()
             return await asyncio.to_thread(self.engine.register_source, image, None, f"sample face {face_id}")

@@ -295,6 +295,7 @@ class Worker:
         assert task.index is not None
         chunk = await self.queue.chunk(job.id, task.index)
         source = await self.faces.for_job(job)
+        mapping = await self.faces.people_map(job, self.settings.swap.reference_threshold)
         lease.check()
         rendered = self._rendered(job.id, chunk.index)
         end = chunk.start_s + chunk.duration_s
@@ -307,6 +308,7 @@ class Worker:
                 label=f"{job.input_name} between {chunk.start_s:.1f} s and {end:.1f} s",
                 session_id=f"{job.id}-{chunk.index}", max_seconds=self.settings.jobs.chunk_timeout_s,
                 marker=self.settings.provenance.marker(job.id) if self.settings.provenance is not None else None,
+                mapping=mapping,
             )
             self.storage.put_file(output, rendered)
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpu.analysis.people import People
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import SwapcastError
 from gpu.options import SwapOptions
@@ -42,6 +43,7 @@ from streamer.live.swap_worker import (
 from streamer.faces import FaceLibrary
 from streamer.media.images import jpeg_preview
 from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.pipeline.people_map import PeopleMap, describe_people
 from streamer.provenance.marker import ProvenanceSettings
 from streamer.rtmp import amf0
 from streamer.rtmp.errors import RtmpProtocolError
@@ -68,7 +70,7 @@ class LiveStream:
     """One stream key while it is live: swap worker, headers, GOP cache and outputs."""
 
     def __init__(self, record: StreamKey, source: SourceFace, options: SwapOptions, engine: FaceEngine,
-                 settings: IngestSettings, connect_push: PublishClientFactory) -> None:
+                 settings: IngestSettings, connect_push: PublishClientFactory, mapping: PeopleMap | None = None) -> None:
         self.key_id = record.key_id
         self.key_hash = record.key_hash
         self.play_token = record.play_token
@@ -95,7 +97,8 @@ class LiveStream:
         self._final_push: list[dict] | None = None  # the destinations' last state, once closed
         self._record_target = record.stream.record
         marker = settings.provenance.marker(record.key_id) if settings.provenance is not None else None
-        swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}", marker=marker)
+        swapper = FrameSwapper(engine, source, options, session_id=f"rtmp-{record.key_id}", marker=marker,
+                               people=People(engine.frontal_identity, per_frame=1), mapping=mapping)
         self.worker = LiveSwapWorker(swapper, settings.encoder, self._from_worker, quoted(self.name),
                                      on_failure=self._from_worker_failure, catch_up_s=settings.catch_up_s)
         self.teardown: asyncio.Task[None] | None = None  # ends the stream when no publisher comes back
@@ -235,7 +238,14 @@ class LiveStream:
             "players": len(self.players),
             "push": self._push_info() if self._final_push is None else self._final_push,
             "stats": self.worker.stats.snapshot(),
+            "people": self.people(),
         }
+
+    def people(self) -> list[dict]:
+        swapper = self.worker.swapper
+        if swapper.people is None:
+            return []
+        return describe_people(swapper.people.snapshot(), swapper.mapping, f"/api/v1/sessions/{self.record.id}/people")
 
     def _push_info(self) -> list[dict]:
         return [{"url": o.url, "connected": o.connected, "attempts": o.attempts, "error": o.last_error}
@@ -282,6 +292,10 @@ class RtmpIngest:
         except SwapcastError as exc:
             raise PublishRejected("NetStream.Publish.BadName", f"the stream key's source face is unusable: {exc}") from None
         try:
+            await self._people_map(record)
+        except SwapcastError as exc:
+            raise PublishRejected("NetStream.Publish.BadName", f"the stream key's faces map is unusable: {exc}") from None
+        try:
             await self.registry.save_session(self._record(record, name))
         except RegistryUnavailable as exc:
             raise PublishRejected("NetStream.Publish.Failed", f"{exc}; try again shortly") from None
@@ -316,6 +330,7 @@ class RtmpIngest:
         # (and never ended) with its swap thread running
         try:
             face = await self._faces.for_stream(record.stream)
+            mapping = await self._people_map(record)
         except SwapcastError as exc:  # its owner deleted the face since it was authorised
             await self._refuse(publisher, f"the stream key's source face is unusable: {exc}")
             return
@@ -323,7 +338,7 @@ class RtmpIngest:
             await self._end(stream)  # never resume a stream whose swap thread died
         if stream is None:
             stream = LiveStream(record, face.source, self._options(record.stream.swap),
-                                self._engine, self._settings, self._connect_push)
+                                self._engine, self._settings, self._connect_push, mapping)
             stream.record = self._record(record, publisher.name)
             if self.observe_stats is not None:
                 stream.worker.stats.observer = self.observe_stats("rtmp")
@@ -345,6 +360,24 @@ class RtmpIngest:
             if stream.teardown is not None:  # one timer per stream: none left running unseen
                 stream.teardown.cancel()
             stream.teardown = asyncio.ensure_future(self._end_later(stream))
+
+    async def _people_map(self, record: StreamKey) -> PeopleMap | None:
+        """The key's map faces (face ids over the API, stored photos on the command line)."""
+        swap = record.stream.swap
+        if not swap.get("faces_map") and not record.stream.map_photos and swap.get("unmapped", "source") == "source":
+            return None
+        threshold = self._options(swap).reference_threshold
+        return await self._faces.people_map(swap.get("faces_map") or {}, swap.get("unmapped", "source"), threshold,
+                                            record.stream.map_photos)
+
+    def person_thumbnail(self, session_id: str, person_id: str) -> tuple[bytes, str] | None:
+        """A live stream's person's thumbnail as JPEG, and the stream's owner."""
+        stream = next((s for s in self.streams.values() if s.record.id == session_id), None)
+        people = stream.worker.swapper.people if stream is not None else None
+        person = people.person(person_id) if people is not None else None
+        if person is None or person.thumbnail is None:
+            return None
+        return jpeg_preview(person.thumbnail), stream.record.owner
 
     async def _refuse(self, publisher: Publisher, reason: str) -> None:
         """Cut a publish that cannot start, and end the session record its authorisation

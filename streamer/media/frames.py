@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import av
 import numpy as np
 
 from streamer.media.errors import VideoError
-from streamer.media.stream_guard import bound_decoder
+from streamer.media.stream_guard import bound_decoder, check_video_input
 
 
 def read_frames(path: str | os.PathLike[str], limit: int | None = None) -> list[np.ndarray]:
@@ -50,5 +51,25 @@ def sample_frames(path: str | os.PathLike[str], count: int) -> list[tuple[int, n
                 if index in wanted:
                     picked.append((index, frame.to_ndarray(format="rgb24")))
             return picked
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"{path}: cannot be decoded ({exc})") from None
+
+
+def iter_frames(path: str | os.PathLike[str]) -> Iterator[tuple[float, np.ndarray]]:
+    """Every frame of a video as (presentation time in seconds, RGB uint8), decoded as
+    they are read (a long video is never held in memory); its declared sizes are checked
+    before anything is decoded."""
+    path = Path(path)
+    check_video_input(path, str(path))
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoError(f"{path}: has no video stream")
+            stream = container.streams.video[0]
+            bound_decoder(stream.codec_context)
+            base = float(stream.time_base) if stream.time_base else 1 / 90000
+            for index, frame in enumerate(container.decode(video=0)):
+                seconds = frame.pts * base if frame.pts is not None else index / float(stream.average_rate or 30)
+                yield seconds, frame.to_ndarray(format="rgb24")
     except (av.error.FFmpegError, OSError) as exc:
         raise VideoError(f"{path}: cannot be decoded ({exc})") from None

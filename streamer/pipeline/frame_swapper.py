@@ -31,6 +31,7 @@ import numpy as np
 from gpu.analysis.hands import HandTracker
 from gpu.analysis.identity import identity_distance
 from gpu.analysis.occlusion import OcclusionEstimator
+from gpu.analysis.people import People
 from gpu.batcher import BatcherBusy, BatcherClosed, MicroBatcher
 from gpu.runners.triton import TritonUnavailable
 from gpu.device import to_device, to_host
@@ -39,6 +40,7 @@ from gpu.options import SwapOptions
 from gpu.processors.budget import BudgetedKeepMasks, LiveBudget
 from gpu.swappers.base import FaceJob, KeepMask, Swapper, any_of, run_jobs
 from gpu.types import Face
+from streamer.pipeline.people_map import MappedSource, PeopleMap
 
 
 @dataclass
@@ -72,6 +74,7 @@ class TrackedFrame:
     frame: np.ndarray
     times: StageTimes
     faces: list[Face]
+    timestamp: float
 
 
 @dataclass
@@ -99,6 +102,8 @@ class FrameSwapper:
     batch_timeout_s: float = 2.0  # a frame whose faces wait longer than this goes on unswapped
     marker: Callable[[np.ndarray], None] | None = None  # watermarks every frame out (streamer.provenance)
     offline: bool = False  # a file (job, `swapcast swap`): the enhancer runs by default, content checks are waited for
+    people: People | None = None  # who each face is (gpu.analysis.people): live streams, and files swapped by a map
+    mapping: PeopleMap | None = None  # which source each person wears; None: ``source`` on the faces ``options`` select
 
     def __post_init__(self) -> None:
         if self.options.face_selection == "reference" and self.reference is None:
@@ -118,6 +123,10 @@ class FrameSwapper:
                                               LiveBudget("mask models", budgets.mask_live_budget_ms, self.session_id))
         self._batcher: MicroBatcher | None = None
         self._detach: weakref.finalize | None = None
+        self._named: tuple[int, PeopleMap, dict[str, MappedSource | None]] | None = None  # the map's named people (people version, map)
+        self.last_wearing: list[tuple[Face, str | None, str]] = []  # the last prepared frame's swapped faces: (face, person, what it wears)
+        if self.people is not None:  # an occlusion model is not carried over to another person's track
+            self._occlusion.may_adopt = self.people.same_state
 
     def _batcher_now(self) -> MicroBatcher | None:
         """The engine's current batcher, attached to under this session id (re-attached when
@@ -158,20 +167,30 @@ class FrameSwapper:
         started = _started()
         faces = self._tracker.process(frame, timestamp)
         _record(times, "track", started)
-        return TrackedFrame(frame, times, faces)
+        return TrackedFrame(frame, times, faces, timestamp)
 
     def prepare(self, tracked: TrackedFrame, overlap: bool = False) -> SwapInFlight:
-        """``begin``'s second half: the faces of a ``track``ed frame chosen, cropped and (with
-        ``overlap``) queued at the batcher. What this stream keeps per track (identities,
-        occlusion models, the hands near its faces) is kept and dropped here, so a file's
-        prepare step (on a thread of its own) is the only one to touch it, frame after frame."""
-        faces, times = tracked.faces, tracked.times
+        """``begin``'s second half: the hands near the faces followed, the faces' people
+        named, and the faces chosen, cropped and (with ``overlap``) queued at the batcher.
+        What this stream keeps per track (identities, people, occlusion models, hands) is
+        kept and dropped here, so a file's prepare step (on a thread of its own) is the only
+        one to touch it, frame after frame."""
+        frame, faces, times = tracked.frame, tracked.faces, tracked.times
+        started = _started()
+        self._follow_hands(frame, faces)  # here, not in ``track``: the occlusion estimate reads the hands
+        _add(times, "track", started)
+        started = _started()
+        who = None
+        if self.people is not None:
+            self.people.settle_doubts = self.mapping is not None and self.mapping.names_people
+            who = self.people.update(frame, faces, tracked.timestamp)
+        _record(times, "identity", started)
+        if who is not None:  # per-track state downstream goes by person: a track that changed person starts afresh
+            faces = [replace(face, track_id=self.people.state_id(face.track_id)) for face in faces]
+            who = {self.people.state_id(track): person for track, person in who.items()}
         self._forget_ended_tracks(faces)
         self._occlusion.forget({face.track_id for face in faces if face.track_id is not None})
-        started = _started()
-        self._follow_hands(tracked.frame, faces)  # here, not in ``track``: the occlusion estimate reads the hands
-        _add(times, "track", started)
-        return self._prepare(tracked.frame, faces, times, overlap)
+        return self._prepare(frame, faces, times, overlap, who)
 
     def file_stages(self) -> tuple[Callable[[np.ndarray, float], TrackedFrame],
                                    Callable[[TrackedFrame, float], SwapInFlight],
@@ -193,7 +212,7 @@ class FrameSwapper:
     def _follow_hands(self, frame: np.ndarray, faces: list[Face]) -> None:
         """With occlusion on, the hand model follows the hands near this frame's faces; the
         occlusion estimate keeps them (any skin tone) and does not learn them."""
-        if self.options.occlusion == "off" or not self.enabled or self.source is None:
+        if self.options.occlusion == "off" or not self.enabled or not self._wears_anything():
             return
         if self._hands is None:
             self._hands = self.engine.hand_tracker(self.session_id)
@@ -224,7 +243,12 @@ class FrameSwapper:
             faces = [f for f in faces if f.mesh is not None]
         for number, face in enumerate(faces):
             face.track_id = -(number + 1)  # still images: identities are never reused
-        return self._marked(image, self._finish(self._prepare(image, faces, times, overlap=False)))
+        who = None
+        if self.people is not None and self.mapping is not None and self.mapping.names_people:
+            started = _started()
+            who = dict(zip((face.track_id for face in faces), self.people.identify_still(image, faces), strict=True))
+            _record(times, "identity", started)
+        return self._marked(image, self._finish(self._prepare(image, faces, times, overlap=False, who=who)))
 
     def _marked(self, frame: np.ndarray, times: StageTimes) -> StageTimes:
         """A frame with a swapped face leaves marked, the whole picture (the detector finds
@@ -235,22 +259,25 @@ class FrameSwapper:
             _record(times, "mark", started)
         return times
 
-    def _prepare(self, frame: np.ndarray, faces: list[Face], times: StageTimes, overlap: bool) -> SwapInFlight:
+    def _prepare(self, frame: np.ndarray, faces: list[Face], times: StageTimes, overlap: bool,
+                 who: dict[int, str | None] | None = None) -> SwapInFlight:
         flight = SwapInFlight(frame, times)
         times.faces_seen = len(faces)
-        if not self.enabled or self.source is None or not faces or self.options.blend <= 0:
+        self.last_wearing = []
+        if not self.enabled or not self._wears_anything() or not faces or self.options.blend <= 0:
             return flight
         started = _started()
-        chosen = self._select(frame, faces)
-        _record(times, "identity", started)
+        chosen = self._wearing(frame, faces, who)
+        _add(times, "identity", started)
         if not chosen:
             return flight
         flight.swapper = swapper = self.engine.swapper
         started = _started()
         flight.work = to_device(frame) if self.engine.device.is_cuda else frame
         keep = self._keep_mask()
-        flight.jobs = [swapper.prepare(flight.work, face, self.source.payload, self.options, keep) for face in chosen]
-        flight.faces = chosen
+        flight.jobs = [swapper.prepare(flight.work, face, source.source.payload, self.options, keep) for face, _, source in chosen]
+        flight.faces = [face for face, _, _ in chosen]
+        self.last_wearing = [(face, person, source.label) for face, person, source in chosen]
         self._mask_models.frame_done()
         _record(times, "prepare", started)
         batcher = self._batcher_now()
@@ -361,6 +388,46 @@ class FrameSwapper:
         models = self.engine.keep_masks if self.offline else self._mask_models.hooks()  # live: under the stream's budget
         return any_of(built_in, *models)
 
+    def _wears_anything(self) -> bool:
+        """Whether any face could be swapped: a source, or a map naming someone's."""
+        if self.mapping is None:
+            return self.source is not None
+        named = any(wears is not None for wears in self.mapping.people.values()) or \
+            any(reference.wears is not None for reference in self.mapping.references)
+        return named or (self.source is not None and not self.mapping.keep_unmapped)
+
+    def _wearing(self, frame: np.ndarray, faces: list[Face], who: dict[int, str | None] | None
+                 ) -> list[tuple[Face, str | None, MappedSource]]:
+        """The faces to swap, each with its person and the source it wears. A map naming
+        people swaps only faces whose person is known (a new or doubted track waits: it
+        is never given someone else's source); otherwise the options' selection, with
+        ``source`` (or nothing, when the map keeps the people it does not name)."""
+        mapping = self.mapping
+        default = MappedSource("source", self.source) if self.source is not None else None
+        if mapping is None or not mapping.names_people:
+            if mapping is not None and mapping.keep_unmapped or default is None:
+                return []
+            return [(face, who.get(face.track_id) if who else None, default) for face in self._select(frame, faces)]
+        if who is None:
+            return []
+        named = self._named_people(mapping)
+        chosen = []
+        for face in faces:
+            person = who.get(face.track_id)
+            if person is None:
+                continue
+            wears = named[person] if person in named else (None if mapping.keep_unmapped else default)
+            if wears is not None:
+                chosen.append((face, person, wears))
+        return chosen
+
+    def _named_people(self, mapping: PeopleMap) -> dict[str, MappedSource | None]:
+        """``mapping.named`` over this stream's people, again only when either changed."""
+        version = self.people.version if self.people is not None else 0
+        if self._named is None or self._named[0] != version or self._named[1] is not mapping:
+            self._named = (version, mapping, mapping.named(self.people.snapshot()) if self.people is not None else {})
+        return self._named[2]
+
     def _select(self, frame: np.ndarray, faces: list[Face]) -> list[Face]:
         selection = self.options.face_selection
         if selection == "all":
@@ -408,7 +475,7 @@ def _add(times: StageTimes, stage: str, started: tuple[float, float]) -> None:
 
 
 def _record(times: StageTimes, stage: str, started: tuple[float, float]) -> None:
-    """``stage``'s wall and calling-thread CPU milliseconds since ``started``."""
+    """Add ``stage``'s wall and calling-thread CPU milliseconds since ``started``."""
     wall, cpu = started
-    setattr(times, stage, (time.perf_counter() - wall) * 1000.0)
-    times.cpu_ms[stage] = (time.thread_time() - cpu) * 1000.0
+    setattr(times, stage, getattr(times, stage) + (time.perf_counter() - wall) * 1000.0)
+    times.cpu_ms[stage] = times.cpu_ms.get(stage, 0.0) + (time.thread_time() - cpu) * 1000.0

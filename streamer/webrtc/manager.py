@@ -26,12 +26,16 @@ from typing import TYPE_CHECKING, Any
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import candidate_from_sdp
 
+from gpu.analysis.people import People
 from gpu.engine import FaceEngine
+from gpu.errors import SwapcastError
 from signaling.registry import MemoryRegistry, Registry, RegistryUnavailable, SessionRecord
 from signaling.stream_keys import StreamKey, StreamKeyError, StreamKeyStore, hash_key
 from streamer.faces import FaceEntry, FaceLibrary
+from streamer.media.images import jpeg_preview
 from streamer.live.swap_worker import ObserveStats
 from streamer.pipeline.frame_swapper import FrameSwapper
+from streamer.pipeline.people_map import PeopleMap
 from streamer.provenance.marker import ProvenanceSettings
 from streamer.webrtc import encoders, ice
 from streamer.webrtc.delayed_audio import DelayedAudio
@@ -75,6 +79,8 @@ class SessionManager:
         # RTMP session must stop the stream itself, not only forget its record
         self.kill_stream: Callable[[str], Awaitable[bool]] | None = None
         self.preview_stream: Callable[[str], bytes | None] | None = None  # an RTMP stream's newest picture
+        # an RTMP stream's person's thumbnail and the stream's owner (session id, person id)
+        self.stream_person: Callable[[str, str], tuple[bytes, str] | None] | None = None
         self.provenance: ProvenanceSettings | None = None  # watermarks swapped frames (set by the composition root)
         self.faces = faces
         self.webrtc = webrtc
@@ -128,6 +134,7 @@ class SessionManager:
         if not isinstance(face_id, str) or not face_id:
             raise BadRequestError("face_id is required (see GET /api/v1/faces)")
         options = self.normalised_options(self.swap_defaults, options)
+        await self.people_map(self.resolve_options(self.swap_defaults, options))  # its faces must exist
         await self.faces.get(face_id)
         if session_id is not None:
             await self._check_placed(session_id, "webrtc", owner)
@@ -227,7 +234,12 @@ class SessionManager:
             id=session_id or secrets.token_urlsafe(12), protocol="whip", node_id=self.node_id, owner=record.owner,
             options=dict(record.stream.swap), label=record.stream.name, state="live",
         )
-        session, answer = await self._create("whip", offer, face, None, swap, record=session_record)
+        try:
+            photos = dict(record.stream.map_photos)
+            await self.people_map(swap, photos)
+        except BadRequestError as exc:
+            raise UnprocessableError(f"stream key {record.key_id}: {exc.reason}") from None
+        session, answer = await self._create("whip", offer, face, None, swap, record=session_record, map_photos=photos)
         session.publisher_key_hash = record.key_hash
         return session, answer
 
@@ -264,19 +276,24 @@ class SessionManager:
             await self._drop(session)
 
     async def _create(self, protocol, offer: Offer, face: FaceEntry, face_id: str | None, swap,
-                      record: SessionRecord) -> tuple[Session, str]:
+                      record: SessionRecord, map_photos: dict[str, str] | None = None) -> tuple[Session, str]:
+        mapping = await self.people_map(swap, map_photos)
         self._reserve()
         session = None
         try:
             pc = RTCPeerConnection(ice.rtc_configuration(self.webrtc.ice_servers))
             session = Session(record.id, protocol, pc, face, face_id, swap, enabled=record.enabled,
                               label=record.label, record=record)
+            session.map_photos = dict(map_photos or {})
             if self.observe_stats is not None:
                 session.video.stats.observer = self.observe_stats(protocol)
             engine, source, options = self.engine, face.source, swap.options()
             batch_id = f"{protocol}-{session.id}"  # the batcher's fairness unit, named in its metrics
             marker = self.provenance.marker(session.id) if self.provenance is not None else None
-            await session.video.start_swapper(lambda: FrameSwapper(engine, source, options, session_id=batch_id, marker=marker))
+            # who is who, always (the page lists the people to map); one descriptor a frame at most
+            people = People(engine.frontal_identity, per_frame=1)
+            await session.video.start_swapper(lambda: FrameSwapper(engine, source, options, session_id=batch_id, marker=marker,
+                                                                   people=people, mapping=mapping))
 
             send_back = protocol == "webrtc" and offer.peer_receives_video
             video = pc.addTransceiver("video", direction="sendrecv" if send_back else "recvonly")
@@ -459,6 +476,7 @@ class SessionManager:
         if session is None:
             record = await self._record_here(session_id)
             options = self.normalised_options(self.swap_defaults, {**record.options, **body.get("options", {})})
+            await self.people_map(self.resolve_options(self.swap_defaults, options))  # its faces must exist
             changes: dict[str, Any] = {"options": options}
             if "face_id" in body:
                 changes["face_id"] = (await self.faces.get(body["face_id"])).id
@@ -468,8 +486,10 @@ class SessionManager:
         async with session.updates:
             changed = self.normalised_options(session.options, body["options"]) if "options" in body else {}
             options = self.resolve_options(session.options, changed) if "options" in body else None
+            mapping = await self.people_map(options, session.map_photos) if options is not None else None
             face = await self.faces.get(body["face_id"]) if "face_id" in body else None
-            await session.apply(enabled=body.get("enabled"), face=face, face_id=face.id if face else None, options=options)
+            await session.apply(enabled=body.get("enabled"), face=face, face_id=face.id if face else None, options=options,
+                                mapping=mapping)
             session.record = session.record.with_changes(
                 enabled=session.enabled, face_id=session.face_id, options={**session.record.options, **changed},
             )
@@ -541,6 +561,27 @@ class SessionManager:
     def records(self) -> list[SessionRecord]:
         """The records of the sessions with media on this node (re-saved after Redis returns)."""
         return [session.record for session in self._sessions.values()]
+
+    async def people_map(self, swap: SwapConfig, photos: dict[str, str] | None = None) -> PeopleMap | None:
+        """The options' ``faces_map`` (and a command-line stream key's map ``photos``) as
+        sources (None: nobody named, the rest wear the session's face); an unknown face in
+        it is a 400 saying which."""
+        try:
+            return await self.faces.people_map(swap.faces_map, swap.unmapped, swap.reference_threshold, photos)
+        except SwapcastError as exc:
+            raise BadRequestError(f"faces_map: {exc}") from None
+
+    def person_thumbnail(self, session_id: str, person_id: str) -> tuple[bytes, str] | None:
+        """A live session's person's thumbnail as JPEG, and the session's owner (None: no
+        such person or session here). Blocking (encodes): run it in a thread."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            return self.stream_person(session_id, person_id) if self.stream_person is not None else None
+        swapper = session.video.swapper
+        person = swapper.people.person(person_id) if swapper is not None and swapper.people is not None else None
+        if person is None or person.thumbnail is None:
+            return None
+        return jpeg_preview(person.thumbnail), session.record.owner
 
     @staticmethod
     def normalised_options(base: SwapConfig, changes: object) -> dict[str, Any]:

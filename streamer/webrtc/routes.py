@@ -15,9 +15,11 @@ placed in ``X-Swapcast-Session-Id``.
     POST   /api/v1/sessions/{id}/offer            {sdp, type: "offer"} -> 201 {session_id, sdp, type} (also a re-offer)
     POST   /api/v1/sessions/{id}/candidates       {candidate, sdpMid, sdpMLineIndex} -> 204 (trickle ICE; "" ends)
     GET    /api/v1/sessions/{id}/preview.jpg      the newest swapped frame, small (any protocol)
-    GET    /api/v1/sessions                       [{id, protocol, created, face_id, options, state, node_id, stats, ...}]
-    GET    /api/v1/sessions/{id}
+    GET    /api/v1/sessions                       [{id, protocol, created, face_id, options, state, node_id, stats, people, ...}]
+    GET    /api/v1/sessions/{id}                  ... people: [{id, on_screen, since, frames, wears, thumbnail_url}]
+    GET    /api/v1/sessions/{id}/people/{person}/thumbnail.jpg   Bearer token, or the signed link of the listing
     PATCH  /api/v1/sessions/{id}                  any of {enabled, face_id, options} -> 200 new state
+                                                  (options.faces_map: {person-2 | reference face id: face id | "keep"})
     DELETE /api/v1/sessions/{id}                  -> 204
     POST   /whip                                  application/sdp + Bearer stream key -> 201, Location /whip/{id},
                                                   Link: <stun:/turn:...>; rel="ice-server" (RFC 9725; WHEP too)
@@ -28,6 +30,7 @@ placed in ``X-Swapcast-Session-Id``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -60,6 +63,7 @@ from streamer.webrtc.errors import (
     UnauthorizedError,
     UnsupportedMediaTypeError,
 )
+from streamer.pipeline.people_map import is_face_id
 from streamer.webrtc.manager import SessionManager
 from streamer.webrtc.offers import MAX_SDP_BYTES
 
@@ -153,6 +157,7 @@ def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrar
     r.add_post("/api/v1/sessions/{session_id}/offer", offer_session)
     r.add_post("/api/v1/sessions/{session_id}/candidates", add_candidate)
     r.add_get("/api/v1/sessions/{session_id}/preview.jpg", session_preview)
+    r.add_get("/api/v1/sessions/{session_id}/people/{person_id}/thumbnail.jpg", person_thumbnail)
     r.add_get("/api/v1/sessions/{session_id}", get_session)
     r.add_patch("/api/v1/sessions/{session_id}", patch_session)
     r.add_delete("/api/v1/sessions/{session_id}", delete_session)
@@ -172,8 +177,9 @@ def thumbnail_path(face_id: str) -> str:
 
 
 def is_signed_thumbnail(request: web.Request) -> bool:
-    """A thumbnail request that carries its own signature instead of a token (``<img>``)."""
-    return (request.method in ("GET", "HEAD") and request.path.startswith("/api/v1/faces/")
+    """A thumbnail request (a face's, a session's person's) that carries its own signature
+    instead of a token (``<img>``)."""
+    return (request.method in ("GET", "HEAD") and request.path.startswith(("/api/v1/faces/", "/api/v1/sessions/"))
             and request.path.endswith("/thumbnail.jpg") and "sig" in request.query)
 
 
@@ -197,6 +203,19 @@ async def _check_face(request: web.Request, face_id: object) -> None:
         return  # the manager says what is wrong with it
     entry = await request.app[FACES_KEY].get(face_id)
     require_visible(principal(request), entry.owner, f"no face with id {face_id!r}", shared_when_unowned=True)
+
+
+async def _check_mapped_faces(request: web.Request, options: object) -> None:
+    """Every face a ``faces_map`` names (reference photos and the faces worn) must be one
+    the caller may use: 404 otherwise, as for ``face_id`` (names that are no face id at
+    all are the schema's 400)."""
+    mapping = options.get("faces_map") if isinstance(options, dict) else None
+    if not isinstance(mapping, dict):
+        return  # the schema says what is wrong with it
+    names = {name for name in (*mapping.keys(), *mapping.values()) if isinstance(name, str)}
+    for name in sorted(names):
+        if is_face_id(name):
+            await _check_face(request, name)
 
 
 async def _check_session(request: web.Request, session_id: str, *, anywhere: bool = False) -> None:
@@ -328,6 +347,7 @@ async def create_session(request: web.Request) -> web.Response:
     manager = request.app[SESSIONS_KEY]
     owner = principal(request).subject
     await _check_face(request, body.get("face_id"))
+    await _check_mapped_faces(request, body.get("options"))
     if "sdp" not in body and "type" not in body:
         record = await manager.place(body.get("face_id"), body.get("options"), session_id=_placed_id(request), owner=owner)
         ice_servers = request.app[ICE_SERVERS_KEY](owner) if ICE_SERVERS_KEY in request.app else []
@@ -368,14 +388,50 @@ async def session_preview(request: web.Request) -> web.Response:
     return web.Response(body=jpeg, content_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
 
+async def person_thumbnail(request: web.Request) -> web.Response:
+    """A person a live session has seen: with the owner's token, or the signed link of the
+    session's listing (``<img>``); anything else is answered as a missing person."""
+    session_id, person_id = request.match_info["session_id"], request.match_info["person_id"]
+    missing = f"no person {person_id!r} in session {session_id!r}"
+    signer = request.app.get(SIGNER_KEY)
+    signed = PRINCIPAL_KEY not in request and signer is not None and is_signed_thumbnail(request)
+    if signed:
+        signer.check_expiry(request.query.get("expires"))
+    found = await asyncio.get_running_loop().run_in_executor(
+        None, request.app[SESSIONS_KEY].person_thumbnail, session_id, person_id)
+    if found is None:
+        raise NotFoundError(missing)
+    jpeg, owner = found
+    if signed:
+        signer.check(request.path, owner, request.query.get("expires"), request.query.get("sig"), missing)
+    else:
+        require_visible(principal(request), owner, missing)
+    return web.Response(body=jpeg, content_type="image/jpeg", headers={"Cache-Control": "private, max-age=5"})
+
+
+def sign_people(app: web.Application, session: dict) -> dict:
+    """The session with a ``thumbnail_url`` per person: signed for its owner when the app
+    signs links (``<img>`` sends no token), else the plain path."""
+    people = session.get("people")
+    if not people:
+        return session
+    signer = app.get(SIGNER_KEY)
+    owner = session.get("owner", "")
+    signed = [{**person, "thumbnail_url": (signer.sign(person["thumbnail"], owner) if signer is not None
+                                           else person["thumbnail"]) if person.get("thumbnail") else None}
+              for person in people]
+    return {**session, "people": signed}
+
+
 async def list_sessions(request: web.Request) -> web.Response:
     caller = principal(request)
-    return web.json_response([s for s in await request.app[ALL_SESSIONS_KEY]() if caller.may_access(s.get("owner", ""))])
+    return web.json_response([sign_people(request.app, s) for s in await request.app[ALL_SESSIONS_KEY]()
+                              if caller.may_access(s.get("owner", ""))])
 
 
 async def get_session(request: web.Request) -> web.Response:
     await _check_session(request, request.match_info["session_id"])
-    body = await request.app[SESSIONS_KEY].describe(request.match_info["session_id"])
+    body = sign_people(request.app, await request.app[SESSIONS_KEY].describe(request.match_info["session_id"]))
     if body.get("protocol") in ("webrtc", "whip") and ICE_SERVERS_KEY in request.app:
         # fresh TURN credentials for a re-offer after the first ones expired, or a WHEP viewer
         # (the dashboard's preview) that must gather relay candidates before its offer
@@ -389,7 +445,8 @@ async def patch_session(request: web.Request) -> web.Response:
     body = await read_json(request)
     if isinstance(body, dict):
         await _check_face(request, body.get("face_id"))
-    return web.json_response(await manager.update(request.match_info["session_id"], body))
+        await _check_mapped_faces(request, body.get("options"))
+    return web.json_response(sign_people(request.app, await manager.update(request.match_info["session_id"], body)))
 
 
 async def delete_session(request: web.Request) -> web.Response:

@@ -15,6 +15,7 @@ from aiortc import RTCPeerConnection
 
 from signaling.registry import SessionRecord
 from streamer.faces import FaceEntry
+from streamer.pipeline.people_map import PeopleMap, describe_people
 from streamer.webrtc.delayed_audio import DelayedAudio
 from streamer.webrtc.swapped_track import SwappedVideo
 
@@ -95,6 +96,7 @@ class Session:
         self.enabled = enabled
         self.label = label  # e.g. the stream key's name for WHIP
         self.publisher_key_hash: str | None = None  # WHIP: the stream key that publishes it (its holder may end it)
+        self.map_photos: dict[str, str] = {}  # WHIP from a command-line key: its map by stored photos (kept across PATCHes)
         self.created = iso_utc()
         self.video = SwappedVideo(session_id[:8])
         # PATCHes are applied one at a time: each resolves its options from the previous one's result
@@ -120,11 +122,21 @@ class Session:
             "connection": self.pc.connectionState,
             "viewers": len(self.viewers),
             "stats": self.video.stats.snapshot(),
+            "people": self.people(),
         }
 
+    def people(self) -> list[dict]:
+        """Who the swap has seen (``people_map.describe_people``); read from any thread."""
+        swapper = self.video.swapper
+        if swapper is None or swapper.people is None:
+            return []
+        return describe_people(swapper.people.snapshot(), swapper.mapping, f"/api/v1/sessions/{self.id}/people")
+
     async def apply(self, *, enabled: bool | None = None, face: FaceEntry | None = None,
-                    face_id: str | None = None, options: SwapConfig | None = None) -> None:
-        """Change the swap live, between two frames, without renegotiation."""
+                    face_id: str | None = None, options: SwapConfig | None = None,
+                    mapping: PeopleMap | None = None) -> None:
+        """Change the swap live, between two frames, without renegotiation; with
+        ``options``, ``mapping`` is their ``faces_map`` as sources (None: nobody named)."""
 
         def change() -> None:
             swapper = self.video.swapper
@@ -136,6 +148,7 @@ class Session:
                 swapper.source = face.source
             if options is not None:
                 swapper.update(**dataclasses.asdict(options.options()))
+                swapper.mapping = mapping
 
         await self.video.run(change)
         if enabled is not None:

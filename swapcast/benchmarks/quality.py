@@ -19,6 +19,10 @@ relit and moving faces. Per target face and swapper it records:
 - **ms per frame**: the still path (``swapcast swap``) for stills, the per-stream path
   (``FrameSwapper.process``, as live sessions run it) for clips.
 
+A mapping part (``swapcast.benchmarks.mapping``) runs the people set: two and three people,
+each mapped by a reference photo to someone else's face; per person, the share of their
+swapped frames with their own source, frames with another's, coverage and identity.
+
 Pictures (target | each swapper | source, cropped around the face) and ``quality.json``
 with every number go into ``--report DIR``."""
 
@@ -40,6 +44,7 @@ from gpu.errors import SwapcastError
 from gpu.types import Face
 from streamer.media.images import write_image
 from streamer.pipeline.frame_swapper import FrameSwapper
+from swapcast.benchmarks.mapping import print_mapping, run_mapping
 from swapcast.benchmarks.pose_set import (
     MOTIONS,
     PEOPLE,
@@ -55,7 +60,7 @@ from swapcast.config import Config
 from swapcast.progress import ProgressBar
 
 DEFAULT_SWAPPERS = ("mesh", "mesh3d")
-SUBSETS = ("yaw", "roll", "scale", "light", *MOTIONS)  # ``only``: still kinds and clip motions
+SUBSETS = ("yaw", "roll", "scale", "light", *MOTIONS, "mapping")  # ``only``: still kinds, clip motions, the mapping part
 CHANGED_LEVEL = 1.0  # mean absolute change (0..255) inside the face that counts as swapped
 IDENTITY_EVERY = 4  # clips: identity on every 4th frame (dlib costs ~60 ms a face)
 HOG_FACE_PX = 110  # dlib's HOG model wants faces of ~80 px and up: crops are scaled to this
@@ -104,9 +109,10 @@ def run_quality_benchmark(
     unknown = set(only) - set(SUBSETS)
     if unknown:
         raise SwapcastError(f"unknown pose set part(s) {', '.join(sorted(unknown))}; choose from {', '.join(SUBSETS)}")
-    stills = [s for s in pose_set(quick=quick) if not only or s.kind in only]
-    clips = [c for c in pose_clips(quick=quick) if not only or c.motion in only]
-    sources = {person: source_images(person, quick=quick) for person in PEOPLE}
+    pose_parts = not only or set(only) - {"mapping"}
+    stills = [s for s in pose_set(quick=quick) if not only or s.kind in only] if pose_parts else []
+    clips = [c for c in pose_clips(quick=quick) if not only or c.motion in only] if pose_parts else []
+    sources = {person: source_images(person, quick=quick) for person in PEOPLE} if pose_parts else {}
     scorer = Scorer(next(iter(engines.values())))
     options = replace(config.swap.options(), smoothing=False)
     video_options = config.swap.options()
@@ -121,7 +127,7 @@ def run_quality_benchmark(
     clip_outputs: dict[tuple[str, str], list[np.ndarray]] = {}
     flicker: dict[str, dict[str, float]] = {}
     done = 0
-    with ProgressBar("bench quality", enabled=progress and sys.stderr.isatty()) as bar:
+    with ProgressBar("bench quality", enabled=progress) as bar:
         for swapper_name, engine in engines.items():
             registered = {
                 (person, label): engine.register_source(image, label=label)
@@ -154,9 +160,15 @@ def run_quality_benchmark(
 
     names = list(engines)
     summary = _summary(results, flicker, names)
-    _print_table(summary, names)
-    for line in _verdicts(summary, names):
-        print(line)
+    if results:
+        _print_table(summary, names)
+        for line in _verdicts(summary, names):
+            print(line)
+    mapping = None
+    if not only or "mapping" in only:
+        print("building the people set and mapping ...", file=sys.stderr, flush=True)
+        mapping = run_mapping(engines, quick=quick, options=video_options, report=report)
+        print_mapping(mapping)
     data = {
         "swappers": names,
         "unavailable": unavailable,
@@ -167,6 +179,7 @@ def run_quality_benchmark(
         "summary": summary,
         "flicker": flicker,
         "faces": [asdict(r) for r in results],
+        "mapping": mapping,
     }
     if report is not None:
         _write_pictures(report, stills, clips, sources, outputs, clip_outputs, names)

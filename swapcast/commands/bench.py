@@ -100,7 +100,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     detect.add_argument("--groups", type=int, default=8, help="composite group photos (1280x886, 6-8 faces each; default 8)")
     detect.add_argument("--frames", type=int, default=48, help="frames of the live 640x480 clip (default 48)")
     detect.add_argument("--json", action="store_true", help="print the report as JSON at the end")
-    detect.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    detect.add_argument("--no-progress", dest="progress", action="store_false", help="no progress (neither the bar nor the periodic lines)")
     detect.set_defaults(run=_run_detect)
     fuzz = benches.add_parser("fuzz", help="mutation fuzzing of a live node (HTTP API, SDP, uploads, RTMP): "
                                            "no 5xx, no hang, no traceback, threads and RSS bounded")
@@ -111,16 +111,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     fuzz.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
     fuzz.set_defaults(run=_run_fuzz)
     quality = benches.add_parser("quality", help="swap quality on the pose set (turned, tilted, small, relit, moving faces): "
-                                                 "identity, recall, dlib, flicker, swappers side by side")
+                                                 "identity, recall, dlib, flicker, swappers side by side; and map faces "
+                                                 "(two and three people, each their own source)")
     quality.add_argument("--report", metavar="DIR", help="write side-by-side pictures (target | swappers | source) and quality.json here")
     quality.add_argument("--swappers", default=None, metavar="A,B",
                          help="swappers to compare, comma-separated (default mesh,mesh3d; --realism: mesh3d; one not available is left out)")
     quality.add_argument("--quick", action="store_true", help="a few faces of each kind and one short clip: a smoke run")
-    quality.add_argument("--only", default="", metavar="A,B",
-                         help="only these parts of the pose set: still kinds yaw, roll, scale, light and clip motions pan, "
-                              "zoom, wobble, yaw_sweep (default all)")
+    quality.add_argument("--only", default=None, metavar="A,B",
+                         help="only these parts: still kinds yaw, roll, scale, light, clip motions pan, zoom, wobble, "
+                              "yaw_sweep, and mapping (people clips, each person their own source) (default all)")
     quality.add_argument("--json", action="store_true", help="print the report as JSON at the end")
-    quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress (neither the bar nor the periodic lines)")
     quality.add_argument("--realism", action="store_true",
                          help="the realism part instead: degraded sources onto relit, turned, grouped and moving targets; "
                               "identity, tone, edge step, shading kept, detail kept, the target showing through, the mouth; "
@@ -235,7 +236,7 @@ def _run_quality(args: argparse.Namespace) -> int:
                                      baseline=args.baseline, as_json=args.json, quick=args.quick)
     return run_quality_benchmark(config_from_args(args), args.report, swappers=swappers, quick=args.quick,
                                  as_json=args.json, progress=args.progress,
-                                 only=tuple(part.strip() for part in args.only.split(",") if part.strip()))
+                                 only=tuple(part.strip() for part in (args.only or "").split(",") if part.strip()))
 
 
 def _run_fuzz(args: argparse.Namespace) -> int:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from gpu.errors import SwapcastError
 
 from swapcast.config import Config, SwapConfig, load_config
 
@@ -46,6 +49,44 @@ def add_swap_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--eyes", choices=["target", "source"], help="mesh3d: the source's eyes (default) or the target's own (its gaze)")
 
 
+def add_map_flags(parser: argparse.ArgumentParser, people_ids: bool) -> None:
+    """``--map WHO=FACE`` (repeatable) and ``--unmapped``: map faces (docs: guides/map-faces)."""
+    group = parser.add_argument_group("map faces (each person their own source)")
+    who = "a reference photo of the person, or the id 'swapcast faces scan' reported (person-2)" if people_ids \
+        else "a reference photo of the person"
+    group.add_argument("--map", action="append", default=[], metavar="WHO=FACE",
+                       help=f"WHO wears FACE (a photo, or 'keep': stays as they are); WHO is {who}; repeatable")
+    group.add_argument("--unmapped", choices=["source", "keep"],
+                       help="with --map: people it does not name wear --source (default when given) or stay as they are "
+                            "(keep; the default without --source)")
+
+
+def map_photos(args: argparse.Namespace, people_ids: bool = False) -> dict[str, str]:
+    """``--map WHO=FACE`` entries as {who: face} (photo paths, person ids, ``keep``),
+    checked: a clear error naming the bad entry."""
+    from streamer.pipeline.people_map import KEEP, is_person_id
+
+    out: dict[str, str] = {}
+    for entry in getattr(args, "map", None) or []:
+        who, sep, face = entry.partition("=")
+        who, face = who.strip(), face.strip()
+        if not sep or not who or not face:
+            raise SwapcastError(f"--map {entry!r}: expected WHO=FACE, e.g. --map ref.jpg=face.jpg or --map ref.jpg=keep")
+        if is_person_id(who):
+            if not people_ids:
+                raise SwapcastError(f"--map {entry!r}: name the person by a reference photo here (person ids "
+                                    "hold only within one file)")
+        elif not Path(who).is_file():
+            raise SwapcastError(f"--map {entry!r}: {who} is no file (a reference photo of the person"
+                                f"{', or a person id such as person-2' if people_ids else ''})")
+        if face != KEEP and not Path(face).is_file():
+            raise SwapcastError(f"--map {entry!r}: {face} is no file (a photo of the face to wear, or 'keep')")
+        if who in out:
+            raise SwapcastError(f"--map names {who} twice")
+        out[who] = face
+    return out
+
+
 def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The swap options given as flags (None = not given)."""
     get = lambda name: getattr(args, name, None)  # noqa: E731 - flags absent from a command are None
@@ -59,6 +100,7 @@ def swap_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "smoothing": get("smoothing"),
         "occlusion": get("occlusion"),
         "eyes": get("eyes"),
+        "unmapped": get("unmapped"),
     }
     return {key: value for key, value in values.items() if value is not None}
 

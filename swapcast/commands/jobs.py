@@ -36,19 +36,25 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="bearer token (JWT; default $SWAPCAST_TOKEN); jobs belong to its subject")
     waiting = argparse.ArgumentParser(add_help=False)
     waiting.add_argument("--output", metavar="FILE", help="download the finished video here")
-    waiting.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    waiting.add_argument("--no-progress", dest="progress", action="store_false", help="no progress (neither the bar nor the periodic lines)")
 
     parser = commands.add_parser("jobs", help="offline video jobs: submit, status, wait, cancel")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     submit = actions.add_parser("submit", parents=[server, waiting], help="submit a video to be swapped")
     submit.add_argument("video", metavar="VIDEO", help="the video file to upload")
-    face = submit.add_mutually_exclusive_group(required=True)
-    face.add_argument("--face", metavar="ID", help="a stored or sample face id (e.g. astronaut)")
+    face = submit.add_mutually_exclusive_group()
+    face.add_argument("--face", metavar="ID", help="a stored or sample face id (e.g. astronaut); with --map: the face of "
+                      "the people it does not name")
     face.add_argument("--source", metavar="IMAGE", help="a photo of the face to put in (uploaded with the job)")
     submit.add_argument("--stored", action="store_true", help="VIDEO is a path inside the server's job storage: no upload")
     submit.add_argument("--priority", choices=PRIORITIES, default="normal", help="queue priority (default normal)")
     submit.add_argument("--webhook", metavar="URL", help="POSTed (HMAC-signed) when the job completes or fails")
     submit.add_argument("--idempotency-key", metavar="KEY", help="submitting again with the same key returns the same job")
+    submit.add_argument("--map", action="append", default=[], metavar="REF=FACE",
+                        help="map faces: the person of reference face REF (a face id: a photo of them) wears face FACE "
+                             "(a face id, or 'keep'); repeatable")
+    submit.add_argument("--unmapped", choices=["source", "keep"], help="with --map: people it does not name wear --face/"
+                        "--source, or stay as they are (keep; the default without --face or --source)")
     submit.add_argument("--wait", action="store_true", help="wait for the job to end, with a progress bar")
     submit.set_defaults(run=_submit)
     status = actions.add_parser("status", parents=[server], help="show a job's state and progress")
@@ -121,6 +127,11 @@ def _submit(args: argparse.Namespace) -> int:
         raise SwapcastError(f"video {video}: no such file")
     if args.source and not Path(args.source).is_file():
         raise SwapcastError(f"source {args.source}: no such file")
+    if not (args.face or args.source or args.map):
+        raise SwapcastError("give --face ID or --source IMAGE (or --map REF=FACE per person)")
+    args.faces_map = _faces_map(args.map)
+    if args.unmapped is None and args.map and not (args.face or args.source):
+        args.unmapped = "keep"
     _check_output(args.output)
     with contextlib.ExitStack() as files:
         uploads = {} if args.stored else {"video": (files.enter_context(video.open("rb")), video.name)}
@@ -133,7 +144,8 @@ async def _submit_async(args: argparse.Namespace, uploads: dict[str, tuple[Binar
     """POST the job: text fields, ``path`` for a stored video, the open files as uploads."""
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
     fields = {"priority": args.priority, "face_id": args.face, "webhook_url": args.webhook,
-              "path": args.video if args.stored else None}
+              "path": args.video if args.stored else None, "unmapped": args.unmapped,
+              "faces_map": json.dumps(args.faces_map) if args.faces_map else None}
     async with _Api(args.server, args.token) as api:
         form = aiohttp.FormData()
         for name, value in fields.items():
@@ -146,6 +158,17 @@ async def _submit_async(args: argparse.Namespace, uploads: dict[str, tuple[Binar
         if args.wait:
             await _wait_for(api, job["id"], args.output, args.progress)
     return 0
+
+
+def _faces_map(entries: list[str]) -> dict[str, str]:
+    """``--map REF=FACE`` entries (face ids; the server checks they exist) as the job's faces_map."""
+    mapping: dict[str, str] = {}
+    for entry in entries:
+        reference, sep, face = (part.strip() for part in entry.partition("="))
+        if not sep or not reference or not face:
+            raise SwapcastError(f"--map {entry!r}: expected REF=FACE (face ids, or FACE 'keep')")
+        mapping[reference] = face
+    return mapping
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -6,19 +6,22 @@ import argparse
 import time
 from pathlib import Path
 
-from signaling.stream_keys import StreamKeyStore
-from swapcast.commands.common import add_swap_flags, config_from_args, swap_overrides
+from gpu.errors import SwapcastError
+from signaling.stream_keys import KEEP_PHOTO, StreamKeyStore
+from swapcast.commands.common import add_map_flags, add_swap_flags, config_from_args, map_photos, swap_overrides
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("keys", help="stream keys for OBS/ffmpeg (RTMP) and WHIP publishers")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="create a stream key (printed once)")
-    add.add_argument("--source", required=True, metavar="FACE", help="photo of the face to put on the stream")
+    add.add_argument("--source", metavar="FACE", help="photo of the face to put on the stream (with --map: on the people "
+                     "it does not name; optional there)")
     add.add_argument("--source-face-index", type=int, metavar="I", help="which face of the photo (0 = largest)")
     add.add_argument("--name", help="a label for lists (default: the photo's name)")
     add.add_argument("--push", action="append", default=[], metavar="URL", help="re-publish to rtmp://host/app/key (repeatable)")
     add.add_argument("--record", metavar="PATH", help="record the swapped stream to this file or folder")
+    add_map_flags(add, people_ids=False)
     add_swap_flags(add)
     add.set_defaults(run=_add)
     listing = actions.add_parser("list", help="list stream keys (ids, names, state)")
@@ -36,12 +39,24 @@ def _add(args: argparse.Namespace) -> int:
     from gpu.engine import FaceEngine
     from streamer.media.images import read_image
 
+    photos = map_photos(args)
+    source = args.source or next((wears for wears in photos.values() if wears != KEEP_PHOTO), None)
+    if source is None:
+        raise SwapcastError("keys add needs --source FACE, or --map REF=FACE with at least one face to wear")
+    swap = swap_overrides(args)
+    if photos and not args.source:
+        swap.setdefault("unmapped", "keep")  # no --source: the people the map does not name stay themselves
     config = config_from_args(args)  # validates the swap flags
-    # A key must carry a usable face: check it now, not when OBS connects.
-    FaceEngine(config.engine.settings()).register_source(read_image(args.source), args.source_face_index, f"source {args.source}")
-    name = args.name or Path(args.source).stem
+    # A key must carry usable faces: check them now, not when OBS connects.
+    engine = FaceEngine(config.engine.settings())
+    engine.register_source(read_image(source), args.source_face_index if args.source else None, f"source {source}")
+    for reference, wears in photos.items():
+        engine.pick_face(read_image(reference), None, f"--map reference {reference}")
+        if wears != KEEP_PHOTO:
+            engine.register_source(read_image(wears), None, f"--map face {wears}")
+    name = args.name or Path(source).stem
     key, record = StreamKeyStore(config.server.data_dir).add(
-        name, args.source, swap=swap_overrides(args), push=tuple(args.push), record=args.record
+        name, source, swap=swap, push=tuple(args.push), record=args.record, map_photos=photos
     )
     print(key)
     print(f"id {record.key_id} · {name} · publish to rtmp://<server>/live/<key> or WHIP with 'Authorization: Bearer <key>'")
@@ -57,7 +72,9 @@ def _list(args: argparse.Namespace) -> int:
         state = "active" if record.active else f"revoked {time.strftime('%Y-%m-%d %H:%M', time.localtime(record.revoked))}"
         push = f" push={','.join(record.stream.push)}" if record.stream.push else ""
         record_to = f" record={record.stream.record}" if record.stream.record else ""
-        print(f"{record.key_id}  {record.stream.name:20}  {state}  play={record.play_token}{push}{record_to}")
+        mapped = len(record.stream.map_photos) + len(record.stream.swap.get("faces_map") or {})
+        map_note = f" map={mapped} people" if mapped else ""
+        print(f"{record.key_id}  {record.stream.name:20}  {state}  play={record.play_token}{push}{record_to}{map_note}")
     return 0
 
 

@@ -340,6 +340,17 @@ def test_operator_changes_a_live_sessions_options(open_admin, server, admin_toke
     assert status == 200
     page.wait_for_function("() => document.getElementById('option-eyes').value === 'source'", timeout=5_000)
 
+    # The people the session sees, each with a face of the map: the camera's one person wears the astronaut.
+    page.wait_for_selector("#options-people:not([hidden]) li[data-person-id] img", timeout=15_000)
+    person = page.get_attribute("#options-people li[data-person-id]", "data-person-id")
+    page.select_option(f'select[name="map:{person}"]', "astronaut")
+    page.click("#options-apply")
+    page.wait_for_selector('#options-status[data-state="ok"]')
+    mapped = _http("GET", url, admin_token)[1]
+    assert mapped["options"]["faces_map"] == {person: "astronaut"}, mapped["options"]
+    assert [p["wears"] for p in mapped["people"] if p["id"] == person] == ["astronaut"]
+    page.wait_for_function(f"() => document.querySelector('select[name=\"map:{person}\"]').value === 'astronaut'")
+
     # The swap switch turns the swap off live.
     page.click('label[for="option-enabled"]')
     page.click("#options-apply")

@@ -226,3 +226,34 @@ def test_key_names_that_would_forge_log_lines_are_refused(tmp_path: Path) -> Non
 
     answers = asyncio.run(scenario())
     assert all(status == 400 and "control characters" in reason for status, reason in answers), answers
+
+
+def test_a_key_made_over_the_api_stores_a_map_by_reference_face_ids(tmp_path: Path) -> None:
+    checked: list[str] = []
+
+    async def scenario() -> list:
+        @web.middleware
+        async def as_alice(request: web.Request, handler):
+            request[PRINCIPAL_KEY] = Principal("alice", "user")
+            return await handler(request)
+
+        async def known_faces(face_id: str, caller: Principal) -> None:  # the node's check (404 for another's)
+            checked.append(face_id)
+
+        app = web.Application(middlewares=[as_alice])
+        add_key_routes(app, KeyApi(StreamKeyStore(tmp_path), known_faces, lambda options: dict(options),
+                                   AuditLog(tmp_path / "audit.jsonl")))
+        answers = []
+        async with TestClient(TestServer(app)) as client:
+            for faces_map in ({"u-ref1": "grace_hopper", "u-ref2": "keep"}, {"person-2": "grace_hopper"}):
+                response = await client.post("/api/v1/keys", json={"name": "podcast", "face_id": "astronaut",
+                                                                   "options": {"faces_map": faces_map}})
+                answers.append((response.status, await response.json()))
+        return answers
+
+    (made, made_body), (by_id, by_id_body) = asyncio.run(scenario())
+    assert made == 201 and made_body["options"]["faces_map"] == {"u-ref1": "grace_hopper", "u-ref2": "keep"}
+    assert {"u-ref1", "u-ref2", "grace_hopper"} <= set(checked) and "keep" not in checked
+    assert by_id == 400 and "person ids" in by_id_body["error"]
+    stored = StreamKeyStore(tmp_path).list()[0].stream
+    assert stored.swap["faces_map"] == {"u-ref1": "grace_hopper", "u-ref2": "keep"} and stored.map_photos == {}

@@ -11,7 +11,8 @@
 //   button[data-action="drain" | "ready" | "preview" | "options" | "kill" | "confirm-kill" | "cancel-kill"],
 //   #preview-video, #preview-close, #auth-message (data-reason "signin" | "forbidden"),
 //   #session-options (data-session-id) with [name=<option>] fields, #options-apply,
-//   #options-status (data-state "ok" | "error" | "pending"), #options-processors.
+//   #options-status (data-state "ok" | "error" | "pending"), #options-processors,
+//   #options-people li[data-person-id] with select[name="map:<person id>"] (options.faces_map).
 import { ApiError, SwapcastClient, pageToken, preferCodec, waitForIceGathering } from '/web/swapcast-client.js';
 
 const POLL_MS = 1000;
@@ -61,6 +62,8 @@ const el = {
   optionsClose: $('options-close'),
   optionsRtmp: $('options-rtmp'),
   optionsProcessors: $('options-processors'),
+  optionsPeople: $('options-people'),
+  optionsPeopleList: $('options-people-list'),
 };
 
 const token = pageToken();
@@ -597,7 +600,10 @@ const OPTION_FIELDS = [
   { name: 'colour_match', label: 'Colour match', kind: 'switch' },
   { name: 'smoothing', label: 'Smoothing', kind: 'switch' },
   { name: 'face_selection', label: 'Faces to swap', kind: 'select', choices: [['all', 'all faces'], ['largest', 'largest face only']] },
+  { name: 'unmapped', label: 'People not in the map', kind: 'select', choices: [['source', 'wear the session\u2019s face'], ['keep', 'stay themselves']] },
 ];
+const KEEP = 'keep';
+const isPersonId = (name) => /^person-\d+$/.test(name);
 
 function buildOptionFields() {
   for (const field of OPTION_FIELDS) {
@@ -646,7 +652,41 @@ function fillOptions(s) {
     else input.value = value === undefined || value === null ? '' : String(value);
   }
   el.optionsApply.disabled = el.optionsRevert.disabled = !editable;
+  fillPeople(s, editable);
 }
+
+/** The people the session sees, each with the face it wears in the map (a select per person). */
+function fillPeople(s, editable) {
+  const people = Array.isArray(s.people) ? s.people : [];
+  const map = (s.options && s.options.faces_map) || {};
+  el.optionsPeople.hidden = people.length === 0;
+  const choices = [['', 'not mapped'], ...[...state.faces.values()].map((f) => [f.id, f.name || f.id]), [KEEP, 'keep']];
+  el.optionsPeopleList.replaceChildren(...people.map((person) => {
+    const select = make('select', { name: `map:${person.id}`, 'aria-label': `Face for ${person.id}`, disabled: !editable },
+      choices.map(([value, text]) => make('option', { value, text })));
+    select.value = map[person.id] || '';
+    const img = make('img', { alt: '' });
+    if (person.thumbnail_url) img.src = person.thumbnail_url;
+    return make('li', { dataset: { personId: person.id } }, [
+      img, make('span', { className: 'who', text: `${person.id}${person.on_screen ? '' : ' (gone)'} · wears ${person.wears}` }), select,
+    ]);
+  }));
+}
+
+/** The map the people selects say (reference-photo entries of the session's map kept as they are). */
+function mapFromFields(s) {
+  const current = (s.options && s.options.faces_map) || {};
+  const map = Object.fromEntries(Object.entries(current).filter(([name]) => !isPersonId(name)));
+  for (const select of el.optionsPeopleList.querySelectorAll('select[name^="map:"]')) {
+    if (select.value) map[select.name.slice(4)] = select.value;
+  }
+  for (const [name, face] of Object.entries(current)) {
+    if (isPersonId(name) && !el.optionsPeopleList.querySelector(`select[name="map:${CSS.escape(name)}"]`)) map[name] = face;
+  }
+  return map;
+}
+
+const sameMap = (a, b) => JSON.stringify(Object.entries(a || {}).sort()) === JSON.stringify(Object.entries(b || {}).sort());
 
 /** The fields that differ from the session's values, as a PATCH body; a field left empty
  *  is a problem to show, not a value to send. */
@@ -665,6 +705,8 @@ function optionChanges(s) {
     if (field.name === 'enabled') patch.enabled = value;
     else options[field.name] = value;
   }
+  const map = mapFromFields(s);
+  if (!sameMap(map, s.options && s.options.faces_map)) options.faces_map = map;
   if (Object.keys(options).length) patch.options = options;
   return patch;
 }
