@@ -13,7 +13,10 @@ import pytest
 
 from gpu.models.canonical_mesh import canonical_mesh
 from streamer.media.images import read_image
+from gpu.analysis.landmarks import INNER_LIPS, OUTER_LIPS
 from swapcast.benchmarks.realism import edge_step, face_regions, shading_kept, tone_difference
+from swapcast.benchmarks.realism_detail import detail_kept, mouth_report, target_detail_left
+from swapcast.benchmarks.realism_fullres import face_tile
 from swapcast.benchmarks.realism_set import (
     SOURCE_VARIANTS,
     TARGET_VARIANTS,
@@ -119,7 +122,8 @@ def test_targets_carry_their_faces_ground_truth():
 @pytest.mark.slow
 def test_a_quick_run_puts_the_old_code_beside_the_new(tmp_path, capsys):
     """This checkout as the baseline too: the old column is swapped by a child process
-    running that checkout's code, the new one here, both scored alike."""
+    running that checkout's code, the new one here, both scored alike; the full-resolution
+    pictures come with the contact sheets."""
     report = tmp_path / "realism"
     code = main(["bench", "quality", "--realism", "--quick", "--half", "held", "--baseline", str(ROOT),
                  "--report", str(report)])
@@ -143,8 +147,96 @@ def test_a_quick_run_puts_the_old_code_beside_the_new(tmp_path, capsys):
     sheets = sorted(report.glob("sheet_*.png"))
     assert sheets
     assert read_image(sheets[0]).shape[1] == 4 * 200  # source | target | old | new
+    pictures = sorted((report / "fullres").glob("*.png"))
+    assert len(pictures) == len(sheets and {(f["source"], f["target"].split("#")[0]) for f in new})
+    for face in faces:
+        assert face["detail"] > 0 and face["lip_red"] is not None
 
 
 def test_a_baseline_that_is_no_checkout_is_bad_input(tmp_path, capsys):
     assert main(["bench", "quality", "--realism", "--quick", "--baseline", str(tmp_path)]) == 2
     assert "not a swapcast checkout" in capsys.readouterr().err
+
+
+# -- what the small tiles hide: detail, the target showing through, the mouth --------------------------
+
+
+@pytest.fixture(scope="module")
+def textured_face():
+    """A 320x320 face-sized patch of fine texture (a seeded noise, like pores), its mesh and
+    the same face without the texture (a plastic mask of it)."""
+    mesh = (canonical_mesh().vertices[:, :2] * 11.0 + (160.0, 150.0)).astype(np.float32)
+    rng = np.random.default_rng(1)
+    base = np.full((320, 320, 3), (190, 140, 120), np.float32)
+    texture = cv2.GaussianBlur(rng.normal(0, 14, (320, 320)).astype(np.float32), (0, 0), 0.8)[..., None]
+    textured = np.clip(base + texture, 0, 255).astype(np.uint8)
+    return textured, np.clip(base, 0, 255).astype(np.uint8), mesh
+
+
+def test_a_face_keeps_its_own_detail_and_a_plastic_one_loses_it(textured_face):
+    textured, plain, mesh = textured_face
+    assert detail_kept(textured, mesh, textured, mesh) == pytest.approx(1.0, abs=1e-6)
+    assert detail_kept(plain, mesh, textured, mesh) < 0.1
+    blurred = cv2.GaussianBlur(textured, (0, 0), 1.5)
+    assert 0.1 < detail_kept(blurred, mesh, textured, mesh) < 0.6
+    # at half the size: the detail is compared at the smaller face's width, not asked of pixels it has not got
+    small = cv2.resize(textured, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA)
+    assert detail_kept(textured, mesh, small, mesh * 0.5) > 0.8
+
+
+def test_the_targets_own_detail_left_reads_one_when_unswapped_and_zero_when_replaced(textured_face):
+    textured, plain, mesh = textured_face
+    assert target_detail_left(textured, textured, mesh) == pytest.approx(1.0, abs=1e-6)
+    other = np.roll(textured, 37, axis=1)  # another skin's pores
+    assert abs(target_detail_left(other, textured, mesh)) < 0.15
+    ghost = cv2.addWeighted(textured, 0.5, other, 0.5, 0)  # a swap faded over the target
+    assert 0.35 < target_detail_left(ghost, textured, mesh) < 0.65
+
+
+def _mouth_face(opening: float) -> tuple[np.ndarray, np.ndarray]:
+    """A skin-coloured face with red lips drawn from the canonical mesh's lip contours, the
+    inner lips moved apart by ``opening`` pixels and the gap between them dark."""
+    mesh = (canonical_mesh().vertices[:, :2] * 11.0 + (160.0, 150.0)).astype(np.float32)
+    upper = np.array([13, 82, 81, 80, 191, 312, 311, 310, 415])  # inner lips, one above the other
+    lower = np.array([14, 87, 178, 88, 95, 317, 402, 318, 324])
+    middle = (mesh[upper, 1] + mesh[lower, 1]) / 2
+    mesh[upper, 1], mesh[lower, 1] = middle - opening / 2, middle + opening / 2
+    image = np.full((320, 320, 3), (200, 150, 130), np.uint8)
+    cv2.fillPoly(image, [np.round(mesh[list(OUTER_LIPS)]).astype(np.int32)], (175, 90, 90))
+    cv2.fillPoly(image, [np.round(mesh[list(INNER_LIPS)]).astype(np.int32)], (40, 20, 20))
+    return image, mesh
+
+
+def test_teeth_on_closed_lips_and_a_grey_band_are_told_apart_from_lips():
+    closed, mesh = _mouth_face(0.0)
+    report = mouth_report(closed, closed, mesh)
+    assert report.teeth_on_closed_lips == 0.0 and report.lip_red > 10 and report.mouth_kept is None
+    band = closed.copy()
+    cv2.fillPoly(band, [np.round(mesh[list(OUTER_LIPS)]).astype(np.int32)], (170, 160, 158))  # a pale grey band
+    centre = mesh[list(OUTER_LIPS)].mean(0)
+    for dx in (-12, -4, 4, 12):  # white dots: teeth
+        cv2.circle(band, (int(centre[0] + dx), int(centre[1])), 2, (250, 250, 248), -1)
+    report = mouth_report(band, closed, mesh)
+    assert report.lip_red < 2 and report.target_lip_red > 10 and report.teeth_on_closed_lips > 0.02
+
+
+def test_an_open_target_mouth_is_kept_or_covered():
+    open_mouth, mesh = _mouth_face(14.0)
+    report = mouth_report(open_mouth, open_mouth, mesh)
+    assert report.teeth_on_closed_lips is None and report.mouth_kept == pytest.approx(0.0, abs=1e-6)
+    covered = open_mouth.copy()
+    cv2.fillPoly(covered, [np.round(mesh[list(INNER_LIPS)]).astype(np.int32)], (175, 90, 90))
+    assert mouth_report(covered, open_mouth, mesh).mouth_kept > 20
+
+
+def test_full_resolution_tiles_keep_the_pixels_and_enlarge_only_small_faces():
+    image = np.random.default_rng(2).integers(0, 255, (400, 400, 3), dtype=np.uint8)
+    box = np.array([100, 100, 300, 320], np.float32)
+    tile = face_tile(image, box, "big")
+    side = int(round(1.5 * 220))
+    assert tile.shape[:2] == (side + 18, side)
+    x0, y0 = int(round(200 - side / 2)), int(round(210 - side / 2))
+    np.testing.assert_array_equal(tile[: side - 10, : side - 10], image[y0:y0 + side - 10, x0:x0 + side - 10])
+    small = face_tile(image, np.array([10, 10, 50, 60], np.float32), "small")
+    assert small.shape[1] == 4 * int(round(1.5 * 50))  # 40 px wide: x4 (nearest), past the edge black
+    assert face_tile(None, box, "none")[: side].max() == 0

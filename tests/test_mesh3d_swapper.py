@@ -72,7 +72,7 @@ def test_a_turned_face_renders_without_folded_triangles():
         assert (np.sign(image_area) == np.sign(uv_area)).all()
         assert rendered.sum() > 1000 and holes.sum() > 0 and not (rendered & holes).any()
         # wherever the face shows, it samples inside the texture (no rim pulled towards nothing)
-        mask, _ = swapper._mask(uv, rendered, holes, SwapOptions(feather=0.01))
+        mask, _ = swapper._mask(uv, rendered, holes, False, 0.01)
         assert np.abs(grid[mask > 0]).max() <= 1.0
 
 
@@ -289,6 +289,7 @@ def test_eyes_target_moves_the_targets_eyes_into_the_sources_eye_shape(engine, s
 
     target = crop_faces([astronaut_image], crop[None], swapper.crop_size)[0].transpose(2, 0, 1) / 255.0
     eyes = moved.feeds["keep"][0] > 0.5
+    eyes[swapper.crop_size // 2:] = False  # the mouth's opening is kept too (her teeth): not the eyes
     assert eyes.sum() > 20
     drift = lambda job: np.abs(job.feeds["target"] - target).mean(0)[eyes].mean()  # noqa: E731
     assert drift(moved) > 3.0 * drift(same) + 0.01  # the eyes were moved into other lids ...

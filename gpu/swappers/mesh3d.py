@@ -18,13 +18,17 @@ their depth as a posed instance of MediaPipe's canonical mesh, which has UV coor
   with back faces culled (a turned head shows no folded triangles). The source's eyes are
   drawn in the openings, blinking with the target's lids (``eyes: source``, the default),
   or the target's own eyes are moved into the source's eye shape (``eyes: target``: its
-  gaze stays); the target's mouth opening (teeth) stays. Each crop pixel learns where it
+  gaze stays); the target's mouth opening stays, all its teeth and gap (found by colour
+  inside its lips: a smile's landmarks sit on the teeth). Each crop pixel learns where it
   lies in UV. The target's tone and light come from the target: the re-lit face's
   low-passed lightness over the plain skin is made the target's, and its colour the
   target's own at each spot (``_tone_ratio``), so a grey or colour-cast photo gives only
   its detail and the target's shading survives.
 - **per pixel** (``mesh3d_graph``, through the runner): albedo x target lighting, blended
-  over a Laplacian pyramid inside a seam fixed in UV (stable over time).
+  over a Laplacian pyramid inside a seam fixed in UV (stable over time); the blend mask's
+  own fade is narrow (fine detail switches within a few pixels, so none of the target's
+  wrinkles or glasses rims show through the face), the pyramid's coarse levels fade the
+  low frequencies wide.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from gpu.swappers.mesh3d_geometry import (
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
+from gpu.swappers.mesh3d_lips import closed_lips
 from gpu.swappers.mesh3d_skin import skin_confidence
 from gpu.types import Face
 
@@ -77,7 +82,9 @@ TEXTURE_SIZE = 384  # source albedo in UV space (256 softened faces over ~200 px
 LIGHTING_SIZE = 32  # UV grid of the per-frame lighting fit and shading map (lighting is smooth)
 MASK_SIZE = 128  # UV seam masks
 COARSE_SIZE = 96  # UV grid of the albedo the tone transfer's low pass samples
-TONE_SIGMA = 1 / 8  # of the face's width: the low pass whose colour and light are the target's (finer is the source's)
+TONE_SIGMA = 1 / 10  # of the face's width: the low pass whose colour and light are the target's (finer is the source's;
+# 1/8 kept less of the target's shading once the blend stopped fading over a wide band: shading kept 0.75 -> 0.81
+# and tone 2.3 -> 2.0 on the tune half's astronaut -> Grace Hopper stills, identity unchanged)
 CHROMA_SIGMA_FACE = 1 / 12  # of the face's width: the low pass of the target's colour the face takes
 TONE_RATIO_RANGE = (0.25, 4.0)  # the most the tone transfer scales a channel
 TONE_OUTLIER = (0.15, 0.4)  # |log lightness / its low pass| from which a pixel starts to / stops counting as skin
@@ -91,14 +98,18 @@ TRUSTED_WEIGHT = (0.03, 0.12)  # a texel seen at cos^2 below the first is filled
 # range blurred the near cheek at 45-60 deg; on the yaw sweep the face's Laplacian energy +8 %)
 GRAZING_OUTLIER = (0.25, 0.6)  # |log albedo / skin| (worst channel) from which a texel starts to / stops counting ...
 GRAZING_BELOW = 0.5  # ... where it is seen at cos^2 below this (fully at 0): hair or shadow beside a frontal face
-LIPS_TEETH = (1.02, 0.95)  # lip texels no redder than this (red over green/blue) and this bright are teeth ...
+OPEN_TARGET_MOUTH = 0.03  # a target's mouth this open (gap over width) keeps its teeth and gap, found by colour
+MOUTH_LIPS_RING = 0.8  # the lips' outer part (outside their outline shrunk to this) is lips whatever a smile's landmarks say
+MOUTH_TEETH = (1.08, 0.5)  # teeth: this much brighter than the lips, and redder than grey by less than this share of the lips' red
+MOUTH_GAP = 0.55  # the mouth's dark gap: darker than this share of the lips
 OPEN_MOUTH = 0.06  # a source's mouth this open (gap over width) may show teeth on its lips; a closed one's lips are left as they are
-LIPS_GAP = 0.6  # ... and darker than this times the lips' median the mouth's gap: both take the lips' colour
-LIPS_LINE = (0.55, 0.015)  # painted over, they get the line where closed lips meet: this much darker, this wide (of the texture)
 CHROMA_SMOOTHING = 0.8  # how much of the skin's colour detail gives way to its low-passed colour
 CHROMA_SIGMA = 14 / 384  # of the texture: the low pass's sigma (6 kept the red of Grace Hopper's nasolabial folds,
 # ~10 texels wide, which the colour match then drew as red folds on the target)
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
+BETTER_SEEN = 0.2  # ... and only as far as it is better seen than the own side (cos^2, by this much: fully). Mixing
+# the sides of a frontal photo, equally seen, averaged two different skins into a frontal face's cheeks (cos^2
+# ~0.35 there): a fifth of their fine detail gone; they still count as evidence (their mirror is seen)
 SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
 COLOUR_GAIN_RANGE = (0.5, 2.0)
 MIDDLE = (0.25, 0.75)  # the colour match's gain averages the skin texels' ratios between these weighted quantiles
@@ -108,6 +119,10 @@ ANTI_ALIAS_SIGMA = 0.6  # crop pixels: the albedo is low-passed to what the crop
 # bilinearly at ~2 texels a pixel without it, fine detail (wrinkles, the skin's pores) aliases and shimmers as the
 # face moves by fractions of a pixel (Grace Hopper onto the astronaut's clips: flicker 1.08 -> 1.03)
 SEAM_INSET = 0.008  # the seam runs this far (in UV) inside the mesh outline
+FINE_FEATHER = 0.5  # of the feather option: the blend mask's own fade. The pyramid widens it for the low
+# frequencies (its coarsest level spans 16 crop pixels), so fine detail switches within a few pixels and no band
+# of the face shows the target's wrinkles or glasses rims through the source's (the whole feather there left
+# only the middle half of a face wholly the source's: a ghost of the target over a soft mask)
 SHAPE_STRENGTH = 1.0  # how much of the source's shape moves the target's mesh
 OUTLINE_STRENGTH = 0.35  # ... at the face outline (the cheeks/jaw the mesh ends on)
 SHAPE_FADE_CM = 1.2  # distance from the outline over which that fades in
@@ -317,14 +332,14 @@ class Mesh3dSwapper:
         visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)
         weight_image = atlas.scatter(visibility[:, None])[..., 0]
-        filled, _ = remove_eyewear(symmetric_fill(albedo_image, weight_image))
+        filled = _without_eyewear(symmetric_fill(albedo_image, weight_image), symmetric_fill(albedo_image, weight_image, blend_sides=True))
         # what is not the face's skin (hair over it, the background, a hat, deep shadow)
         # counts for little, judged once the glasses are out: the mirrored side or the fill
         # takes over there
         confidence = skin_confidence(filled, weight_image)
         filled = symmetric_fill(filled, weight_image, confidence)
         if _mouth_opening(points) > OPEN_MOUTH:
-            filled = _lips_without_mouth(filled)
+            filled = closed_lips(filled)
         filled = _smooth_skin_chroma(filled)
         filled = self._anti_aliased(filled)
         shape = fit_pose(points).normalise(points)
@@ -364,12 +379,14 @@ class Mesh3dSwapper:
         occluded = keep_mask(keep, crop, face, matrix)
         lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False, kept=occluded) or _source_lit(source)
         uv, rendered, holes, grid, eye_map = self._render(moved, options.eyes == "target", target)
+        if _mouth_opening(target) > OPEN_TARGET_MOUTH:
+            rendered, holes = _with_mouth_interior(to_host(crop), target, rendered, holes)
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if options.colour_match:
             shading *= _tone_ratio(to_host(crop), uv, rendered, shading, source, occluded, float(np.ptp(target[:, 0])))
-        mask, openings = self._mask(uv, rendered, holes, options)
+        mask, openings = self._mask(uv, rendered, holes, options.mouth_mask, options.feather)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
         target_planes = xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0
@@ -450,10 +467,8 @@ class Mesh3dSwapper:
         drawn = raster.covered
         closure = mesh.closure if target_eyes else mesh.mouth_closure
         holes = drawn & closure[np.maximum(raster.triangle, 0)]
-        # the target's own mouth line stays too when its mouth is closed (the closure then covers no pixel)
-        line = np.zeros((half, half), np.uint8)
-        cv2.polylines(line, [np.round(small[list(INNER_LIP_CONTOUR), :2] * 16).astype(np.int32)], True, 1, 1, cv2.LINE_8, shift=4)
-        holes |= drawn & (line > 0)
+        # a closed mouth's line is the source's (where its lips meet, in UV): the target's own line kept
+        # there showed its lips' colour as dashes between the source's lips
         # the openings get UVs too (they are never shown) so no pixel next to them samples (0, 0)
         pixels = raster.rows * half + raster.cols
         corners = mesh.triangles[raster.triangle.reshape(-1)[pixels]]
@@ -513,18 +528,19 @@ class Mesh3dSwapper:
         shading = shading * np.clip(gain, *COLOUR_GAIN_RANGE)[None, :]
         return push_pull_fill(atlas.scatter(shading), atlas.scatter(np.ones((len(shading), 1)))[..., 0], levels=3)
 
-    def _mask(self, uv: np.ndarray, rendered: np.ndarray, holes: np.ndarray, options: SwapOptions) -> tuple[np.ndarray, np.ndarray]:
+    def _mask(self, uv: np.ndarray, rendered: np.ndarray, holes: np.ndarray, own_lips: bool, feather: float
+              ) -> tuple[np.ndarray, np.ndarray]:
         """The feathered blend mask (S, S): the UV seam seen through the render, minus the
         target's eyes and mouth opening (and with the mouth mask its lips); and where the
         target must stay untouched (S, S): those openings. The UV seam and the openings
         are fixed on the face, so the edge does not crawl from frame to frame."""
         half = self.crop_size // 2
         masks = uv_masks()
-        seam = masks.seam_no_mouth if options.mouth_mask else masks.seam
+        seam = masks.seam_no_mouth if own_lips else masks.seam
         coords = uv * MASK_SIZE - 0.5
         region = cv2.remap(seam, coords[..., 0], coords[..., 1], cv2.INTER_LINEAR, borderValue=0.0)
         region = region * (rendered | holes)
-        radius = max(1, int(round(options.feather * half)))
+        radius = max(1, int(round(feather * half * FINE_FEATHER)))
         kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (radius + 1, radius + 1))
         core = cv2.erode(region, kernel)  # erode first so the fade lies inside the rendered face
         soft = cv2.GaussianBlur(core, (0, 0), sigmaX=radius / 2.0)
@@ -538,7 +554,11 @@ class Mesh3dSwapper:
         # target's lids or glasses leak through the low frequencies; ``keep`` cuts them out
         small = soft * inside
         size = (self.crop_size, self.crop_size)
-        return cv2.resize(small, size, interpolation=cv2.INTER_LINEAR), cv2.resize(keep, size, interpolation=cv2.INTER_LINEAR)
+        # clipped: the blurs and resizes round a little past 1, and the graph's ceil(mask) (where the face was
+        # rendered) would read 1.0000001 as 2, doubling the change (at a 384 crop: the target's nose and glasses
+        # came through the middle of the face)
+        mask = np.clip(cv2.resize(small, size, interpolation=cv2.INTER_LINEAR), 0.0, 1.0)
+        return mask, cv2.resize(keep, size, interpolation=cv2.INTER_LINEAR)
 
     def _paste_mask(self, mask: np.ndarray) -> np.ndarray:
         """Where the pasted crop replaces the frame: the blend mask grown by the reach of the
@@ -661,20 +681,43 @@ def merge_sources(sources: Sequence[Mesh3dSource]) -> Mesh3dSource:
     )
 
 
-def symmetric_fill(albedo: np.ndarray, visibility: np.ndarray, confidence: np.ndarray | None = None) -> np.ndarray:
+def _without_eyewear(filled: np.ndarray, blended: np.ndarray) -> np.ndarray:
+    """``filled`` with glasses taken out: they are looked for (and removed) in ``blended``,
+    the albedo with both sides mixed wherever the other is seen (a frame is the same on
+    both sides, so the mix holds it as well as either side, and a faint one better), and
+    what the removal changed there replaces ``filled``'s texels, softly."""
+    cleaned, found = remove_eyewear(blended)
+    if not found:
+        return filled
+    changed = (np.abs(cleaned - blended).max(2) > 1e-4).astype(np.float32)
+    weight = np.clip(cv2.GaussianBlur(cv2.dilate(changed, np.ones((3, 3), np.uint8)), (0, 0), 1.0) * 1.5, 0.0, 1.0)[..., None]
+    return (filled * (1.0 - weight) + cleaned * weight).astype(np.float32)
+
+
+def symmetric_fill(albedo: np.ndarray, visibility: np.ndarray, confidence: np.ndarray | None = None,
+                   blend_sides: bool = False) -> np.ndarray:
     """(T, T, 3) the albedo mixed with the mirrored side's as far as that is better seen
     (soft symmetry), and the smooth average of the trusted texels around what neither side
     shows (past the cheeks, hair at the temples). ``visibility`` (T, T): how well the photo
     saw each texel (cos^2: grazing texels are filled); ``confidence`` (T, T) in [0, 1], if
-    given: how much each texel is the face's own skin (what is not counts for little)."""
+    given: how much each texel is the face's own skin (what is not counts for little);
+    ``blend_sides``: the other side mixed in wherever it is seen, not only where it is seen
+    better (what glasses are looked for in)."""
     confidence = np.ones_like(visibility) if confidence is None else confidence
+    # how well each texel's value is known (cos^2 units): its own view, and the mirrored side's
+    evidence = visibility * confidence
+    evidence = evidence + evidence[:, ::-1] * (1.0 - evidence) ** 2 * MIRROR_WEIGHT
+    seen = np.clip((evidence - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0)
+    # what it is mixed from: the other side only where that is better seen (a turned photo's far side);
+    # two equally seen sides of a frontal photo are two different skins, which averaged lose their detail
     own = visibility * confidence
-    mirrored = own[:, ::-1] * (1.0 - own) ** 2 * MIRROR_WEIGHT
-    combined = own + mirrored
-    mixed = (albedo * own[..., None] + albedo[:, ::-1] * mirrored[..., None]) / np.maximum(combined, 1e-6)[..., None]
+    other = own[:, ::-1]
+    better = 1.0 if blend_sides else np.clip((other - own) / BETTER_SEEN, 0.0, 1.0)
+    mirrored = other * better * (1.0 - own) ** 2 * MIRROR_WEIGHT
+    combined = np.maximum(own + mirrored, 1e-6)
+    mixed = (albedo * own[..., None] + albedo[:, ::-1] * mirrored[..., None]) / combined[..., None]
     # trusted as far as seen, and as far as what the mix came from is the face's own skin
-    mixed_confidence = (own * confidence + mirrored * confidence[:, ::-1]) / np.maximum(combined, 1e-6)
-    seen = np.clip((combined - TRUSTED_WEIGHT[0]) / (TRUSTED_WEIGHT[1] - TRUSTED_WEIGHT[0]), 0.0, 1.0)
+    mixed_confidence = np.where(own + mirrored > 1e-6, (own * confidence + mirrored * confidence[:, ::-1]) / combined, confidence)
     return push_pull_fill(mixed, seen * mixed_confidence)
 
 
@@ -713,50 +756,49 @@ def _grazing_outliers(albedo: np.ndarray, visibility: np.ndarray) -> np.ndarray:
     return (outlier * grazing).astype(np.float32)
 
 
-@lru_cache(maxsize=2)
-def _lips_mask(size: int) -> np.ndarray:
-    """(T, T) the lips in UV, grown by a texel."""
-    return cv2.dilate(uv_polygon_mask(size, OUTER_LIP_CONTOUR), np.ones((3, 3), np.uint8))
+def _with_mouth_interior(crop: np.ndarray, points: np.ndarray, rendered: np.ndarray, holes: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(rendered, holes) at half resolution with the target's whole mouth opening kept: its
+    teeth and the dark gap, found by colour inside its lips and joined to the landmarks'
+    opening. A smiling mouth's inner-lip landmarks sit on its teeth, not on the lips' inner
+    edge, so the opening they outline misses the teeth's upper rows, which the source's lips
+    then covered (a band of lip over the teeth). Teeth are brighter than the lips and no
+    redder than the skin; the gap far darker than the lips."""
+    half = holes.shape[0]
+    small = points[:, :2] * 0.5 - 0.25
+    lips = small[list(OUTER_LIP_CONTOUR)]
+    centre = lips.mean(0)
+    x0, y0 = np.maximum(np.floor(lips.min(0)).astype(int) - 1, 0)
+    x1, y1 = np.minimum(np.ceil(lips.max(0)).astype(int) + 2, half)
+    if x1 - x0 < 4 or y1 - y0 < 3:
+        return rendered, holes
+
+    def polygon(ids: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+        mask = np.zeros((y1 - y0, x1 - x0), np.uint8)
+        corners = centre + (small[list(ids)] - centre) * scale - (x0, y0)
+        cv2.fillPoly(mask, [np.round(corners * 16).astype(np.int32)], 1, cv2.LINE_8, shift=4)
+        return mask > 0
+
+    box = cv2.resize(crop, (half, half), interpolation=cv2.INTER_AREA)[y0:y1, x0:x1].astype(np.float32) + 1.0
+    light = box.mean(2)
+    redness = box[..., 0] / (0.5 * (box[..., 1] + box[..., 2]))
+    ring = polygon(OUTER_LIP_CONTOUR) & ~polygon(OUTER_LIP_CONTOUR, MOUTH_LIPS_RING)  # lips, whatever the landmarks
+    opening = polygon(INNER_LIP_CONTOUR)
+    if ring.sum() < 8 or not opening.any():
+        return rendered, holes
+    lip_light, lip_red = float(np.median(light[ring])), float(np.median(redness[ring]))
+    teeth = (light > MOUTH_TEETH[0] * lip_light) & (redness < 1.0 + MOUTH_TEETH[1] * (lip_red - 1.0))
+    inside = (teeth | (light < MOUTH_GAP * lip_light)) & polygon(OUTER_LIP_CONTOUR, MOUTH_LIPS_RING)
+    _, labels = cv2.connectedComponents((inside | opening).astype(np.uint8), connectivity=8)
+    joined = np.isin(labels, np.unique(labels[opening])) & (labels > 0)
+    grown = holes.copy()
+    grown[y0:y1, x0:x1] |= joined & (rendered[y0:y1, x0:x1] | holes[y0:y1, x0:x1])
+    return rendered & ~grown, grown
 
 
 def _mouth_opening(points: np.ndarray) -> float:
     """The gap between the inner lips' centres over the mouth's width (0: closed)."""
     return float(np.linalg.norm(points[13, :2] - points[14, :2]) / max(np.linalg.norm(points[61, :2] - points[291, :2]), 1e-6))
-
-
-def _lips_without_mouth(albedo: np.ndarray) -> np.ndarray:
-    """The source's lips with what its open mouth put on them (teeth, the dark gap) painted
-    over in the colour of its lips: landmarks of a smiling, open mouth sit off its inner
-    edge, so the lips' UV region carries a band of teeth and a dark line, which a closed
-    target mouth then shows as a second, open mouth. Teeth are paler than skin and no
-    redder (the albedo is relative to the skin: 1 in every channel), lips redder."""
-    lips = _lips_mask(albedo.shape[0]) > 0.5
-    colours = albedo[lips]
-    luminance = colours.mean(1)
-    redness = colours[:, 0] / np.maximum(colours[:, 1:].mean(1), 1e-3)
-    odd = ((redness < LIPS_TEETH[0]) & (luminance > LIPS_TEETH[1])) | (luminance < LIPS_GAP * np.median(luminance))
-    if not odd.any() or odd.all():
-        return albedo
-    weight = np.zeros(albedo.shape[:2], np.float32)
-    weight[lips] = ~odd  # only real lip texels give their colour
-    lip_colour = push_pull_fill(albedo, weight, levels=5)
-    cover = np.zeros(albedo.shape[:2], np.float32)
-    cover[lips] = odd
-    cover = np.clip(cv2.GaussianBlur(cv2.dilate(cover, np.ones((3, 3), np.uint8)), (0, 0), 1.0) * 1.5, 0.0, 1.0)[..., None]
-    return (albedo * (1.0 - cover) + lip_colour * _closed_lips_line(albedo.shape[0]) * cover).astype(np.float32)
-
-
-@lru_cache(maxsize=2)
-def _closed_lips_line(size: int) -> np.ndarray:
-    """(T, T, 1) the shade where closed lips meet, in UV: darker along the inner lip line,
-    fading towards the corners. Painted lips without it read as one flat slab."""
-    inner = canonical_mesh().uv[list(INNER_LIP_CONTOUR)] * size - 0.5
-    rows = np.arange(size, dtype=np.float32)[:, None]
-    cols = np.arange(size, dtype=np.float32)[None, :]
-    left, right, middle = float(inner[:, 0].min()), float(inner[:, 0].max()), float(inner[:, 1].mean())
-    along = np.clip(1.0 - np.abs(cols - (left + right) / 2) / max((right - left) / 2, 1.0), 0.0, 1.0) ** 0.5
-    across = np.exp(-(((rows - middle) / (LIPS_LINE[1] * size)) ** 2))
-    return (1.0 - LIPS_LINE[0] * along * across)[..., None].astype(np.float32)
 
 
 @lru_cache(maxsize=2)

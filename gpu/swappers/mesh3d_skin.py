@@ -15,7 +15,11 @@ statistics of this face alone (no fixed colours):
   explain; thin lines (wrinkles, folds) average out at that scale and stay;
 - **dark lines**: far darker than the skin, finer: strands of dark hair;
 - **asymmetry**: much darker than the same texel on the other side of the face, which is
-  seen well: a strand or a shadow over one side (a face's wrinkles come in pairs);
+  seen well: a strand or a shadow over one side (a face's wrinkles come in pairs). The
+  other side is read near the mirrored place, not only at it (its darkest there): a fold
+  or a dark line the other side has within ``MIRROR_REACH`` pairs this one (a face's folds
+  are not at exactly mirrored places), and below the brows so does an off colour (a
+  fold's red shadow);
 - **strands**: a thin dark line running up and down (darker than what lies beside it
   across) that the other side of the face does not have: hair falls down, while brows,
   lids, lips and wrinkles run across and folds come in pairs. Judged over the brows too
@@ -49,6 +53,9 @@ LINE_SPREADS = (3.5, 6.0)  # a fine texel this many of the skin's lightness spre
 LINE_FLOOR = (0.5, 0.9)  # ... but never nearer (log) than these
 ASYMMETRY = (0.35, 0.7)  # this much darker (log) than its mirror texel
 MIRROR_SEEN = 0.3  # the mirror texel must be seen at least this well to be compared with
+MIRROR_REACH = 0.02  # of the texture: a fold or line the other side has within this of the mirrored place pairs it
+# (at 0: a fold half a centimetre off its mirror image was taken for a strand and smoothed away -- Grace Hopper's
+# nasolabial folds and crow's feet: a third of the face's fine detail)
 JUDGED_SEEN = (0.1, 0.3)
 STRAND_REACH = 0.012  # of the texture: a strand is a dark line narrower than twice this across ...
 STRAND_DEPTH = (0.2, 0.45)  # ... this much darker (log) than what lies beside it  # texels seen (cos^2) below the first are not judged, above the second fully
@@ -84,12 +91,21 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
 
     mirrored, mirror_seen = lightness[:, ::-1], seen[:, ::-1]
     compared = mirror_seen > MIRROR_SEEN
-    asymmetry = _ramp(mirrored - lightness, *ASYMMETRY) * compared
+    # the other side is compared with what lies near the mirrored texel: a face's folds and
+    # wrinkles come in pairs, but not at exactly mirrored places (the pose, the expression)
+    near = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * max(1, int(round(MIRROR_REACH * size))) + 1,) * 2)
+    mirror_dark = cv2.erode(mirrored, near)  # the darkest the other side is near there
+    asymmetry = _ramp(mirror_dark - lightness, *ASYMMETRY) * compared
+    # a colour or a dark line the other side has near the same place too is the face's own (a fold's red
+    # shadow); colour only below the brows: a fringe over the forehead is the same colour on both sides
+    colour *= 1.0 - cv2.dilate(colour[:, ::-1], near) * compared * _below_brows(size)
+    dark_line *= 1.0 - _ramp(skin_light - mirror_dark, max(LINE_SPREADS[0] * light_spread, LINE_FLOOR[0]),
+                             max(LINE_SPREADS[1] * light_spread, LINE_FLOOR[1])) * compared
     # a thin dark line running up and down that the other side of the face does not have:
     # a strand of hair (brows, lids, lips and wrinkles run across; folds come in pairs)
     across = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * max(1, int(round(STRAND_REACH * size))) + 1, 1))
     upright = cv2.morphologyEx(lightness, cv2.MORPH_CLOSE, across) - lightness
-    strand = _ramp(upright, *STRAND_DEPTH) * (1.0 - _ramp(upright[:, ::-1], *STRAND_DEPTH)) * compared
+    strand = _ramp(upright, *STRAND_DEPTH) * (1.0 - _ramp(cv2.dilate(upright[:, ::-1], near), *STRAND_DEPTH)) * compared
     strand *= 1.0 - openings
 
     # only what the photo sees well is judged: at grazing angles the light model is least sure of
@@ -103,6 +119,13 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
 
 def _ramp(values: np.ndarray, start: float, stop: float) -> np.ndarray:
     return np.clip((values - start) / max(stop - start, 1e-6), 0.0, 1.0).astype(np.float32)
+
+
+@lru_cache(maxsize=2)
+def _below_brows(size: int) -> np.ndarray:
+    """(T, 1) float32: 1 on the rows below the brows' lowest point, 0 above."""
+    brows = canonical_mesh().uv[list(LEFT_BROW + RIGHT_BROW), 1].max() * size
+    return (np.arange(size, dtype=np.float32) > brows).astype(np.float32)[:, None]
 
 
 @lru_cache(maxsize=2)

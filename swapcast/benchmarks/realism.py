@@ -13,13 +13,16 @@ the face in the output, and three measures of how the swapped face sits in the t
   Lab just inside the face outline against just outside it (a seam shows from ~3);
 - **shading kept**: how much of the target's low-frequency shading survives: the slope of
   the output's low-passed lightness on the target's over the face (1 = all of it, 0 = a flat
-  mask).
+  mask);
+- **detail kept**, **target detail left** (a ghost of the target), **teeth on closed lips**,
+  **lip red** and **mouth kept**: what a contact sheet's small tiles hide (``realism_detail``).
 
 With ``--baseline DIR`` the same swaps are also made by the code of another checkout (the
 ``old`` columns: ``swap_worker`` runs there) and scored the same way, in the same run. Contact
 sheets (source | target | old | new, cropped around the face, each tile labelled with its
-numbers) and ``realism.json`` go into ``--report DIR``: look at them -- a swap a viewer would
-call a mask fails whatever its numbers say.
+numbers), the same at full resolution, one picture per case (``realism_fullres``: the face
+at its native size, never scaled down) and ``realism.json`` go into ``--report DIR``: look
+at them -- a swap a viewer would call a mask fails whatever its numbers say.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 from streamer.media.images import write_image
 from swapcast.benchmarks.pose_set import PEOPLE
+from swapcast.benchmarks.realism_detail import detail_kept, mouth_report, target_detail_left
+from swapcast.benchmarks.realism_fullres import write_fullres
 from swapcast.benchmarks.realism_set import (
     HALVES,
     SOURCE_VARIANTS,
@@ -84,6 +89,11 @@ class RealismResult:
     edge_step: float | None
     shading_kept: float | None
     ms: float | None
+    detail: float | None = None  # fine detail of the output face over the source face's (1: all kept)
+    target_detail_left: float | None = None  # of the target's own fine detail, how much shows through (0: none)
+    teeth_on_closed_lips: float | None = None  # share of a closed target mouth's lips that turned teeth-like
+    lip_red: float | None = None  # CIE a* of the output's lips over the skin around them
+    mouth_kept: float | None = None  # CIE76 of an open target mouth's inside, output vs target
 
 
 # -- measures --------------------------------------------------------------------------------------
@@ -218,8 +228,10 @@ def run_realism_benchmark(config: Config, report_dir: str | None, half: str = "h
     }
     if report is not None:
         sheets = _write_sheets(report, names, runs, results, sources, targets, clips)
+        fullres = write_fullres(report / "fullres", names, runs, results, sources, targets, clips)
         (report / "realism.json").write_text(json.dumps(data, indent=2))
-        print(f"report: {report / 'realism.json'}; contact sheets: {', '.join(str(s) for s in sheets)}")
+        print(f"report: {report / 'realism.json'}; contact sheets: {', '.join(str(s) for s in sheets)}; "
+              f"full resolution: {len(fullres)} pictures in {report / 'fullres'}")
     if as_json:
         print(json.dumps(data))
     return 0
@@ -246,36 +258,53 @@ def _score(scorer, runs: dict[str, SwapOutputs], sources: list[RealismSource], t
            clips: list[RealismClip]) -> list[RealismResult]:
     results = []
     by_name = {s.name: s for s in sources}
+    source_meshes = {s.name: _face_mesh(s.image) for s in sources}
     for swapper, run in runs.items():
         for (source_name, target_name), output in run.stills.items():
             source = by_name[source_name]
             target = next(t for t in targets if t.name == target_name)
             for index, face in enumerate(target.faces):
                 key = target_name if len(target.faces) == 1 else f"{target_name}#{index}"
-                results.append(_measure(scorer, swapper, source, key, target.variant, target.frontal, target.image, output,
-                                        face, run.ms.get((source_name, target_name))))
+                results.append(_measure(scorer, swapper, source, source_meshes[source_name], key, target.variant,
+                                        target.frontal, target.image, output, face, run.ms.get((source_name, target_name))))
         for (source_name, clip_name), frames in run.clips.items():
             source = by_name[source_name]
             clip = next(c for c in clips if c.name == clip_name)
             for index in range(0, len(frames), CLIP_EVERY):
-                results.append(_measure(scorer, swapper, source, f"{clip_name}#{index}", "clip", False, clip.frames[index],
-                                        frames[index], clip.faces[index], run.ms.get((source_name, clip_name))))
+                results.append(_measure(scorer, swapper, source, source_meshes[source_name], f"{clip_name}#{index}", "clip",
+                                        False, clip.frames[index], frames[index], clip.faces[index],
+                                        run.ms.get((source_name, clip_name))))
     return results
 
 
-def _measure(scorer, swapper: str, source: RealismSource, target_key: str, target_variant: str, frontal: bool,
-             target: np.ndarray, output: np.ndarray, face: TargetFace, ms: float | None) -> RealismResult:
+def _face_mesh(image: np.ndarray) -> np.ndarray | None:
+    """(468, 2) the face of a source photo, or None where none is found (then its detail is not measured)."""
+    from swapcast.benchmarks.realism_set import _photo_mesh
+
+    try:
+        return _photo_mesh(image)
+    except SwapcastError:
+        return None
+
+
+def _measure(scorer, swapper: str, source: RealismSource, source_mesh: np.ndarray | None, target_key: str,
+             target_variant: str, frontal: bool, target: np.ndarray, output: np.ndarray, face: TargetFace,
+             ms: float | None) -> RealismResult:
     from swapcast.benchmarks.quality import passes
 
     identity = scorer.identity(output, face.mesh)
     to_source = identity_distance(identity, scorer.person_identity(source.person))
     to_target = identity_distance(identity, scorer.target_identity(target_key, target, face.mesh))
     regions = face_regions(face.mesh, target.shape)
+    mouth = mouth_report(output, target, face.mesh)
     return RealismResult(
         swapper=swapper, source=source.name, target=target_key, source_variant=source.variant, target_variant=target_variant,
         frontal=frontal, output_to_source=to_source, output_to_target=to_target, passed=passes(to_source, to_target),
         found=scorer.found(output, face.box), tone=tone_difference(output, target, regions),
         edge_step=edge_step(output, target, regions), shading_kept=shading_kept(output, target, regions), ms=ms,
+        detail=None if source_mesh is None else detail_kept(output, face.mesh, source.image, source_mesh),
+        target_detail_left=target_detail_left(output, target, face.mesh), teeth_on_closed_lips=mouth.teeth_on_closed_lips,
+        lip_red=mouth.lip_red, mouth_kept=mouth.mouth_kept,
     )
 
 
@@ -300,6 +329,11 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
         "tone_over_8": sum(t > TONE_BAD for t in tones),
         "edge_step": mean([r.edge_step for r in results]),
         "shading_kept": mean([r.shading_kept for r in results]),
+        "detail": mean([r.detail for r in results]),
+        "target_detail_left": mean([r.target_detail_left for r in results]),
+        "teeth_on_closed_lips": mean([r.teeth_on_closed_lips for r in results]),
+        "lip_red": mean([r.lip_red for r in results]),
+        "mouth_kept": mean([r.mouth_kept for r in results]),
         "ms_per_frame": float(np.median(ms)) if ms else None,
         "by_source": {variant: mean([float(r.passed) for r in results if r.source_variant == variant])
                       for variant in dict.fromkeys(r.source_variant for r in results)},
@@ -310,7 +344,8 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
 
 def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None:
     print(f"\nrealism set, {half} half ({'not tuned on' if half == 'held' else 'tuned on'})")
-    header = f"{'':<16}{'faces':>6}{'pass':>8}{'frontal':>9}{'found':>7}{'d(o,s)':>8}{'tone':>7}{'>8':>5}{'edge':>7}{'shade':>7}{'ms':>7}"
+    header = (f"{'':<16}{'faces':>6}{'pass':>8}{'frontal':>9}{'found':>7}{'d(o,s)':>8}{'tone':>7}{'>8':>5}{'edge':>7}{'shade':>7}"
+              f"{'detail':>8}{'ghost':>7}{'teeth':>7}{'lipred':>7}{'mouth':>7}{'ms':>7}")
     print(header)
     for name in names:
         row = summary[name]
@@ -320,10 +355,15 @@ def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None
 
         print(f"{name:<16}{row['faces']:>6}{row['passed']:>5}/{row['faces']:<2}{row['frontal_passed']:>5}/{row['frontal_pairs']:<3}"
               f"{row['found']:>7}{num(row['mean_output_to_source']):>8}{num(row['tone'], 1):>7}{row['tone_over_8']:>5}"
-              f"{num(row['edge_step'], 1):>7}{num(row['shading_kept']):>7}{num(row['ms_per_frame'], 0):>7}")
+              f"{num(row['edge_step'], 1):>7}{num(row['shading_kept']):>7}{num(row['detail']):>8}{num(row['target_detail_left']):>7}"
+              f"{num(row['teeth_on_closed_lips'], 3):>7}{num(row['lip_red'], 1):>7}{num(row['mouth_kept'], 1):>7}"
+              f"{num(row['ms_per_frame'], 0):>7}")
     print("pass: d(out,src) < 0.6 and < d(out,tgt); frontal: the same on frontal targets; found: the engine finds the "
           "output face; tone: low-passed CIE76 output vs target on the skin (>8: a mask); edge: colour step across the "
-          "outline; shade: target's low-frequency shading kept (1 = all); ms: median per frame")
+          "outline; shade: target's low-frequency shading kept (1 = all); detail: the source's fine detail kept (1 = all); "
+          "ghost: the target's own fine detail still showing (0 = none); teeth: share of closed lips turned teeth-like; "
+          "lipred: lips' CIE a* over the skin's (a grey band ~0); mouth: CIE76 of an open target mouth's inside vs the "
+          "target's (0 = kept); ms: median per frame")
     for name in names:
         row = summary[name]
         cells = ", ".join(f"{k} {100 * v:.0f}%/{row['tone_by_source'][k]:.1f}" for k, v in row["by_source"].items() if v is not None)

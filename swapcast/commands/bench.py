@@ -124,7 +124,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     quality.add_argument("--no-progress", dest="progress", action="store_false", help="no progress (neither the bar nor the periodic lines)")
     quality.add_argument("--realism", action="store_true",
                          help="the realism part instead: degraded sources onto relit, turned, grouped and moving targets; "
-                              "identity, tone, edge step, shading kept and contact sheets (--swappers default mesh3d)")
+                              "identity, tone, edge step, shading kept, detail kept, the target showing through, the mouth; "
+                              "contact sheets and, per case, the face at full resolution (--swappers default mesh3d)")
     quality.add_argument("--half", choices=("tune", "held"), default="held",
                          help="realism: which half of the set (tune: the variants tuned on; held: the others; default held)")
     quality.add_argument("--baseline", metavar="DIR",

@@ -1,0 +1,132 @@
+"""An open-mouthed source's lips, closed, once at registration.
+
+The mouth carries much of who a face is (on the realism set's tune half, drawing the
+target's own lips instead of the source's moved dlib's distance to the source from 0.43
+to 0.50), so the source's lips are drawn, whatever its expression. A smiling, open
+mouth's inner-lip landmarks sit on its teeth, not on its lips' inner edge: unwrapped, each
+lip's UV band (from the outer lip line to the canonical inner one) holds the real lip
+next to the outer line and the teeth or the dark gap towards the inner one. Painted over
+in the lips' colour that band read as a pale slab with a grey blob on a closed target
+mouth. Here each column of each lip is **stretched** instead: the real lip (from the outer
+line to where, going inwards, the teeth or the gap begin) is resampled over the whole
+band, so the lip keeps its own colour and texture and meets the other lip at the
+canonical inner line, where closed lips meet (a soft shade is drawn there).
+
+Teeth are told from lip by redness (lips are redder than skin, teeth are not) and
+lightness; a grey photo (no redness to tell by) by lightness alone.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import cv2
+import numpy as np
+
+from gpu.models.canonical_mesh import INNER_LIP_CONTOUR, canonical_mesh
+from gpu.swappers.mesh3d_geometry import OUTER_LIP_CONTOUR, uv_polygon_mask
+
+TEETH_LIGHTER = 1.12  # a texel this much lighter than the lip's own (outer) part and ...
+TEETH_LESS_RED = 0.5  # ... whose red over the skin's (1) is below this share of the lip's is teeth
+GAP_DARKER = 0.6  # a texel darker than this share of the lips' lightness is the mouth's gap
+GREY_REDNESS = 0.03  # lips no redder than the skin by this much: a grey photo (lightness alone)
+LIP_RED_PERCENTILE = 80  # the lips' red: this percentile of the redness over their band
+MIN_LIP = 0.15  # of a lip's band: a lip found thinner than this is taken as this thick
+SMOOTH_COLUMNS = 0.06  # of the lips' width: the found lip edges are median-smoothed over this many columns
+MEET_SHADE = (0.35, 0.012)  # where the lips meet: this much darker, this wide (of the texture)
+
+
+def closed_lips(albedo: np.ndarray) -> np.ndarray:
+    """(T, T, 3) albedo -> the same with each lip's real part stretched over its band."""
+    size = albedo.shape[0]
+    layout = _layout(size)
+    lips = layout.lips
+    if not lips.any():
+        return albedo
+    colours = albedo[lips]
+    light = colours.mean(1)
+    redness = colours[:, 0] / np.maximum(colours[:, 1:].mean(1), 1e-3)
+    # the lips' own colour: their reddest texels (the band also holds teeth, the gap and, along the
+    # outer line, some skin)
+    lip_red = float(np.percentile(redness, LIP_RED_PERCENTILE))
+    own = redness >= 1.0 + 0.5 * (lip_red - 1.0)
+    lip_light = float(np.median(light[own])) if own.any() else float(np.median(light))
+    odd_lips = light < GAP_DARKER * lip_light
+    if lip_red - 1.0 > GREY_REDNESS:
+        odd_lips |= (light > TEETH_LIGHTER * lip_light) & (redness - 1.0 < TEETH_LESS_RED * (lip_red - 1.0))
+    else:
+        odd_lips |= light > TEETH_LIGHTER * lip_light
+    odd = np.zeros((size, size), bool)
+    odd[lips] = odd_lips
+    map_y = np.broadcast_to(np.arange(size, dtype=np.float32)[:, None], (size, size)).copy()
+    map_x = np.broadcast_to(np.arange(size, dtype=np.float32)[None, :], (size, size)).copy()
+    columns = layout.columns
+    reach = max(1, int(round(SMOOTH_COLUMNS * len(columns)))) | 1
+    for outer_line, upper in ((layout.top, True), (layout.bottom, False)):
+        edge = _median(_lip_edges(odd, columns, outer_line, layout.meet, upper), reach)
+        band = layout.meet - outer_line  # signed: down for the upper lip, up for the lower one
+        edge = np.where(np.abs(edge - outer_line) < MIN_LIP * np.abs(band), outer_line + MIN_LIP * band, edge)
+        scale = (edge - outer_line) / np.where(np.abs(band) > 1e-3, band, 1.0)
+        for index, column in enumerate(columns):
+            lo, hi = sorted((outer_line[index], layout.meet[index]))
+            span = np.arange(int(np.ceil(lo)), int(np.floor(hi)) + 1)
+            span = span[(span >= 0) & (span < size)]
+            map_y[span, column] = outer_line[index] + (span - outer_line[index]) * scale[index]
+    stretched = cv2.remap(albedo, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    weight = layout.soft_lips[..., None]
+    closed = albedo * (1.0 - weight) + stretched * layout.meet_shade * weight
+    return closed.astype(np.float32)
+
+
+def _lip_edges(odd: np.ndarray, columns: np.ndarray, outer_line: np.ndarray, meet: np.ndarray, upper: bool) -> np.ndarray:
+    """Per column: the last lip row going from the lip's outer line towards ``meet``,
+    before the first teeth or gap texel (``meet`` when there is none)."""
+    edges = meet.copy()
+    for index, column in enumerate(columns):
+        start, stop = int(round(outer_line[index])), int(round(meet[index]))
+        step = 1 if upper else -1
+        span = np.arange(start, stop + step, step)
+        span = span[(span >= 0) & (span < odd.shape[0])]
+        hits = np.nonzero(odd[span, column])[0]
+        if len(hits):
+            edges[index] = float(span[hits[0]] - step)  # the last lip row: sampled up to it, not into the teeth
+    return edges
+
+
+def _median(values: np.ndarray, reach: int) -> np.ndarray:
+    """``values`` median-filtered over ``reach`` (odd) neighbours, the ends repeated."""
+    padded = np.pad(values, reach // 2, mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, reach)
+    return np.median(windows, axis=1)
+
+
+class _LipLayout:
+    """Where the lips lie in a ``size`` texture: per column of the mouth, its outer lines
+    (top, bottom) and the canonical inner line where closed lips meet."""
+
+    def __init__(self, size: int) -> None:
+        uv = canonical_mesh().uv * size - 0.5
+        outer = uv[list(OUTER_LIP_CONTOUR)]
+        inner = uv[list(INNER_LIP_CONTOUR)]
+        self.lips = uv_polygon_mask(size, OUTER_LIP_CONTOUR) > 0.5
+        cols = np.nonzero(self.lips.any(0))[0]
+        rows_of = [np.nonzero(self.lips[:, c])[0] for c in cols]
+        self.columns = cols
+        self.top = np.array([r.min() for r in rows_of], np.float32)
+        self.bottom = np.array([r.max() for r in rows_of], np.float32)
+        order = np.argsort(inner[:, 0])
+        meet = np.interp(cols, inner[order, 0], inner[order, 1])
+        self.meet = np.clip(meet, self.top + 1, self.bottom - 1).astype(np.float32)
+        self.soft_lips = cv2.GaussianBlur(self.lips.astype(np.float32), (0, 0), 1.0)
+        rows = np.arange(size, dtype=np.float32)[:, None]
+        middle = np.full(size, -1e6, np.float32)
+        middle[cols] = self.meet
+        left, right = float(outer[:, 0].min()), float(outer[:, 0].max())
+        along = np.clip(1.0 - np.abs(np.arange(size) - (left + right) / 2) / max((right - left) / 2, 1.0), 0.0, 1.0) ** 0.5
+        across = np.exp(-(((rows - middle[None, :]) / (MEET_SHADE[1] * size)) ** 2))
+        self.meet_shade = (1.0 - MEET_SHADE[0] * along[None, :] * across)[..., None].astype(np.float32)
+
+
+@lru_cache(maxsize=2)
+def _layout(size: int) -> _LipLayout:
+    return _LipLayout(size)
