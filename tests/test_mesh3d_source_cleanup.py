@@ -260,3 +260,30 @@ def test_the_frames_a_face_wears_are_found_for_keeping_and_not_its_wrinkles(raw_
         cv2.ellipse(inside, (int(round(centre[0])), int(round(centre[1] + 0.12 * width))),
                     (int(0.7 * width), int(0.4 * width)), 0, 0, 180, 1, -1)
     assert worn[inside > 0].mean() < 0.1, worn[inside > 0].mean()
+
+
+def test_red_lid_rims_lose_most_of_their_red_and_a_brown_iris_keeps_its_colour():
+    """Red rims around the eyes (lids seen through glasses' lenses, tired or flash-red eyes)
+    read as bloodshot on the target; an iris is redder than the skin too, a little."""
+    size = 384
+    albedo = np.ones((size, size, 3), np.float32)
+    openings = np.maximum(uv_polygon_mask(size, LEFT_EYE_CONTOUR), uv_polygon_mask(size, RIGHT_EYE_CONTOUR)) > 0.5
+    inner = cv2.erode(openings.astype(np.uint8), np.ones((7, 7), np.uint8)) > 0
+    rims = openings & ~inner
+    iris = np.zeros((size, size), bool)
+    for contour in (LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR):
+        centre = np.argwhere(uv_polygon_mask(size, contour) > 0.5).mean(0).round().astype(int)
+        iris[centre[0] - 3:centre[0] + 4, centre[1] - 3:centre[1] + 4] = True
+    assert rims.sum() > 100 and (iris & inner).sum() == iris.sum()
+    albedo[rims] = (1.5, 0.45, 0.45)
+    albedo[iris] = (0.55, 0.45, 0.35)
+    smoothed = mesh3d._smooth_skin_chroma(albedo)
+
+    def redness(pixels: np.ndarray) -> float:
+        chroma = pixels / pixels.mean(1, keepdims=True)
+        return float((chroma[:, 0] - chroma[:, 1:].mean(1)).mean())
+
+    assert redness(albedo[rims]) > 1.2 and redness(smoothed[rims]) < 0.55
+    assert redness(smoothed[iris]) > 0.8 * redness(albedo[iris])
+    # the lightness stays the photo's
+    np.testing.assert_allclose(smoothed[rims].mean(1), albedo[rims].mean(1), rtol=1e-3)

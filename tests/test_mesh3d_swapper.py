@@ -403,6 +403,25 @@ def test_colour_match_gives_the_plain_cheeks_the_targets_colour(engine, swapper,
     assert np.abs(chromaticity(output) - chromaticity(target)).sum() < 0.04
 
 
+@pytest.mark.parametrize("direction", ["astronaut_onto_grace", "grace_onto_astronaut"])
+def test_lips_take_the_colour_of_the_targets_lips_from_a_grey_photo(engine, swapper, astronaut_image, grace_image,
+                                                                   direction, monkeypatch):
+    """A black-and-white photo's lips are grey; the tone transfer leaves lips out (their red
+    is not the skin's), so without the lip tint they stayed a grey band on a colour face."""
+    from swapcast.benchmarks.realism_detail import mouth_report
+
+    source_image, target = (astronaut_image, grace_image) if direction.startswith("astronaut") else (grace_image, astronaut_image)
+    grey = np.repeat(source_image.mean(2, keepdims=True), 3, axis=2).astype(np.uint8)
+    source = swapper.register(grey, engine.analyse_image(grey)[0])
+    mesh = engine.analyse_image(target)[0].mesh
+    tinted = mouth_report(_swap(engine, swapper, source, target)[0], target, mesh)
+    monkeypatch.setattr(mesh3d, "_tint_lips", lambda *args: None)
+    untinted = mouth_report(_swap(engine, swapper, source, target)[0], target, mesh)
+    assert tinted.target_lip_red > 5
+    assert tinted.lip_red > 0.3 * tinted.target_lip_red  # measured 0.42 and 1.15 of it
+    assert tinted.lip_red > untinted.lip_red + 3  # measured -2.8 -> 2.8 and 1.9 -> 7.2
+
+
 def test_prepared_rows_batch_like_single_rows_on_the_cpu(engine, swapper, sources, grace_image, two_faces):
     """Rows from different sources and frames stacked into one runner call give the same
     pixels as one call each (what the cross-session batcher relies on); a NumPy frame

@@ -102,7 +102,11 @@ OPEN_TARGET_MOUTH = 0.03  # a target's mouth this open (gap over width) keeps it
 MOUTH_LIPS_RING = 0.8  # the lips' outer part (outside their outline shrunk to this) is lips whatever a smile's landmarks say
 MOUTH_TEETH = (1.08, 0.5)  # teeth: this much brighter than the lips, and redder than grey by less than this share of the lips' red
 MOUTH_GAP = 0.55  # the mouth's dark gap: darker than this share of the lips
+LIP_TINT_RANGE = (0.6, 1.6)  # the most the lips' colour over the skin is moved towards the target's, per channel
+LIP_SKIN_AROUND = (1.2, 1.6)  # the skin the lips are compared with: between the outer lips scaled by these
 OPEN_MOUTH = 0.06  # a source's mouth this open (gap over width) may show teeth on its lips; a closed one's lips are left as they are
+EYE_RED_OVER_SKIN = 0.5  # chromaticity: how much redder than the skin an eye or lid may stay (softly); measured in
+# the albedo: a brown iris 0.4 (median, astronaut), red lid rims through glasses up to 2.2 (Grace Hopper)
 CHROMA_SMOOTHING = 0.8  # how much of the skin's colour detail gives way to its low-passed colour
 CHROMA_SIGMA = 14 / 384  # of the texture: the low pass's sigma (6 kept the red of Grace Hopper's nasolabial folds,
 # ~10 texels wide, which the colour match then drew as red folds on the target)
@@ -156,6 +160,13 @@ class Mesh3dSource:
             image = cv2.resize(self.albedo.transpose(1, 2, 0), (LIGHTING_SIZE, LIGHTING_SIZE), interpolation=cv2.INTER_AREA)
             small = self._device["small"] = image[atlas.texels]
         return small
+
+    def albedo_image(self) -> np.ndarray:
+        """(T, T, 3) the albedo as an image (for sampling parts of it on the host)."""
+        image = self._device.get("image")
+        if image is None:
+            image = self._device["image"] = np.ascontiguousarray(self.albedo.transpose(1, 2, 0))
+        return image
 
     def albedo_coarse(self) -> np.ndarray:
         """(C, C, 3) the albedo shrunk to ``COARSE_SIZE``: what the tone transfer's low pass sees of it."""
@@ -386,6 +397,7 @@ class Mesh3dSwapper:
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if options.colour_match:
             shading *= _tone_ratio(to_host(crop), uv, rendered, shading, source, occluded, float(np.ptp(target[:, 0])))
+            _tint_lips(shading, to_host(crop), target, uv, rendered, source)
         mask, openings = self._mask(uv, rendered, holes, options.mouth_mask, options.feather)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
@@ -633,6 +645,50 @@ def _tone_ratio(crop: np.ndarray, uv: np.ndarray, rendered: np.ndarray, shading:
     return cv2.resize(ratio.astype(np.float32), (half, half), interpolation=cv2.INTER_LINEAR)
 
 
+def _tint_lips(shading: np.ndarray, crop: np.ndarray, points: np.ndarray, uv: np.ndarray, rendered: np.ndarray,
+               source: Mesh3dSource) -> None:
+    """Give the re-lit lips the target's lips' colour over its skin, in place on ``shading``
+    (S/2, S/2, 3): per channel, the re-lit lips over the re-lit skin around them are made
+    what the target's lips are over its skin; the lips' shape and fine detail stay the
+    source's. The tone transfer leaves the lips out (their red is not the skin's), so they
+    kept the photo's contrast to its skin: none from a black-and-white photo, little from a
+    smiling one whose lips were stretched thin; either read as a pale band, not as lips."""
+    half = uv.shape[0]
+    small = points[:, :2] * 0.5 - 0.25
+    lips = small[list(OUTER_LIP_CONTOUR)]
+    centre = lips.mean(0)
+    reach = centre + (lips - centre) * LIP_SKIN_AROUND[1]
+    x0, y0 = np.maximum(np.floor(reach.min(0)).astype(int) - 2, 0)
+    x1, y1 = np.minimum(np.ceil(reach.max(0)).astype(int) + 3, half)
+    if x1 - x0 < 8 or y1 - y0 < 6:
+        return
+
+    def polygon(ids: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+        mask = np.zeros((y1 - y0, x1 - x0), np.float32)
+        corners = centre + (small[list(ids)] - centre) * scale - (x0, y0)
+        cv2.fillPoly(mask, [np.round(corners * 16).astype(np.int32)], 1.0, cv2.LINE_AA, shift=4)
+        return mask
+
+    drawn = rendered[y0:y1, x0:x1]
+    ring = (polygon(OUTER_LIP_CONTOUR) > 0.5) & (polygon(INNER_LIP_CONTOUR, 1.15) < 0.5) & drawn
+    around = (polygon(OUTER_LIP_CONTOUR, LIP_SKIN_AROUND[1]) > 0.5) & (polygon(OUTER_LIP_CONTOUR, LIP_SKIN_AROUND[0]) < 0.5) & drawn
+    if ring.sum() < 8 or around.sum() < 8:
+        return
+    box_uv = uv[y0:y1, x0:x1]
+    albedo = source.albedo_image()
+    size = albedo.shape[0]
+    face = cv2.remap(albedo, box_uv[..., 0] * size - 0.5, box_uv[..., 1] * size - 0.5, cv2.INTER_LINEAR,
+                     borderMode=cv2.BORDER_REPLICATE) * shading[y0:y1, x0:x1]
+    target = cv2.resize(crop, (half, half), interpolation=cv2.INTER_AREA)[y0:y1, x0:x1].astype(np.float32) + 1.0
+
+    def over_skin(image: np.ndarray) -> np.ndarray:
+        return np.median(image[ring], axis=0) / np.maximum(np.median(image[around], axis=0), 1e-3)
+
+    gain = np.clip(over_skin(target) / np.maximum(over_skin(face), 1e-3), *LIP_TINT_RANGE)
+    weight = cv2.GaussianBlur(polygon(OUTER_LIP_CONTOUR), (0, 0), 1.0) * drawn
+    shading[y0:y1, x0:x1] *= 1.0 + weight[..., None] * (gain - 1.0)
+
+
 def _masked_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
     """(the Gaussian low pass of ``image`` over ``weight``, that low pass of ``weight``)."""
     support = cv2.GaussianBlur(weight, (0, 0), sigma)
@@ -802,12 +858,17 @@ def _mouth_opening(points: np.ndarray) -> float:
 
 
 @lru_cache(maxsize=2)
-def _features_mask(size: int) -> np.ndarray:
-    """(T, T, 1) the eyes and lips, grown and softened: their colour is their own."""
+def _features_mask(size: int, contours: tuple[tuple[int, ...], ...] = (OUTER_LIP_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR)
+                   ) -> np.ndarray:
+    """(T, T, 1) the eyes and lips (or the ``contours`` given), grown and softened: their colour is their own."""
     features = np.zeros((size, size), np.float32)
-    for contour in (OUTER_LIP_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR):
+    for contour in contours:
         features = np.maximum(features, uv_polygon_mask(size, contour))
     return cv2.GaussianBlur(cv2.dilate(features, np.ones((5, 5), np.uint8)), (0, 0), 2.0)[..., None]
+
+
+def _redness(chroma: np.ndarray) -> np.ndarray:
+    return chroma[..., 0] - 0.5 * (chroma[..., 1] + chroma[..., 2])
 
 
 def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
@@ -815,13 +876,20 @@ def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
     skin's colour varies slowly, while a photo's folds and wrinkles carry saturated shadow
     colour (light scattered under the skin) that a colour match towards the target's skin
     turns into red stripes. (Pulling dark texels all the way to the skin's colour took
-    dlib's HOG detector further off the turned faces of the yaw sweep: not done.)"""
+    dlib's HOG detector further off the turned faces of the yaw sweep: not done.)
+    The eyes and their lids are never far redder than the skin around them: red lid rims
+    seen through a pair of glasses' lenses, tired or flash-red eyes read as bloodshot rims
+    on the target, not as who the person is."""
     luminance = albedo.mean(2, keepdims=True) + 1e-3
     chroma = albedo / luminance
     skin = 1.0 - _features_mask(albedo.shape[0])
     sigma = CHROMA_SIGMA * albedo.shape[0]  # the lips' red counts for nothing in the skin's low-passed colour
     smooth = cv2.GaussianBlur(chroma * skin, (0, 0), sigma) / np.maximum(cv2.GaussianBlur(skin, (0, 0), sigma), 1e-3)[..., None]
     mixed = chroma + skin * CHROMA_SMOOTHING * (smooth - chroma)
+    eyes = _features_mask(albedo.shape[0], (LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR))
+    excess = np.maximum(_redness(mixed) - _redness(smooth), 0.0)[..., None]
+    kept = EYE_RED_OVER_SKIN * np.tanh(excess / EYE_RED_OVER_SKIN)  # a brown iris (~0.4) stays much as it is
+    mixed = mixed + eyes * (excess - kept) * np.array([-2.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0], np.float32)  # lightness kept
     return np.clip(luminance * mixed, 0.0, ALBEDO_MAX).astype(np.float32)
 
 
