@@ -1,3 +1,4 @@
+import itertools
 import threading
 import time
 from fractions import Fraction
@@ -8,6 +9,7 @@ import pytest
 
 from gpu.analysis.identity import identity_distance
 from streamer.live.h264 import H264Decoder, H264Encoder, to_avcc
+from streamer.live.publish_pace import PublishPace
 from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, SampleInbox, SequenceHeader, VideoSample
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes, SwapInFlight
 from streamer.rtmp.flv import avc_decoder_config, split_annexb
@@ -209,7 +211,8 @@ def test_a_picture_size_the_encoder_cannot_take_ends_the_thread_with_a_reason_an
 def test_the_hand_over_to_a_thread_that_falls_behind_stays_bounded_and_restarts_at_a_keyframe(camera_stream):
     record, packets, _ = camera_stream
     swapper, out = HeldSwapper(), Collector()
-    worker = LiveSwapWorker(swapper, EncoderSettings(), out, name="slow")
+    paced = itertools.count(0.0, 0.033)  # the publisher sends in real time; the thread is what falls behind
+    worker = LiveSwapWorker(swapper, EncoderSettings(), out, name="slow", pace=PublishPace(clock=lambda: next(paced)))
     worker.push(SequenceHeader(record))
     worker.push(VideoSample(packets[0].data, packets[0].dts, keyframe=True))
     _wait_for(lambda: worker.stats.frames_in == 1)  # the thread is now held inside the swap
@@ -367,3 +370,25 @@ def test_a_start_up_burst_is_swapped_when_it_may_wait(engine, astronaut_image, c
     worker.stop()
     assert worker.stats.frames_dropped == 0
     assert [p.pts for p in out.packets] == [p.pts for p in packets]
+
+
+def test_a_publisher_far_faster_than_real_time_ends_the_stream_told_why_and_nothing_more_is_decoded(camera_stream):
+    """ffmpeg without -re pushes a file as fast as it reads it: every sample up to the
+    hand-over's drops would be decoded, a core kept busy for pictures nobody sees."""
+    record, packets, _ = camera_stream
+    failures: list[str] = []
+    swapper = HeldSwapper()
+    swapper.go.set()
+    worker = LiveSwapWorker(swapper, EncoderSettings(), Collector(), name="flood", on_failure=failures.append)
+    worker.push(SequenceHeader(record))
+    dts = 0
+    for _ in range(30):  # 900 pictures, 30 s of video, pushed at once
+        for packet in packets:
+            worker.push(VideoSample(packet.data, dts, keyframe=packet.keyframe))
+            dts += 33
+    _wait_for(lambda: not worker.alive, timeout=10)
+    assert failures and "faster than real time" in failures[0] and "-re" in failures[0]
+    assert worker.failure == failures[0]
+    assert worker.stats.frames_in <= 20 / 0.033 + 1  # the refusal came at 20 s of video; nothing after it was decoded
+    assert swapper.closed
+    worker.push(VideoSample(packets[0].data, dts, keyframe=True))  # after the end: ignored, no error

@@ -335,6 +335,27 @@ def test_a_picture_size_the_encoder_cannot_take_ends_the_stream_with_a_reason_an
     assert alive and failed is None
 
 
+def test_ffmpeg_pushing_a_file_without_re_is_told_to_publish_in_real_time(engine, face_file, tmp_path):
+    """The common mistake (and the cheap flood): ffmpeg sends as fast as it encodes; the
+    stream ends within seconds, ffmpeg prints why, and the node keeps serving."""
+    async def scenario():
+        async with Node(engine, tmp_path / "data") as node:
+            key, record = node.keys.add("cam", face_file)
+            command = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=30",
+                       "-t", "120", "-c:v", "libx264", "-preset", "ultrafast", "-g", "30", "-f", "flv", node.url(key)]
+            started = asyncio.get_running_loop().time()
+            process = await asyncio.create_subprocess_exec(*command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                           stderr=subprocess.PIPE)
+            _, stderr = await asyncio.wait_for(process.communicate(), 60)
+            took = asyncio.get_running_loop().time() - started
+            return process.returncode, stderr.decode(errors="replace"), took, node.ingest.streams.get(record.key_id)
+
+    code, stderr, took, stream = asyncio.run(scenario())
+    assert code != 0 and "faster than real time" in stderr and "-re" in stderr  # ffmpeg shows our onStatus
+    assert took < 30  # 120 s of video, cut long before its end
+    assert stream is None
+
+
 def test_playing_needs_the_keys_play_token_not_its_id(engine, grace_image, face_file, tmp_path):
     from streamer.rtmp.client import RtmpClientError, RtmpPlayClient
 

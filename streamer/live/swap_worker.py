@@ -31,6 +31,7 @@ import numpy as np
 
 from gpu.processors.content_gate import ContentRefused
 from streamer.live.h264 import EncodedVideo, H264Decoder, H264Encoder
+from streamer.live.publish_pace import PublishingTooFast, PublishPace
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, scale_threads
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, check_frame_size
 from streamer.pipeline.failure_log import FailureLog
@@ -151,10 +152,11 @@ class SampleInbox:
         self._ready = threading.Condition()
         self._skip_to_keyframe = False
         self._closed = False
+        self._refusal: Exception | None = None
 
     def put(self, item: Item) -> None:
         with self._ready:
-            if self._closed:
+            if self._closed or self._refusal is not None:
                 return
             if isinstance(item, VideoSample):
                 if len(self._items) >= self.limit or self._bytes + len(item.data) > self.max_bytes:
@@ -172,12 +174,15 @@ class SampleInbox:
         return len(self._items)
 
     def take_all(self, wait: bool = True) -> list[Item] | None:
-        """Everything queued (with ``wait``, waits for something); None once closed."""
+        """Everything queued (with ``wait``, waits for something); None once closed; the
+        reason given to ``refuse`` is raised here."""
         with self._ready:
-            while wait and not self._items and not self._closed:
+            while wait and not self._items and not self._closed and self._refusal is None:
                 self._ready.wait()
             if self._closed:
                 return None
+            if self._refusal is not None:
+                raise self._refusal
             items = list(self._items)
             self._items.clear()
             self._bytes = 0
@@ -187,6 +192,15 @@ class SampleInbox:
         """Wake the reader for good and refuse what comes after."""
         with self._ready:
             self._closed = True
+            self._items.clear()
+            self._bytes = 0
+            self._ready.notify_all()
+
+    def refuse(self, reason: Exception) -> None:
+        """Hand the reader ``reason`` to end on (raised by its next ``take_all``); what is
+        queued and what comes after is dropped."""
+        with self._ready:
+            self._refusal = reason
             self._items.clear()
             self._bytes = 0
             self._ready.notify_all()
@@ -229,7 +243,8 @@ class LiveSwapWorker:
     ARRIVALS_KEPT = 256  # packets whose frame has not come out yet (B-frames hold back a few)
 
     def __init__(self, swapper: FrameSwapper, encoder: EncoderSettings, emit: Emit, name: str = "stream",
-                 on_failure: Callable[[str], None] | None = None, catch_up_s: float = 0.0) -> None:
+                 on_failure: Callable[[str], None] | None = None, catch_up_s: float = 0.0,
+                 pace: PublishPace | None = None) -> None:
         self.swapper = swapper
         self.catch_up_s = catch_up_s
         self.encoder_settings = encoder
@@ -239,6 +254,7 @@ class LiveSwapWorker:
         self._emit: Emit | None = emit
         self._on_failure = on_failure
         self._inbox = SampleInbox()
+        self._pace = pace or PublishPace()
         self._decoded: deque[_Decoded] = deque()  # decoded, not yet swapped, oldest first
         self._arrivals: dict[int, float] = {}  # a decoded frame's pts -> when its own packet arrived
         self._decoder: H264Decoder | None = H264Decoder(encoder.video_decoder)
@@ -254,7 +270,17 @@ class LiveSwapWorker:
         return self._thread.is_alive()
 
     def push(self, item: Item) -> None:
-        """Hand over one message (any thread, never blocks; dropped once the thread ended)."""
+        """Hand over one message (one thread, never blocks; dropped once the thread ended).
+        Samples are counted as they come (``PublishPace``): a publisher far faster than
+        real time ends the stream, told why."""
+        if isinstance(item, VideoSample):
+            try:
+                self._pace.count(item.dts)
+            except PublishingTooFast as exc:
+                self._inbox.refuse(exc)
+                return
+        elif isinstance(item, EndOfPublish):
+            self._pace.restart()
         self._inbox.put(item)
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -277,7 +303,7 @@ class LiveSwapWorker:
                     self._finish_and_encode(begun)
         except Exception as exc:
             # the publisher is told this: the stream's own fault in words, never our internals
-            stream_fault = isinstance(exc, (FrameSizeError, ContentRefused))
+            stream_fault = isinstance(exc, (FrameSizeError, ContentRefused, PublishingTooFast))
             self.failure = str(exc) if stream_fault else "internal error; publish again to start afresh"
             if stream_fault:
                 log.warning("stream %s: %s", self._name, self.failure)
