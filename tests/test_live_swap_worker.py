@@ -9,7 +9,7 @@ import pytest
 
 from gpu.analysis.identity import identity_distance
 from streamer.live.h264 import H264Decoder, H264Encoder, to_avcc
-from streamer.live.publish_pace import PublishPace
+from streamer.media.publish_pace import PublishPace
 from streamer.live.swap_worker import EncoderSettings, LiveSwapWorker, SampleInbox, SequenceHeader, VideoSample
 from streamer.pipeline.frame_swapper import FrameSwapper, StageTimes, SwapInFlight
 from streamer.rtmp.flv import avc_decoder_config, split_annexb

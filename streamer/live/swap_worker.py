@@ -31,7 +31,7 @@ import numpy as np
 
 from gpu.processors.content_gate import ContentRefused
 from streamer.live.h264 import EncodedVideo, H264Decoder, H264Encoder
-from streamer.live.publish_pace import PublishingTooFast, PublishPace
+from streamer.media.publish_pace import PublishingTooFast, PublishPace
 from streamer.media.hwcodecs import SOFTWARE_DECODE, SOFTWARE_ENCODE, CodecChoice, scale_threads
 from streamer.media.picture_limits import FrameSizeError, UnreadableHeader, check_frame_size
 from streamer.pipeline.failure_log import FailureLog

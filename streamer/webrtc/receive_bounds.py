@@ -13,7 +13,8 @@ The decoder allocates pictures of whatever size an H.264 SPS or a VP8 keyframe d
 so here each frame's headers are read first (``picture_limits``): a frame declaring a size
 the node does not take never reaches the decoder, nor does anything after it, and
 ``on_refused`` is told why (the session ends); one whose header cannot be read is dropped
-as damaged, and a keyframe asked for."""
+as damaged, and a keyframe asked for. So is a peer sending far faster than real time
+(``publish_pace``): every frame it sends would be decoded up to the drops."""
 
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ from typing import Any
 from aiortc import RTCRtpReceiver
 
 from streamer.media.picture_limits import FrameSizeError, H264SizeGuard, UnreadableHeader, check_vp8_frame
+from streamer.media.publish_pace import PublishingTooFast, PublishPace
 
 log = logging.getLogger(__name__)
 
+RTP_TICKS_PER_MS = 90  # video RTP clock, 90 kHz
 MAX_QUEUED_BYTES = 16 * 1024 * 1024  # ~20 of the largest frames aiortc reassembles; 30 s of 4 Mbit/s video
 
 
@@ -47,9 +50,10 @@ class BoundedDecoderQueue(queue.Queue):
         self._name = name
         self._on_refused = on_refused
         self._h264_sizes = H264SizeGuard()  # aiortc's depacketizer hands over Annex B
+        self._pace = PublishPace()
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        if item is not None and not self._declares_a_size_taken(item):
+        if item is not None and not self._admits(item):
             self.dropped += 1
             return
         size = _size(item)
@@ -63,18 +67,19 @@ class BoundedDecoderQueue(queue.Queue):
             return
         super().put(item, block, timeout)
 
-    def _declares_a_size_taken(self, item: Any) -> bool:
-        """False for a frame whose headers declare a picture size the node does not take (and
-        every frame after one), or cannot be read."""
+    def _admits(self, item: Any) -> bool:
+        """False for a frame sent faster than real time or whose headers declare a picture
+        size the node does not take (and every frame after one), or cannot be read."""
         if self.refused is not None:
             return False
         codec, frame = item
         mime = getattr(codec, "mimeType", "").lower()  # an RTCRtpCodecParameters
         check = {"video/h264": self._h264_sizes.check, "video/vp8": check_vp8_frame}.get(mime)
         try:
+            self._pace.count(frame.timestamp // RTP_TICKS_PER_MS)
             if check is not None:
                 check(frame.data)
-        except FrameSizeError as exc:
+        except (FrameSizeError, PublishingTooFast) as exc:
             self.refused = str(exc)
             log.warning("%s: %s; nothing more of it is decoded", self._name, self.refused)
             if self._on_refused is not None:

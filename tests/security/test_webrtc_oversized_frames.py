@@ -45,6 +45,17 @@ def test_frames_past_the_queued_bytes_are_dropped_until_the_decoder_catches_up()
     assert (frames.qsize(), frames.dropped) == (5, 2)
 
 
+def test_a_peer_sending_far_faster_than_real_time_is_refused_and_nothing_more_is_decoded():
+    """30 s of 30 fps video by the RTP clock, handed over at once: the pace bound (20 s of
+    video in any 10 s) ends the session with a reason; every frame after it is dropped."""
+    refused: list[str] = []
+    frames = BoundedDecoderQueue(threading.Event(), "test video", refused.append)
+    for index in range(900):
+        frames.put(("h264", JitterFrame(b"", index * 3000)))  # 33 ms apart at 90 kHz
+    assert refused and "faster than real time" in refused[0]
+    assert frames.passed <= 20 * 30 + 1 and frames.dropped == 900 - frames.passed
+
+
 class HugeFrames(MediaStreamTrack):
     """A hostile publisher: already-encoded "H.264" access units of ``size`` bytes."""
 

@@ -1,9 +1,10 @@
 """A live publisher sends in real time, give or take a burst; one that does not is told so.
 
-The hand-over to a stream's thread drops what the thread cannot keep up with, so a flood
-never grows memory, but every sample up to a drop is still decoded: a publisher that sends
+What waits for a decoder is bounded (an RTMP stream's hand-over to its thread, a WebRTC
+receiver's decoder queue), so a flood never grows memory, but every sample up to a drop is
+still decoded: a publisher that sends
 far faster than real time keeps a core busy decoding pictures nobody sees, whether by
-mistake (``ffmpeg -i file.mp4 ... rtmp://`` without ``-re`` pushes a file as fast as it
+mistake (``ffmpeg -i file.mp4 ... rtmp://`` or a WHIP push without ``-re`` pushes a file as fast as it
 reads) or on purpose. Counted as samples arrive, before any decoding: over the last
 ``PACE_WINDOW_S`` of wall time, no more than ``MAX_MEDIA_SPEED`` times as much media time
 (by the samples' own timestamps, each step counted up to ``MAX_STEP_MS`` so that a jump

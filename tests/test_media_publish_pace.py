@@ -1,10 +1,10 @@
-"""``streamer.live.publish_pace``: a live publisher sends in real time, give or take a burst."""
+"""``streamer.media.publish_pace``: a live publisher sends in real time, give or take a burst."""
 
 import itertools
 
 import pytest
 
-from streamer.live.publish_pace import PublishingTooFast, PublishPace
+from streamer.media.publish_pace import PublishingTooFast, PublishPace
 
 
 class Clock:
