@@ -176,13 +176,12 @@ def face_name(value: object) -> str:
         raise BadFaceNameError(exc.reason) from None
 
 
-def photo_labels(count: int, filenames: Sequence[str | None] = (), first: int = 1) -> list[str]:
+def photo_labels(count: int, filenames: Sequence[str | None] = ()) -> list[str]:
     """How errors name each of ``count`` photos: "the photo" when there is one, else
-    "photo N" (counted from ``first``) with its file's name when it has one."""
-    if count == 1 and first == 1:
-        return ["the photo"]
+    "photo N"; with its file's name when it has one."""
     names = [*filenames, *([None] * count)][:count]
-    return [f"photo {first + n}" + (f" ({_printable(name)})" if name else "") for n, name in enumerate(names)]
+    numbers = ["the photo"] if count == 1 else [f"photo {n}" for n in range(1, count + 1)]
+    return [number + (f" ({_printable(name)})" if name else "") for number, name in zip(numbers, names, strict=True)]
 
 
 def _printable(filename: str) -> str:
