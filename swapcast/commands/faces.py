@@ -24,7 +24,8 @@ from swapcast.progress import ProgressBar
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("faces", help="the people in a video or photo (map faces: each their own source)")
+    parser = commands.add_parser("faces", help="the people in a video or photo (scan: map faces, each their own "
+                                 "source); a face on a server from photos of one person (add)")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     scan = actions.add_parser(
         "scan", help="list the people in a video or photo, with a thumbnail each",
