@@ -27,10 +27,11 @@ import logging
 import secrets
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import cv2
 import numpy as np
@@ -47,6 +48,7 @@ from streamer.pipeline.people_map import KEEP, MappedSource, PeopleMap, Referenc
 from streamer.samples import SAMPLE_FACES
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 4096  # per side
@@ -411,6 +413,8 @@ class FaceLibrary:
         """Photos of one person named by path (a stream key's source face): registered and
         merged once per version of the files, not listed."""
         files = [Path(path) for path in paths]
+        if not files:
+            raise NotAnImageError("no source photo given")
         stamps = []
         for path in files:
             try:
@@ -504,10 +508,11 @@ class FaceLibrary:
             raise NoFaceInImageError(f"no face found in {label}; use a clear, frontal photo of one face") from None
 
 
-def _naming(label: str, several: bool, check, *args):
-    """``check(*args)``, its ``FaceLibraryError`` saying which photo when there are several."""
+def _naming(label: str, several: bool, check: Callable[[bytes], T], photo: bytes) -> T:
+    """``check(photo)`` (``check_size``, ``decode_image``: their errors take one reason), its
+    ``FaceLibraryError`` saying which photo when there are several."""
     try:
-        return check(*args)
+        return check(photo)
     except FaceLibraryError as exc:
         if not several:
             raise

@@ -82,6 +82,7 @@ def mirrored_face(tmp_path, astronaut_image):
 
 def test_a_key_is_made_of_several_photos_of_one_person(data_dir, face, mirrored_face, engine, capsys):
     import asyncio
+    from contextlib import closing
 
     from streamer.faces import FaceLibrary
 
@@ -92,7 +93,8 @@ def test_a_key_is_made_of_several_photos_of_one_person(data_dir, face, mirrored_
     assert all(photo.startswith(str(data_dir)) for photo in stream.source_photos)  # both copied into the store
     assert main(["keys", "list"]) == 0
     assert " photos=2" in capsys.readouterr().out
-    worn = asyncio.run(FaceLibrary(engine).for_stream(stream))  # what an RTMP/WHIP publisher's session wears
+    with closing(FaceLibrary(engine)) as library:
+        worn = asyncio.run(library.for_stream(stream))  # what an RTMP/WHIP publisher's session wears
     assert worn.photo_count == 2
 
 

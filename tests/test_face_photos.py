@@ -4,6 +4,7 @@ of the library made again from its kept photos where its stored source cannot be
 from __future__ import annotations
 
 import asyncio
+from contextlib import closing
 
 import cv2
 import numpy as np
@@ -63,9 +64,10 @@ def test_a_kept_photo_is_the_head_small_enough_and_the_same_person(engine, astro
 def test_a_face_of_another_swapper_is_made_again_from_its_kept_photos(engine, astronaut_image):
     async def scenario():
         store = MemoryRegistry()
-        made_by_mesh3d = await FaceLibrary(engine, store).add([jpeg(astronaut_image), jpeg(_mirrored(astronaut_image))])
-        mesh_node = FaceLibrary(FaceEngine(EngineSettings(swapper="mesh")), store)
-        return made_by_mesh3d, await mesh_node.get(made_by_mesh3d.id)
+        with closing(FaceLibrary(engine, store)) as mesh3d_node:
+            made = await mesh3d_node.add([jpeg(astronaut_image), jpeg(_mirrored(astronaut_image))])
+        with closing(FaceLibrary(FaceEngine(EngineSettings(swapper="mesh")), store)) as mesh_node:
+            return made, await mesh_node.get(made.id)
 
     made, used = asyncio.run(scenario())
     assert used.photo_count == 2 and used.source.payload is not None
@@ -75,11 +77,13 @@ def test_a_face_of_another_swapper_is_made_again_from_its_kept_photos(engine, as
 def test_a_face_without_kept_photos_of_another_swapper_says_so(engine, astronaut_image):
     async def scenario():
         store = MemoryRegistry()
-        face = await FaceLibrary(engine, store).add(jpeg(astronaut_image))
+        with closing(FaceLibrary(engine, store)) as library:
+            face = await library.add(jpeg(astronaut_image))
         record = await store.get_face(face.id, photos=True)
         record.photos = ()  # as stored before faces kept their photos
         await store.put_face(record)
-        await FaceLibrary(FaceEngine(EngineSettings(swapper="mesh")), store).get(face.id)
+        with closing(FaceLibrary(FaceEngine(EngineSettings(swapper="mesh")), store)) as mesh_node:
+            await mesh_node.get(face.id)
 
     with pytest.raises(PhotosNotKeptError, match="prepared for the mesh3d swapper.*upload its photos again"):
         asyncio.run(scenario())

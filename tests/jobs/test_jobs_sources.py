@@ -41,6 +41,8 @@ def test_a_source_photo_declaring_huge_dimensions_fails_with_a_reason(engine, tm
 def test_a_stored_face_of_another_swapper_is_made_again_from_its_photos(engine, astronaut_image, tmp_path) -> None:
     """A worker running another swapper than the node that stored the face (mesh3d there,
     mesh here) makes it again from the photos the face keeps."""
+    from contextlib import closing
+
     import cv2
 
     from gpu.analysis.identity import identity_distance
@@ -52,7 +54,8 @@ def test_a_stored_face_of_another_swapper_is_made_again_from_its_photos(engine, 
 
     async def scenario():
         registry = MemoryRegistry()
-        face = await FaceLibrary(engine, registry).add([photo, photo])
+        with closing(FaceLibrary(engine, registry)) as library:
+            face = await library.add([photo, photo])
         stamp = time.time()
         job = Job(id="job_mesh", state="processing", priority="normal", input_path="job_mesh/input.mp4",
                   input_name="a.mp4", face_id=face.id, source_path=None, webhook_url=None, idempotency_key=None,
