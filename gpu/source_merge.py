@@ -29,8 +29,7 @@ def merge_source_faces(swapper: str, sources: Sequence[SourceFace]) -> SourceFac
         raise ValueError("no source faces to merge")
     if len(sources) == 1:
         return sources[0]
-    identities = np.stack([np.asarray(s.identity, np.float32) for s in sources])
-    identity = _mean_direction(identities)
+    identity = mean_identity([s.identity for s in sources])
     frontal = max(range(len(sources)), key=lambda i: _frontality(sources[i]))
     if swapper == "mesh3d":
         from gpu.swappers.mesh3d import merge_sources
@@ -42,6 +41,13 @@ def merge_source_faces(swapper: str, sources: Sequence[SourceFace]) -> SourceFac
         payload = _mean_direction(np.stack([np.asarray(s.payload, np.float32).reshape(-1) for s in sources]))
         payload = payload.reshape(np.asarray(sources[0].payload).shape)
     return SourceFace(face=sources[frontal].face, identity=identity, payload=payload)
+
+
+def mean_identity(identities: Sequence[np.ndarray]) -> np.ndarray:
+    """The identity several photos of one person share: their descriptors' mean direction
+    at their mean length (what a merged source carries, and what another photo is checked
+    to be the same person against)."""
+    return _mean_direction(np.stack([np.asarray(i, np.float32).reshape(-1) for i in identities]))
 
 
 def _mean_direction(vectors: np.ndarray) -> np.ndarray:

@@ -202,19 +202,36 @@ def _faces(b: _Builder) -> None:
     b.op("get", "/api/v1/faces", "listFaces", "Source faces: the samples, then the caller's uploads", "faces",
          {"200": _ok("Faces", {"type": "array", "items": _ref("Face")})}, ("503",), forwarded=True)
     image = {"type": "string", "format": "binary"}
-    b.op("post", "/api/v1/faces", "uploadFace", "Upload a source photo with exactly one face", "faces",
-         {"201": _ok("The face", _ref("Face"), headers=_location())}, ("400", "409", "413", "415", "422", "429", "503"),
+    photos = {"image/jpeg": {"schema": image}, "image/png": {"schema": image}, "image/webp": {"schema": image},
+              "application/octet-stream": {"schema": image},
+              "multipart/form-data": {"schema": {"type": "object", "required": ["image"], "properties": {
+                  "image": {"type": "array", "items": image, "minItems": 1,
+                            "description": "one field per photo, all of one person"}}}}}
+    b.op("post", "/api/v1/faces", "uploadFace", "Upload photos of one person (each with exactly one face) as a face",
+         "faces", {"201": _ok("The face", _ref("Face"), headers=_location())},
+         ("400", "409", "413", "415", "422", "429", "503"),
          params=[{"name": "name", "in": "query", "schema": {"type": "string", "maxLength": 80},
-                  "description": "display name (default: the file's name)"}],
-         body={"image/jpeg": {"schema": image}, "image/png": {"schema": image}, "image/webp": {"schema": image},
-               "application/octet-stream": {"schema": image},
-               "multipart/form-data": {"schema": {"type": "object", "required": ["image"],
-                                                  "properties": {"image": image}}}},
-         forwarded=True, description="The raw image as the body, or a multipart form with the field `image`; "
-                                     "at most 10 MB. The face id is usable on every node of the cluster. "
-                                     "422: no face, several faces, or the content gate refused the photo. "
-                                     "409: the caller already keeps the most faces one user may (64); "
-                                     "delete one (DELETE /api/v1/faces/{face_id}) first.")
+                  "description": "display name (default: the (first) file's name)"}],
+         body=photos, forwarded=True,
+         description="One photo as the raw body, or a multipart form with a field `image` per photo: several "
+                     "photos of one person (say a left and a right profile) are merged into one face, each "
+                     "filling what the others did not see, its identity from all. Each photo at most 10 MB and "
+                     "4096 px a side; at most `quotas.photos_per_face` photos (default 8). The face id is usable on "
+                     "every node of the cluster. 413: a photo too large, or too many photos. 422: a photo with "
+                     "no face or several, one of someone else than the photos before it (dlib distance 0.6 or "
+                     "more from their mean identity), or one the content gate refused; the error names the "
+                     "photo. 409: the caller already keeps the most faces one user may (64); delete one "
+                     "(DELETE /api/v1/faces/{face_id}) first.")
+    b.op("post", "/api/v1/faces/{face_id}/photos", "addFacePhotos", "Add photos of the person to one of the "
+         "caller's uploaded faces", "faces", {"200": _ok("The face, made again from all its photos", _ref("Face"))},
+         ("400", "403", "404", "409", "413", "415", "422", "429", "503"), params=[_path_param("face_id")],
+         body=photos, forwarded=True,
+         description="The photos as for an upload; each must show the face's person (422 naming the photo "
+                     "otherwise). The face is made again from all its photos; live sessions wearing it keep "
+                     "the face they had until they change face. 403: a sample face. 404: no such face, or "
+                     "another user's (the same answer). 409: the face would have more than "
+                     "`quotas.photos_per_face` photos, or it was stored before faces kept their photos "
+                     "(upload its photos again as a new face).")
     name = {"type": "string", "minLength": 1, "maxLength": 80}
     b.op("patch", "/api/v1/faces/{face_id}", "renameFace", "Rename one of the caller's uploaded faces", "faces",
          {"200": _ok("The face", _ref("Face"))}, ("400", "403", "404", "503"), params=[_path_param("face_id")],
@@ -505,7 +522,8 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
             "id": string, "name": string,
             "thumbnail_url": {"type": "string", "description": "a link an <img> can load without the token: "
                               "signed for this face and owner, it expires after minutes"},
-            "owner": {"type": "string", "description": "the user who uploaded it; empty: everyone's (samples)"}}},
+            "owner": {"type": "string", "description": "the user who uploaded it; empty: everyone's (samples)"},
+            "photos": {"type": "integer", "minimum": 1, "description": "how many photos of the person it is made of"}}},
         "SwapOptions": options,
         "Session": session,
         "PlaceSession": {"type": "object", "required": ["face_id"], "additionalProperties": False,

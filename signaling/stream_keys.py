@@ -55,6 +55,12 @@ class StreamConfig:
     face_id: str | None = None  # a face of the face library (keys made over the API)
     push_unrestricted: bool = False  # an admin made it: push.allowed_* do not apply (signaling.push_policy)
     map_photos: dict = field(default_factory=dict)  # map faces by photo (command-line keys): stored reference photo -> stored photo or "keep"
+    more_source_faces: tuple[str, ...] = ()  # further stored photos of source_face's person, merged with it
+
+    @property
+    def source_photos(self) -> tuple[str, ...]:
+        """Every stored photo of the source face (none when ``face_id`` names it)."""
+        return (self.source_face, *self.more_source_faces) if self.source_face else ()
 
 
 @dataclass(frozen=True)
@@ -189,8 +195,10 @@ class StreamKeyStore:
     def add(self, name: str, source_face: str | Path | None = None, *, face_id: str | None = None,
             swap: dict | None = None, push: tuple[str, ...] = (), record: str | None = None,
             owner: str = "", push_unrestricted: bool = False,
-            max_per_owner: int | None = None, map_photos: dict[str, str] | None = None) -> tuple[str, StreamKey]:
-        """Create a key for a photo (copied into the store) or a face library id; returns
+            max_per_owner: int | None = None, map_photos: dict[str, str] | None = None,
+            more_source_faces: Iterable[str | Path] = ()) -> tuple[str, StreamKey]:
+        """Create a key for a photo (copied into the store; ``more_source_faces``: more
+        photos of the same person, copied too) or a face library id; returns
         (the secret key, shown only now, and its record). ``map_photos`` maps faces by photo
         (reference photo -> photo to wear, or "keep"): the photos are copied into the store
         too. With ``max_per_owner`` the owner
@@ -201,8 +209,12 @@ class StreamKeyStore:
         for url in push:
             check_destination(url)
         source = Path(source_face) if source_face is not None else None
-        if source is not None and not source.is_file():
-            raise StreamKeyError(f"source face {source}: no such file")
+        more = [Path(photo) for photo in more_source_faces]
+        if more and source is None:
+            raise StreamKeyError("more source photos need a first one (source_face)")
+        for photo in [source, *more] if source is not None else []:
+            if not photo.is_file():
+                raise StreamKeyError(f"source face {photo}: no such file")
         for photo in [p for pair in (map_photos or {}).items() for p in pair if p != KEEP_PHOTO]:
             if not Path(photo).is_file():
                 raise StreamKeyError(f"map photo {photo}: no such file")
@@ -214,6 +226,7 @@ class StreamKeyStore:
             stored_face = ""
             if source is not None:
                 stored_face = self._copy(source, key_id)
+            stored_more = tuple(self._copy(photo, f"{key_id}-photo{n}") for n, photo in enumerate(more, 2))
             stored_map = {self._copy(Path(ref), f"{key_id}-ref{n}-{_stem(ref)}"):
                           KEEP_PHOTO if wears == KEEP_PHOTO else self._copy(Path(wears), f"{key_id}-wears{n}-{_stem(wears)}")
                           for n, (ref, wears) in enumerate((map_photos or {}).items())}
@@ -222,7 +235,7 @@ class StreamKeyStore:
                 key_hash=hash_key(key),
                 stream=StreamConfig(name=name, source_face=stored_face, swap=dict(swap or {}), push=tuple(push),
                                     record=record, face_id=face_id, push_unrestricted=push_unrestricted,
-                                    map_photos=stored_map),
+                                    map_photos=stored_map, more_source_faces=stored_more),
                 created=time.time(),
                 owner=owner,
             )
@@ -396,11 +409,17 @@ def _record(row: tuple) -> StreamKey:
     key_id, key_hash, owner, created, revoked, stream = row
     config = json.loads(stream)
     return StreamKey(key_id=key_id, key_hash=key_hash, owner=owner, created=created, revoked=revoked,
-                     stream=StreamConfig(**{**config, "push": tuple(config.get("push", ()))}))
+                     stream=_stream_config(config))
 
 
 def _legacy_record(row: dict) -> StreamKey:
-    return StreamKey(**{**row, "stream": StreamConfig(**{**row["stream"], "push": tuple(row["stream"]["push"])})})
+    return StreamKey(**{**row, "stream": _stream_config(row["stream"])})
+
+
+def _stream_config(stored: dict) -> StreamConfig:
+    """A stored configuration (JSON: lists where the record has tuples)."""
+    return StreamConfig(**{**stored, "push": tuple(stored.get("push", ())),
+                           "more_source_faces": tuple(stored.get("more_source_faces", ()))})
 
 
 def _stem(photo: str | Path) -> str:

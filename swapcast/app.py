@@ -201,7 +201,8 @@ def build_node(config: Config, *, engine: FaceEngine | None = None, registry: Re
     node_id = cluster.node_id or f"{socket.gethostname()}-{secrets.token_hex(3)}"
     shared = registry
     registry = shared or open_registry(cluster.redis_url, ttl_s=cluster.node_ttl_s)
-    faces = FaceLibrary(engine, registry, max_faces_per_owner=config.quotas.faces_per_user)
+    faces = FaceLibrary(engine, registry, max_faces_per_owner=config.quotas.faces_per_user,
+                        max_photos_per_face=config.quotas.photos_per_face)
     keys = StreamKeyStore(config.server.data_dir)
     push_policy = node_push_policy(config)
     provenance = config.provenance.settings()  # the watermark on every swapped frame, live or recorded

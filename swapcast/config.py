@@ -331,6 +331,8 @@ class QuotasConfig(_Section):
                                                                  "replaced included (their oldest make room)")
     push_per_key: int = Field(16, ge=0, le=1000, description="push destinations of one stream key made over the API")
     faces_per_user: int = Field(64, ge=1, le=100_000, description="face pictures one user keeps (samples do not count)")
+    photos_per_face: int = Field(8, ge=1, le=32, description="photos of one person a face is made of (in one upload, or "
+                                                            "added later; each up to 10 MB, kept cropped to the head)")
     event_sockets_per_user: int = Field(8, ge=1, le=1000, description="events WebSockets one user holds open at once")
     request_body_kb: int = Field(128, ge=16, le=16384, description="a JSON request body (uploads have their own limits: "
                                                                    "faces 10 MB, verify 200 MB, jobs.max_upload_mb)")

@@ -1,10 +1,15 @@
 """``swapcast faces scan`` and ``swapcast swap --map``: map faces in files, by the ids a
 scan reported and by reference photos, on a clip of two people (the people set's
-crossing, its first second) and a photo of two."""
+crossing, its first second) and a photo of two; ``swapcast faces add``: a face on a server
+made of photos of one person."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,6 +23,8 @@ from streamer.media.images import read_image, write_image
 from swapcast.benchmarks.people_clips import clip_by_name, photo_of
 from test_cli_swap import assert_ok, run_cli
 from media_fixtures import write_test_video
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "webrtc"))
 
 pytestmark = pytest.mark.slow
 
@@ -136,3 +143,70 @@ def test_keys_store_a_map_of_photos(files, tmp_path, monkeypatch):
     assert "map=2 people" in run_cli("keys", "list").out
     refused = run_cli("keys", "add", "--map", "person-1=keep", "--source", files["third"])
     assert refused.code == 2 and "reference photo" in refused.err
+
+
+# -- faces add: a face on a server from photos of one person --------------------------------
+
+@contextlib.contextmanager
+def served_node(engine, data_dir: Path):
+    """A node (the real composition root, behind auth) on a loopback port, its event loop
+    in a thread, so the CLI's own ``asyncio.run`` can talk to it; yields its URL and app."""
+    from aiohttp import web
+
+    from swapcast.app import build_app
+    from webrtc_harness import node_config
+
+    loop = asyncio.new_event_loop()
+    app = build_app(node_config(data_dir), engine=engine)
+    runner = web.AppRunner(app)
+
+    def serve() -> None:
+        loop.run_forever()
+        leftover = asyncio.all_tasks(loop)  # connections' handlers the cleanup did not end
+        for task in leftover:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*leftover, return_exceptions=True))
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    async def start() -> str:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    try:
+        yield asyncio.run_coroutine_threadsafe(start(), loop).result(30), app
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def test_faces_add_uploads_photos_of_one_person_as_one_face(engine, astronaut_image, grace_image, tmp_path):
+    from webrtc_harness import TEST_SECRET
+
+    from signaling.auth import mint_token
+
+    photos = {"left": tmp_path / "buzz left.png", "right": tmp_path / "buzz right.png", "grace": tmp_path / "grace.png"}
+    write_image(photos["left"], astronaut_image)
+    write_image(photos["right"], np.ascontiguousarray(astronaut_image[:, ::-1]))
+    write_image(photos["grace"], grace_image)
+    token = mint_token(TEST_SECRET, "ann")
+    with served_node(engine, tmp_path / "data") as (url, _app):
+        server = ("--server", url, "--token", token)
+        made = run_cli("faces", "add", photos["left"], photos["right"], *server)
+        face_id = made.out.splitlines()[0] if made.code == 0 else ""
+        other = run_cli("faces", "add", "--to", face_id, photos["grace"], *server)
+        more = run_cli("faces", "add", "--to", face_id, photos["left"], *server)
+        missing = run_cli("faces", "add", tmp_path / "missing.png", *server)
+        anonymous = run_cli("faces", "add", photos["left"], "--server", url, "--token", "")
+    assert_ok(made)
+    assert face_id.startswith("u-") and made.out.splitlines()[1] == "buzz left · made of 2 photo(s)"
+    assert other.code == 2 and "422 the photo (grace.png) shows someone else than the face's photos" in other.err
+    assert_ok(more)
+    assert more.out.splitlines() == [face_id, "buzz left · made of 3 photo(s)"]
+    assert missing.code == 2 and f"photo {tmp_path / 'missing.png'}: no such file" in missing.err
+    assert anonymous.code == 2 and "401" in anonymous.err

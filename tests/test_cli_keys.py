@@ -1,4 +1,5 @@
-"""`swapcast keys add | list | revoke`: keys persist, are shown once, and bad input is refused."""
+"""`swapcast keys add | list | revoke`: keys persist, are shown once, may be made of several
+photos of one person, and bad input is refused."""
 
 import pytest
 
@@ -67,3 +68,40 @@ def test_a_source_without_a_face_is_refused(data_dir, tmp_path, capsys):
 def test_revoking_an_unknown_id(data_dir, capsys):
     assert main(["keys", "revoke", "nope"]) == 2
     assert "no stream key with id 'nope'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def mirrored_face(tmp_path, astronaut_image):
+    """Another photo of the same person: the mirror image."""
+    import numpy as np
+
+    path = tmp_path / "face-mirrored.png"
+    write_image(path, np.ascontiguousarray(astronaut_image[:, ::-1]))
+    return path
+
+
+def test_a_key_is_made_of_several_photos_of_one_person(data_dir, face, mirrored_face, engine, capsys):
+    import asyncio
+    from contextlib import closing
+
+    from streamer.faces import FaceLibrary
+
+    assert main(["keys", "add", "--source", str(face), "--source", str(mirrored_face)]) == 0
+    key = capsys.readouterr().out.splitlines()[0]
+    stream = StreamKeyStore(data_dir).find(key).stream
+    assert stream.name == "face" and len(stream.source_photos) == 2
+    assert all(photo.startswith(str(data_dir)) for photo in stream.source_photos)  # both copied into the store
+    assert main(["keys", "list"]) == 0
+    assert " photos=2" in capsys.readouterr().out
+    with closing(FaceLibrary(engine)) as library:
+        worn = asyncio.run(library.for_stream(stream))  # what an RTMP/WHIP publisher's session wears
+    assert worn.photo_count == 2
+
+
+def test_a_key_photo_of_someone_else_is_refused(data_dir, face, tmp_path, grace_image, capsys):
+    grace = tmp_path / "grace.png"
+    write_image(grace, grace_image)
+    assert main(["keys", "add", "--source", str(face), "--source", str(grace)]) == 2
+    err = capsys.readouterr().err
+    assert f"source {grace} shows someone else than the photos before it" in err and "Traceback" not in err
+    assert not (data_dir / "stream-keys.db").exists() or StreamKeyStore(data_dir).list() == []

@@ -235,6 +235,35 @@ def test_score_check_on_video(ext, media, video, video_swaps, capsys):
     assert report["output_to_source"] < report["output_to_target"]
 
 
+def test_several_source_photos_of_one_person_swap_a_video(media, video, tmp_path, astronaut_image, capsys):
+    """``--source`` repeated: photos of one person (here a photo and its mirror image) merged
+    into one face that the swapped video reads as."""
+    mirrored = tmp_path / "astronaut_mirrored.png"
+    write_image(mirrored, np.ascontiguousarray(astronaut_image[:, ::-1]))
+    output = tmp_path / "two_photos.mp4"
+    code = main(["swap", "--source", str(media / "astronaut.png"), "--source", str(mirrored), "--target", str(video),
+                 "--output", str(output), "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert probe(output).frames == VIDEO_FRAMES
+    code = main(["score", "--source", str(media / "astronaut.png"), "--output", str(output), "--target", str(video),
+                 "--frames", "4", "--check", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    report = json.loads(captured.out.strip().splitlines()[-1])
+    assert report["output_to_source"] < SAME_PERSON_DISTANCE < report["output_to_target"]
+
+
+def test_a_source_photo_of_someone_else_is_refused(media, tmp_path, capsys):
+    output = tmp_path / "mixed.png"
+    code = main(["swap", "--source", str(media / "astronaut.png"), "--source", str(media / "grace.png"),
+                 "--target", str(media / "grace.png"), "--output", str(output)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"source {media / 'grace.png'} shows someone else than the photos before it" in err
+    assert not output.exists()
+
+
 # --------------------------------------------------------------------------- 3. pass-through
 
 

@@ -1,19 +1,28 @@
-"""Faces over the API: names (from the file, typed, renamed), deletion, ownership, and the
-signed thumbnail links an ``<img>`` loads without the token."""
+"""Faces over the API: names (from the file, typed, renamed), deletion, ownership, the
+signed thumbnail links an ``<img>`` loads without the token, and faces made of several
+photos of one person (in one upload or added later, bounded, someone else refused)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 import aiohttp
+import cv2
+import numpy as np
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "webrtc"))
 from webrtc_harness import TEST_SECRET, bearer, jpeg, node, run  # noqa: E402
 
 from signaling.auth.signed_urls import ExpiredUrlError, SignedUrlError, UrlSigner  # noqa: E402
+from signaling.registry import FaceRecord  # noqa: E402
 from streamer.faces import BadFaceNameError, face_name, file_face_name  # noqa: E402
+from streamer.webrtc.routes import FACES_KEY  # noqa: E402
+from swapcast.app import build_app  # noqa: E402
+from swapcast.config import load_config  # noqa: E402
 
 ALICE, BOB = bearer("alice"), bearer("bob")
 
@@ -202,3 +211,134 @@ def test_only_signed_thumbnail_reads_pass_without_a_token():
     assert not is_public(make_mocked_request("DELETE", signed))
     assert not is_public(make_mocked_request("GET", "/api/v1/faces?sig=ab"))
     assert not is_public(make_mocked_request("PATCH", "/api/v1/faces/u-1?sig=ab"))
+
+
+# -- a face made of several photos of one person ---------------------------------------------
+
+def _mirrored(image):
+    """Another photo of the same person: the mirror image (dlib distance ~0.2)."""
+    return np.ascontiguousarray(image[:, ::-1])
+
+
+def _photos_form(*photos: tuple[str, bytes], field: str = "image") -> aiohttp.FormData:
+    form = aiohttp.FormData()
+    for filename, data in photos:
+        form.add_field(field, data, filename=filename, content_type="image/jpeg")
+    return form
+
+
+@contextlib.asynccontextmanager
+async def _node_of_few_photos(engine, data_dir: Path, photos_per_face: int):
+    """A node whose faces are made of at most ``photos_per_face`` photos."""
+    config = load_config(environ={}, overrides={
+        "server": {"data_dir": str(data_dir)}, "rtmp": {"port": 0},
+        "webrtc": {"host_addresses": ["127.0.0.1"]}, "auth": {"jwt_secret": TEST_SECRET},
+        "quotas": {"photos_per_face": photos_per_face},
+    })
+    client = TestClient(TestServer(build_app(config, engine=engine), host="127.0.0.1"), headers=ALICE)
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def test_a_face_is_made_of_several_photos_and_grows_by_added_ones(engine, astronaut_image, tmp_path):
+    async def scenario():
+        async with _node_of_few_photos(engine, tmp_path, photos_per_face=3) as client:
+            form = _photos_form(("left.jpg", jpeg(astronaut_image)), ("right.jpg", jpeg(_mirrored(astronaut_image))))
+            made = await client.post("/api/v1/faces", data=form)
+            face = await made.json()
+            library = client.server.app[FACES_KEY]
+            merged_identity = (await library.get(face["id"])).source.identity
+            smaller = cv2.resize(astronaut_image, (320, 320), interpolation=cv2.INTER_AREA)
+            added = await client.post(f"/api/v1/faces/{face['id']}/photos", data=jpeg(smaller),
+                                      headers={"Content-Type": "image/jpeg"})
+            grown = await added.json()
+            full = await client.post(f"/api/v1/faces/{face['id']}/photos", data=jpeg(astronaut_image),
+                                     headers={"Content-Type": "image/jpeg"})
+            listed = [f for f in await (await client.get("/api/v1/faces")).json() if f["id"] == face["id"]]
+            stored = await library.store.get_face(face["id"], photos=True)
+            return made.status, face, merged_identity, added.status, grown, full.status, await full.json(), \
+                listed, stored
+
+    made, face, merged_identity, added, grown, full, full_body, listed, stored = run(scenario(), timeout=120)
+    assert made == 201 and face["name"] == "left" and face["photos"] == 2
+    assert merged_identity.shape == (128,)
+    assert (added, grown["id"], grown["photos"]) == (200, face["id"], 3)
+    assert full == 409 and "more than 3" in full_body["error"]
+    assert [f["photos"] for f in listed] == [3]
+    # the face keeps its photos cropped to the head, each a JPEG it can be made again from
+    assert stored.photo_count == 3 and len(stored.photos) == 3
+    assert all(photo[:2] == b"\xff\xd8" and len(photo) < 300_000 for photo in stored.photos)
+
+
+def test_a_photo_of_someone_else_is_refused_naming_it(engine, astronaut_image, grace_image, tmp_path):
+    async def scenario():
+        async with _node_of_few_photos(engine, tmp_path, photos_per_face=4) as client:
+            mixed = await client.post("/api/v1/faces", data=_photos_form(
+                ("buzz.jpg", jpeg(astronaut_image)), ("grace.jpg", jpeg(grace_image))))
+            face = await _upload(client, astronaut_image, ALICE)
+            added = await client.post(f"/api/v1/faces/{face['id']}/photos", data=jpeg(grace_image),
+                                      headers={"Content-Type": "image/jpeg"})
+            after = await client.server.app[FACES_KEY].store.get_face(face["id"], photos=True)
+            listed = [f["id"] for f in await (await client.get("/api/v1/faces")).json() if f["owner"] == "alice"]
+            return mixed.status, await mixed.json(), added.status, await added.json(), after, face, listed
+
+    mixed, mixed_body, added, added_body, after, face, listed = run(scenario(), timeout=120)
+    assert mixed == 422 and mixed_body["error"].startswith("photo 2 (grace.jpg) shows someone else")
+    assert added == 422 and "shows someone else than the face's photos" in added_body["error"]
+    assert after.photo_count == 1 and len(after.photos) == 1  # the refused photo changed nothing
+    assert listed == [face["id"]]  # the refused upload stored no face
+
+
+def test_hostile_photo_uploads_are_4xx_with_their_reason(engine, astronaut_image, tmp_path):
+    photo = jpeg(astronaut_image)
+
+    async def scenario():
+        async with _node_of_few_photos(engine, tmp_path, photos_per_face=2) as client:
+            answers = {
+                "too many": await client.post("/api/v1/faces", data=_photos_form(*[("a.jpg", photo)] * 3)),
+                "not an image": await client.post("/api/v1/faces", data=_photos_form(
+                    ("a.jpg", photo), ("notes.jpg", b"%PDF-1.4 not a photo"))),
+                "too large": await client.post("/api/v1/faces", data=_photos_form(
+                    ("a.jpg", photo), ("huge.jpg", b"\xff\xd8" + bytes(11 * 1024 * 1024)))),
+                "no image field": await client.post("/api/v1/faces", data=_photos_form(("a.jpg", photo), field="picture")),
+                "to a sample": await client.post("/api/v1/faces/astronaut/photos", data=photo,
+                                                 headers={"Content-Type": "image/jpeg"}),
+            }
+            face = await _upload(client, astronaut_image, ALICE)
+            answers["to bob's"] = await client.post(f"/api/v1/faces/{face['id']}/photos", data=photo,
+                                                    headers={**BOB, "Content-Type": "image/jpeg"})
+            answers["past the bound"] = await client.post(f"/api/v1/faces/{face['id']}/photos",
+                                                          data=_photos_form(("b.jpg", photo), ("c.jpg", photo)))
+            return {key: (answer.status, (await answer.json())["error"]) for key, answer in answers.items()}
+
+    got = run(scenario(), timeout=120)
+    assert got["too many"][0] == 413 and "a face is made of at most 2" in got["too many"][1]
+    assert got["not an image"][0] == 415 and got["not an image"][1].startswith("photo 2 (notes.jpg): ")
+    assert got["too large"][0] == 413 and got["too large"][1].startswith("photo 2 (huge.jpg): ")
+    assert got["no image field"][0] == 400 and 'field named "image"' in got["no image field"][1]
+    assert got["to a sample"][0] == 403
+    assert got["to bob's"][0] == 404
+    assert got["past the bound"][0] == 409 and "more than 2" in got["past the bound"][1]
+
+
+def test_a_face_stored_before_faces_kept_photos_still_works(engine, astronaut_image, tmp_path):
+    async def scenario():
+        async with node(engine, tmp_path, subject="alice") as client:
+            library = client.server.app[FACES_KEY]
+            fresh = await _upload(client, astronaut_image, ALICE)
+            stored = await library.store.get_face(fresh["id"])
+            old = FaceRecord("u-0123456789ab", "Old", stored.thumbnail_jpeg, stored.source, owner="alice")
+            await library.store.put_face(old)  # as stored before: no photos, no count
+            listed = [f for f in await (await client.get("/api/v1/faces")).json() if f["id"] == old.id]
+            used = await library.get(old.id)
+            added = await client.post(f"/api/v1/faces/{old.id}/photos", data=jpeg(astronaut_image),
+                                      headers={"Content-Type": "image/jpeg"})
+            return listed, used, added.status, await added.json()
+
+    listed, used, added, added_body = run(scenario(), timeout=120)
+    assert [(f["name"], f["photos"]) for f in listed] == [("Old", 1)]
+    assert used.photo_count == 1 and used.source.identity.shape == (128,)
+    assert added == 409 and "stored before faces kept their photos" in added_body["error"]

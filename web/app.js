@@ -134,7 +134,7 @@ function sessionErrorMessage(err) {
 function uploadErrorMessage(err) {
   if (err instanceof ApiError) {
     const prefix = {
-      413: 'That photo is too large',
+      413: 'The upload is too large',
       415: 'That file is not a supported image',
       422: 'That photo cannot be used as a source face',
     }[err.status] || 'The photo could not be uploaded';
@@ -238,16 +238,17 @@ async function loadFaces() {
 }
 
 el.upload.addEventListener('change', async () => {
-  const file = el.upload.files && el.upload.files[0];
-  if (!file) return;
+  const files = Array.from(el.upload.files || []); // several: photos of one person, merged into one face
+  if (!files.length) return;
   clearMessage();
   el.uploadLabel.setAttribute('aria-busy', 'true');
   try {
-    const face = await client.uploadFace(file, el.uploadName.value);
+    const face = await client.uploadFace(files, el.uploadName.value);
     el.uploadName.value = '';
     await loadFaces();
     await selectFace(face.id);
-    showMessage(`Added “${face.name || face.id}” as the source face.`, 'info');
+    const made = face.photos > 1 ? ` (from ${face.photos} photos)` : '';
+    showMessage(`Added “${face.name || face.id}”${made} as the source face.`, 'info');
   } catch (err) {
     showMessage(uploadErrorMessage(err));
   } finally {

@@ -58,6 +58,16 @@ function fileStem(filename) {
   return (dot > 0 ? base.slice(0, dot) : base).trim().slice(0, 80);
 }
 
+/** The request body of photos: one as itself, several as a multipart form (`image` each). */
+function photoBody(photos) {
+  if (photos.length === 1) {
+    return { body: photos[0], headers: { 'Content-Type': photos[0].type || 'application/octet-stream' } };
+  }
+  const form = new FormData();
+  for (const photo of photos) form.append('image', photo, photo.name || 'photo');
+  return { body: form }; // the browser writes the multipart Content-Type with its boundary
+}
+
 const TOKEN_STORAGE = 'swapcast.token';
 
 /** The page's API token: from `#token=...` (then removed from the address bar and kept
@@ -135,13 +145,21 @@ export class SwapcastClient {
     return this.request('GET', '/faces');
   }
 
-  /** Upload a photo (File or Blob) as a new source face; raw body with its own MIME type.
-   *  Named `name`, else after the file (its name without the extension). */
-  uploadFace(file, name = null) {
-    const type = file.type || 'application/octet-stream';
-    const label = (name || '').trim() || fileStem(file.name || '');
+  /** Upload a photo (File or Blob), or several photos of one person (an array or FileList:
+   *  say a left and a right profile, merged into one face), as a new source face. One photo
+   *  goes as the raw body with its own MIME type, several as a multipart form (a field
+   *  `image` each). Named `name`, else after the (first) file, its name without the extension. */
+  uploadFace(files, name = null) {
+    const photos = files instanceof Blob ? [files] : Array.from(files);
+    const label = (name || '').trim() || fileStem((photos[0] && photos[0].name) || '');
     const query = label ? `?name=${encodeURIComponent(label)}` : '';
-    return this.request('POST', `/faces${query}`, { body: file, headers: { 'Content-Type': type } });
+    return this.request('POST', `/faces${query}`, photoBody(photos));
+  }
+
+  /** More photos of the person of one of the user's uploads: the face is made again from all. */
+  addFacePhotos(faceId, files) {
+    const photos = files instanceof Blob ? [files] : Array.from(files);
+    return this.request('POST', `/faces/${encodeURIComponent(faceId)}/photos`, photoBody(photos));
   }
 
   /** Rename one of the user's uploads (samples cannot be renamed). */

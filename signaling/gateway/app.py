@@ -250,13 +250,10 @@ class _Gateway:
 
     # -- anything a ready node can answer ------------------------------------------------------
 
-    async def upload_face(self, request: web.Request) -> web.StreamResponse:
-        """Faces go to the least-loaded node, which stores them in the registry for all."""
-        return await self._to_any_node(request, await request.read())
-
     async def any_node(self, request: web.Request) -> web.StreamResponse:
-        """Face reads and every /api/v1 path the gateway does not know (jobs, ...): streamed,
-        so large uploads pass through without being held here."""
+        """Faces (uploads: the node that takes one stores it in the registry for all) and
+        every /api/v1 path the gateway does not know (jobs, ...): streamed, so large uploads
+        (a face's several photos, a job's video) pass through without being held here."""
         return await self._to_any_node(request, request.content)
 
     async def _to_any_node(self, request: web.Request, body: Body) -> web.StreamResponse:
@@ -421,7 +418,6 @@ def build_gateway_app(registry: Registry, settings: GatewaySettings | None = Non
     r.add_post("/whep/{session_id}", gateway.to_owner)
     r.add_delete("/whep/{session_id}/{viewer_id}", gateway.to_owner)
     r.add_patch("/whep/{session_id}/{viewer_id}", gateway.to_owner)
-    r.add_post("/api/v1/faces", gateway.upload_face)
     if auth is not None:  # the events socket shows the caller's sessions: it needs to know who calls
         add_event_routes(app, gateway.sessions_for, gateway.node_dicts,
                          max_sockets_per_user=settings.event_sockets_per_user)

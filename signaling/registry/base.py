@@ -116,7 +116,12 @@ class SessionRecord:
 @dataclass
 class FaceRecord:
     """A source face any node can use: ``source`` is the engine's serialised source
-    (``gpu.engine.FaceEngine.source_to_bytes``), so no node re-runs detection."""
+    (``gpu.engine.FaceEngine.source_to_bytes``), so no node re-runs detection; made from
+    ``photo_count`` photos of one person (merged, ``gpu.source_merge``). ``photos`` are
+    those photos as kept (``streamer.face_photos.kept_photo``), so the face can be made
+    again when the swapper changes or a photo is added: empty for faces stored before
+    photos were kept, and in records read without them (``get_face(photos=False)``,
+    listings)."""
 
     id: str
     name: str
@@ -124,6 +129,8 @@ class FaceRecord:
     source: bytes
     owner: str = ""
     created: float = field(default_factory=now)
+    photos: tuple[bytes, ...] = ()
+    photo_count: int = 1
 
 
 class Registry(abc.ABC):
@@ -213,13 +220,15 @@ class Registry(abc.ABC):
         uploading at once cannot overshoot it, and nobody else's face is ever evicted."""
 
     @abc.abstractmethod
-    async def get_face(self, face_id: str) -> FaceRecord | None: ...
+    async def get_face(self, face_id: str, *, photos: bool = False) -> FaceRecord | None:
+        """A stored face with its thumbnail and source; its kept photos too with ``photos``
+        (megabytes: only what makes the face again needs them)."""
 
     @abc.abstractmethod
     async def faces(self, owner: str | None = None) -> list[FaceRecord]:
         """Stored faces (all, or one owner's), oldest first, as metadata only: their
-        ``thumbnail_jpeg`` and ``source`` are empty (a listing must not move every blob;
-        ``get_face`` has the bytes)."""
+        ``thumbnail_jpeg``, ``source`` and ``photos`` are empty (a listing must not move
+        every blob; ``get_face`` has the bytes), ``photo_count`` is kept."""
 
     @abc.abstractmethod
     async def delete_face(self, face_id: str) -> bool: ...

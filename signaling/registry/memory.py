@@ -222,13 +222,15 @@ class MemoryRegistry(Registry):
                 raise FaceLimitError(f"{face.owner!r} already stores {owner_limit} faces")
         self._faces[face.id] = copy.copy(face)
 
-    async def get_face(self, face_id: str) -> FaceRecord | None:
+    async def get_face(self, face_id: str, *, photos: bool = False) -> FaceRecord | None:
         face = self._faces.get(face_id)
-        return copy.copy(face) if face else None
+        if face is None:
+            return None
+        return copy.copy(face) if photos else replace(face, photos=())
 
     async def faces(self, owner: str | None = None) -> list[FaceRecord]:
         chosen = (f for f in self._faces.values() if owner is None or f.owner == owner)
-        return [replace(f, thumbnail_jpeg=b"", source=b"") for f in sorted(chosen, key=lambda f: (f.created, f.id))]
+        return [replace(f, thumbnail_jpeg=b"", source=b"", photos=()) for f in sorted(chosen, key=lambda f: (f.created, f.id))]
 
     async def delete_face(self, face_id: str) -> bool:
         return self._faces.pop(face_id, None) is not None

@@ -10,7 +10,8 @@ Cluster slot and each Lua script touches one slot; ``P`` = ``swapcast:{namespace
                                (not ``node:<id>:sessions``: a node named ``x:sessions`` would clash)
 - ``P session:<id>``           hash of the ``SessionRecord`` fields (JSON values)
 - ``P sessions``, ``P orphans`` sets of all session ids / the orphaned ones
-- ``P face:<id>``, ``P faces``  hash of a face (raw bytes for the JPEG and source), set of ids
+- ``P face:<id>``, ``P faces``  hash of a face (raw bytes for the JPEG and source, its kept photos
+                               as ``photo:0``, ``photo:1``, ...), set of ids
 - ``P owner_faces:<owner>``    set of one owner's face ids (its SCARD is checked against the limit)
 - ``P control:<node id>``      pub/sub channel of a node's control messages
 
@@ -469,7 +470,8 @@ class RedisRegistry(Registry):
     async def put_face(self, face: FaceRecord, *, owner_limit: int | None = None) -> None:
         fields: dict[str, str | bytes] = {
             "name": face.name, "owner": face.owner, "created": repr(face.created),
-            "thumbnail_jpeg": face.thumbnail_jpeg, "source": face.source,
+            "thumbnail_jpeg": face.thumbnail_jpeg, "source": face.source, "photo_count": str(face.photo_count),
+            **{f"photo:{n}": photo for n, photo in enumerate(face.photos)},
         }
         pairs = [item for name, value in fields.items() for item in (name, value)]
         limit = "" if owner_limit is None else str(owner_limit)
@@ -477,23 +479,32 @@ class RedisRegistry(Registry):
             raise FaceLimitError(f"{face.owner!r} already stores {owner_limit} faces")
 
     @_reachable
-    async def get_face(self, face_id: str) -> FaceRecord | None:
-        raw = await self._redis.hgetall(self._key("face", face_id))
+    async def get_face(self, face_id: str, *, photos: bool = False) -> FaceRecord | None:
+        key = self._key("face", face_id)
+        if photos:
+            raw = await self._redis.hgetall(key)
+        else:
+            names = (b"name", b"owner", b"created", b"thumbnail_jpeg", b"source", b"photo_count")
+            raw = {name: value for name, value in zip(names, await self._redis.hmget(key, *names), strict=True)
+                   if value is not None}
         if not raw:
             return None
+        count = int(raw.get(b"photo_count") or 1)  # absent from faces stored before photos were kept
+        kept = tuple(raw[f"photo:{n}".encode()] for n in range(count) if f"photo:{n}".encode() in raw)
         return FaceRecord(id=face_id, name=raw[b"name"].decode(), owner=raw[b"owner"].decode(),
-                          created=float(raw[b"created"]), thumbnail_jpeg=raw[b"thumbnail_jpeg"], source=raw[b"source"])
+                          created=float(raw[b"created"]), thumbnail_jpeg=raw[b"thumbnail_jpeg"], source=raw[b"source"],
+                          photos=kept, photo_count=count)
 
     @_reachable
     async def faces(self, owner: str | None = None) -> list[FaceRecord]:
         ids = [m.decode() for m in await self._redis.smembers(self._key("faces"))]
         async with self._redis.pipeline(transaction=False) as pipe:
             for face_id in ids:
-                pipe.hmget(self._key("face", face_id), "name", "owner", "created")
+                pipe.hmget(self._key("face", face_id), "name", "owner", "created", "photo_count")
             rows = await pipe.execute()
         found = [FaceRecord(id=face_id, name=name.decode(), owner=who.decode(), created=float(created),
-                            thumbnail_jpeg=b"", source=b"")
-                 for face_id, (name, who, created) in zip(ids, rows, strict=True) if name is not None]
+                            thumbnail_jpeg=b"", source=b"", photo_count=int(count or 1))
+                 for face_id, (name, who, created, count) in zip(ids, rows, strict=True) if name is not None]
         chosen = (f for f in found if owner is None or f.owner == owner)
         return sorted(chosen, key=lambda f: (f.created, f.id))
 

@@ -1,8 +1,8 @@
 """The source face a job wears, turned into the engine's ``SourceFace`` once per worker.
 
 A job names a sample face (``streamer.samples``, registered from its image), a face stored
-in the cluster registry (its serialised source, no detection needed), or carries its own
-uploaded photo. Registering takes ~100 ms and a job has many chunks, so the result is kept
+in the cluster registry (its serialised source, no detection needed; made again from its
+kept photos when another swapper made it), or carries its own uploaded photo. Registering takes ~100 ms and a job has many chunks, so the result is kept
 for the next chunks (a small LRU).
 """
 
@@ -16,9 +16,11 @@ import cv2
 
 from gpu.engine import FaceEngine, SourceFace
 from gpu.errors import ManyFacesError, SwapcastError
+from gpu.source_codec import SourceCodecError
 from signaling.jobs.model import Job
 from signaling.jobs.storage import JobStorage
 from signaling.registry import Registry
+from streamer.face_photos import merged, remade_sources
 from streamer.media.images import read_image
 from streamer.pipeline.people_map import KEEP, MappedSource, PeopleMap, Reference
 from streamer.samples import SAMPLE_FACES
@@ -82,7 +84,13 @@ class SourceFaces:
         record = await self.registry.get_face(face_id) if self.registry is not None else None
         if record is None:
             raise UnknownFaceError(f"unknown face_id {face_id!r}: neither a sample face nor a stored one")
-        return self.engine.source_from_bytes(record.source)
+        try:
+            return self.engine.source_from_bytes(record.source)
+        except SourceCodecError:  # another swapper's: made again from the photos the face keeps
+            kept = await self.registry.get_face(face_id, photos=True)
+            if kept is None or not kept.photos:
+                raise
+            return merged(self.engine, await asyncio.to_thread(remade_sources, self.engine, kept.photos))
 
     def _from_photo(self, key: str) -> SourceFace:
         with self.storage.scratch() as scratch:

@@ -6,7 +6,8 @@ session. Behind a gateway, requests that create or resume a session carry the id
 placed in ``X-Swapcast-Session-Id``.
 
     GET    /api/v1/faces                          [{id, name, owner, thumbnail_url}] (samples first; signed URLs)
-    POST   /api/v1/faces                          raw image body or multipart field "image" -> 201
+    POST   /api/v1/faces                          raw image body, or multipart fields "image" (photos of one person) -> 201
+    POST   /api/v1/faces/{id}/photos              the same: more photos of the face's person -> 200 the face (uploads only)
     PATCH  /api/v1/faces/{id}                     {name} -> 200 the face (uploads only)
     DELETE /api/v1/faces/{id}                     -> 204 (uploads only)
     GET    /api/v1/faces/{id}/thumbnail.jpg       Bearer token, or the signed ?expires=&sig= of the listing
@@ -47,6 +48,7 @@ from streamer.faces import (
     FaceListing,
     ImageTooLargeError,
     NotAnImageError,
+    TooManyPhotosError,
     UnknownFaceError,
     file_face_name,
 )
@@ -150,6 +152,7 @@ def add_routes(app: web.Application, sessions: SessionManager, faces: FaceLibrar
     r.add_post("/api/v1/faces", upload_face)
     r.add_patch("/api/v1/faces/{face_id}", rename_face)
     r.add_delete("/api/v1/faces/{face_id}", delete_face)
+    r.add_post("/api/v1/faces/{face_id}/photos", add_face_photos)
     r.add_get("/api/v1/faces/{face_id}/thumbnail.jpg", face_thumbnail)
     r.add_get("/api/v1/processors", list_processors)
     r.add_get("/api/v1/sessions", list_sessions)
@@ -183,12 +186,12 @@ def is_signed_thumbnail(request: web.Request) -> bool:
             and request.path.endswith("/thumbnail.jpg") and "sig" in request.query)
 
 
-def face_json(request: web.Request, entry: FaceEntry | FaceListing) -> dict[str, str]:
+def face_json(request: web.Request, entry: FaceEntry | FaceListing) -> dict[str, str | int]:
     """A face as the API shows it; its ``thumbnail_url`` is signed for the face's owner
     when the app has a signer, so an ``<img>`` loads it for minutes without the token."""
     signer = request.app.get(SIGNER_KEY)
     path = thumbnail_path(entry.id)
-    return {"id": entry.id, "name": entry.name, "owner": entry.owner,
+    return {"id": entry.id, "name": entry.name, "owner": entry.owner, "photos": entry.photo_count,
             "thumbnail_url": signer.sign(path, entry.owner) if signer is not None else path}
 
 
@@ -236,10 +239,24 @@ async def list_processors(request: web.Request) -> web.Response:
 
 async def upload_face(request: web.Request) -> web.Response:
     caller = principal(request)
-    data, name = await _read_upload(request)
-    entry = await request.app[FACES_KEY].add(data, name=name, owner=caller.subject)
-    await request.app[AUDIT_KEY].append(caller.subject, "face.upload", entry.id, name=entry.name, bytes=len(data))
+    photos, name = await _read_upload(request)
+    entry = await request.app[FACES_KEY].add([data for data, _ in photos], name=name, owner=caller.subject,
+                                             filenames=[filename for _, filename in photos])
+    await request.app[AUDIT_KEY].append(caller.subject, "face.upload", entry.id, name=entry.name,
+                                        bytes=sum(len(data) for data, _ in photos), photos=len(photos))
     return web.json_response(face_json(request, entry), status=201, headers={"Location": thumbnail_path(entry.id)})
+
+
+async def add_face_photos(request: web.Request) -> web.Response:
+    """More photos of an upload's person: the face is made again from all of them."""
+    face_id = await _own_upload(request)
+    photos, _ = await _read_upload(request)
+    caller = principal(request)
+    entry = await request.app[FACES_KEY].add_photos(face_id, [data for data, _ in photos], owner=caller.subject,
+                                                    filenames=[filename for _, filename in photos])
+    await request.app[AUDIT_KEY].append(caller.subject, "face.photos", face_id,
+                                        bytes=sum(len(data) for data, _ in photos), photos=len(photos))
+    return web.json_response(face_json(request, entry))
 
 
 async def _own_upload(request: web.Request) -> str:
@@ -289,23 +306,33 @@ async def face_thumbnail(request: web.Request) -> web.Response:
     return web.Response(body=thumbnail.jpeg, content_type="image/jpeg", headers={"Cache-Control": cache})
 
 
-async def _read_upload(request: web.Request) -> tuple[bytes, str | None]:
-    """The image bytes (raw body, or the multipart field ``image``), never more than the
-    limit in memory, and a name from ``?name=`` or the uploaded file's name."""
+async def _read_upload(request: web.Request) -> tuple[list[tuple[bytes, str | None]], str | None]:
+    """The photos (a raw body, or each multipart field ``image``) with their file names, each
+    never more than the limit in memory and no more of them than a face is made of, and a
+    name from ``?name=`` or the first uploaded file's name."""
     name = request.query.get("name") or None
-    if request.content_type.startswith("multipart/"):
-        try:
-            reader = await request.multipart()
-            while (part := await reader.next()) is not None:
-                if getattr(part, "name", None) == "image":
-                    data = await _read_limited(part.read_chunk)
-                    filename = getattr(part, "filename", None)
-                    return data, name or file_face_name(_text(filename, "file name"))
+    if not request.content_type.startswith("multipart/"):
+        return [(await _read_limited(request.content.read), None)], name
+    most = request.app[FACES_KEY].max_photos_per_face
+    photos: list[tuple[bytes, str | None]] = []
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if getattr(part, "name", None) != "image":
                 await part.release()
-        except (ValueError, AssertionError, HttpProcessingError) as exc:  # aiohttp's multipart parser on bad input
-            raise BadRequestError(f"malformed multipart body: {exc}") from None
-        raise BadRequestError('the multipart upload needs a field named "image"')
-    return await _read_limited(request.content.read), name
+                continue
+            if len(photos) == most:  # refused before it is read
+                raise TooManyPhotosError(f"more than {most} photos in one upload; a face is made of at most {most}", 413)
+            filename = _text(getattr(part, "filename", None), "file name")
+            try:
+                photos.append((await _read_limited(part.read_chunk), filename))
+            except ImageTooLargeError as exc:
+                raise ImageTooLargeError(f"photo {len(photos) + 1}{f' ({filename})' if filename else ''}: {exc}") from None
+    except (ValueError, AssertionError, HttpProcessingError) as exc:  # aiohttp's multipart parser on bad input
+        raise BadRequestError(f"malformed multipart body: {exc}") from None
+    if not photos:
+        raise BadRequestError('the multipart upload needs a field named "image" (one per photo)')
+    return photos, name or file_face_name(photos[0][1])
 
 
 def _text(value: str | None, what: str) -> str | None:

@@ -12,6 +12,7 @@ from gpu import threads
 from gpu.analysis.people import People, Person
 from gpu.engine import FaceEngine
 from gpu.errors import ImageError, SwapcastError
+from streamer.face_photos import merged, register_photos
 from streamer.media.decode_budget import DecodeBudget
 from streamer.media.images import is_image_path, is_video_path, read_image, write_image
 from streamer.media.stream_guard import MAX_DECODED_PIXELS
@@ -32,9 +33,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Put the source face onto the faces of a target image or video, or give each person their own "
         "(--map). Videos keep their frame count, timing and audio; the output is H.264.",
     )
-    parser.add_argument("--source", metavar="FACE", help="photo of the face to put in (with --map: on the people it "
-                        "does not name; optional there)")
-    parser.add_argument("--source-face-index", type=int, metavar="I", help="which face of the source photo (0 = largest) when it shows several")
+    parser.add_argument("--source", metavar="FACE", action="append", help="photo of the face to put in (with --map: on "
+                        "the people it does not name; optional there); repeat it with more photos of the same person "
+                        "(e.g. a left and a right profile): they are merged into one face")
+    parser.add_argument("--source-face-index", type=int, metavar="I", help="which face of the source photo(s) (0 = largest) when they show several")
     parser.add_argument("--target", required=True, metavar="IN", help="image (jpg/png/webp) or video (mp4/mov/mkv/webm/...)")
     parser.add_argument("--output", required=True, metavar="OUT", help="image for an image target; .mp4/.mov/.mkv for a video")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress (neither the bar nor the periodic lines)")
@@ -48,11 +50,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     photos = map_photos(args, people_ids=True)
-    if args.source is None and not photos:
+    if not args.source and not photos:
         raise SwapcastError("give --source FACE (a photo of the face to put in), or --map WHO=FACE per person")
-    if args.source is None and args.unmapped == "source":
+    if not args.source and args.unmapped == "source":
         raise SwapcastError("--unmapped source needs --source FACE (the face the people --map does not name wear)")
-    if args.source is None:
+    if not args.source:
         args.unmapped = "keep"
     config = config_from_args(args)
     # the node's pools, as `serve` and `worker` size them: a file's parallelism comes from
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     _check_paths(target, output)
     options = config.swap.options()
     scanned = _scanned_people(args, target, photos)
-    source_image = _read("source", args.source) if args.source else None
+    source_images = [_read("source", path) for path in args.source or ()]
     reference_image = _read("reference", args.reference) if options.face_selection == "reference" and args.reference else None
     if options.face_selection == "reference" and reference_image is None:
         raise SwapcastError("--faces reference needs --reference IMAGE (a photo of the person to swap)")
@@ -71,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
 
     engine = FaceEngine(config.engine.settings())
     source = None
-    if source_image is not None:
-        source = engine.register_source(source_image, args.source_face_index, label=f"source {args.source}")
+    if source_images:
+        sources = register_photos(engine, source_images, [f"source {path}" for path in args.source],
+                                  index=args.source_face_index)
+        source = merged(engine, sources)
     mapping = _people_map(engine, photos, config.swap.unmapped, options.reference_threshold) if photos else None
     people = People(engine.frontal_identity, known=scanned) if mapping is not None else None
     reference = None

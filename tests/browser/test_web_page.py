@@ -295,6 +295,26 @@ def test_upload_of_a_face_adds_and_selects_it(new_page, server, astronaut_image,
     assert selected in {face["id"] for face in _http("GET", f"{server}/api/v1/faces")[1]}
 
 
+def test_several_photos_of_one_person_make_one_face_and_someone_else_is_refused(new_page, server, astronaut_image,
+                                                                                 grace_image, tmp_path):
+    left = _photo(astronaut_image, tmp_path / "buzz left.jpg")
+    right = _photo(np.ascontiguousarray(astronaut_image[:, ::-1]), tmp_path / "buzz right.jpg")
+    grace = _photo(grace_image, tmp_path / "grace.jpg")
+    page = new_page()
+    before = page.locator(".face[data-face-id]").count()
+    page.set_input_files("#upload", [str(left), str(right)])
+    page.wait_for_function(f"() => document.querySelectorAll('.face[data-face-id]').length === {before + 1}")
+    selected = page.get_attribute('.face[aria-checked="true"]', "data-face-id")
+    listed = {face["id"]: face for face in _http("GET", f"{server}/api/v1/faces")[1]}
+    assert (listed[selected]["name"], listed[selected]["photos"]) == ("buzz left", 2)
+    assert "from 2 photos" in page.inner_text("#message")
+
+    page.set_input_files("#upload", [str(left), str(grace)])
+    page.wait_for_selector('#message[data-kind="error"]', timeout=15_000)
+    assert "photo 2 (grace.jpg) shows someone else" in page.inner_text("#message")
+    assert page.locator(".face[data-face-id]").count() == before + 1
+
+
 def test_denied_camera_shows_a_message(new_page, server):
     page = new_page(init_script=DENY_CAMERA_JS)
     page.click("#start")

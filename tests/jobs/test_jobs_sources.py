@@ -36,3 +36,33 @@ def test_a_source_photo_declaring_huge_dimensions_fails_with_a_reason(engine, tm
     with pytest.raises(SwapcastError) as failure:
         asyncio.run(SourceFaces(engine, None, storage).for_job(job))
     assert str(failure.value) == "the uploaded source photo cannot be decoded (too large or damaged)"
+
+
+def test_a_stored_face_of_another_swapper_is_made_again_from_its_photos(engine, astronaut_image, tmp_path) -> None:
+    """A worker running another swapper than the node that stored the face (mesh3d there,
+    mesh here) makes it again from the photos the face keeps."""
+    from contextlib import closing
+
+    import cv2
+
+    from gpu.analysis.identity import identity_distance
+    from gpu.engine import EngineSettings, FaceEngine
+    from signaling.registry import MemoryRegistry
+    from streamer.faces import FaceLibrary
+
+    photo = cv2.imencode(".jpg", cv2.cvtColor(astronaut_image, cv2.COLOR_RGB2BGR))[1].tobytes()
+
+    async def scenario():
+        registry = MemoryRegistry()
+        with closing(FaceLibrary(engine, registry)) as library:
+            face = await library.add([photo, photo])
+        stamp = time.time()
+        job = Job(id="job_mesh", state="processing", priority="normal", input_path="job_mesh/input.mp4",
+                  input_name="a.mp4", face_id=face.id, source_path=None, webhook_url=None, idempotency_key=None,
+                  created=stamp, updated=stamp)
+        worker = FaceEngine(EngineSettings(swapper="mesh"))
+        return face, await SourceFaces(worker, registry, LocalStorage(tmp_path)).for_job(job)
+
+    face, source = asyncio.run(scenario())
+    assert source is not None and source.payload is not None
+    assert identity_distance(source.identity, face.source.identity) < 0.15

@@ -20,7 +20,7 @@ def test_a_user_has_one_upload_in_analysis_and_the_node_a_bounded_number():
     library = FaceLibrary(engine=None, store=MemoryRegistry())
     analysed: list[str] = []
 
-    def slow_register(image_bytes: bytes, name: str | None, owner: str):
+    def slow_register(photos, name: str | None, owner: str, labels):
         release.wait(10)
         analysed.append(owner)
         raise RuntimeError("stop here: the test is about admission")

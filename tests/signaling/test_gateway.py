@@ -452,8 +452,11 @@ def test_held_bodies_are_limited():
         registry = MemoryRegistry(ttl_s=60)
         settings = GatewaySettings(max_body_bytes=1024)
         async with cluster(registry, FakeNode("node-a"), settings=settings) as client:
-            response = await client.post("/api/v1/faces", data=bytes(4096), headers={"Content-Type": "image/jpeg"})
+            response = await client.post("/api/v1/sessions", data=bytes(4096), headers={"Content-Type": "application/json"})
             assert response.status == 413 and "error" in await response.json()
+            # a face's photos are streamed to a node (which bounds each photo and their number)
+            response = await client.post("/api/v1/faces", data=bytes(4096), headers={"Content-Type": "image/jpeg"})
+            assert response.status == 200 and (await response.json())["bytes"] == 4096
 
     run(scenario())
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
@@ -282,6 +283,26 @@ def test_faces_keep_their_bytes(make: MakeRegistry) -> None:
         assert await registry.delete_face("f2")
         assert not await registry.delete_face("f2")
         assert await registry.get_face("f2") is None
+
+    check(make, scenario)
+
+
+def test_a_face_keeps_its_photos_read_only_when_asked_for(make: MakeRegistry) -> None:
+    photos = (b"\xff\xd8" + bytes(range(256)) * 50, b"\xff\xd8\x00\x01")
+    several = FaceRecord(id="f1", name="Grace", thumbnail_jpeg=b"\xff\xd8", source=b"\x01" * 9, owner="ann",
+                         created=1000.0, photos=photos, photo_count=2)
+    older = FaceRecord(id="f0", name="Old", thumbnail_jpeg=b"\xff\xd8", source=b"\x02", owner="ann", created=900.0)
+
+    async def scenario(registry: Registry) -> None:
+        await registry.put_face(several)
+        await registry.put_face(older)  # as stored before photos were kept: one photo, none kept
+        assert await registry.get_face("f1", photos=True) == several
+        assert await registry.get_face("f1") == replace(several, photos=())  # sessions need no photos
+        assert await registry.get_face("f0", photos=True) == older
+        assert [(f.id, f.photo_count, f.photos) for f in await registry.faces()] == [("f0", 1, ()), ("f1", 2, ())]
+        one_photo = replace(several, photos=photos[:1], photo_count=1)
+        await registry.put_face(one_photo)  # replaced: the photos it no longer has are gone
+        assert await registry.get_face("f1", photos=True) == one_photo
 
     check(make, scenario)
 

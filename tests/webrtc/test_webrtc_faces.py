@@ -31,7 +31,7 @@ def test_samples_upload_and_thumbnails(engine, grace_image, tmp_path):
     r = run(scenario())
     ids = [face["id"] for face in r["listing"]]
     assert ids[:2] == ["astronaut", "grace_hopper"]
-    assert all(set(face) == {"id", "name", "owner", "thumbnail_url"} for face in r["listing"])
+    assert all(set(face) == {"id", "name", "owner", "photos", "thumbnail_url"} for face in r["listing"])
     assert r["thumb_type"] == "image/jpeg"
     thumbnail = cv2.imdecode(np.frombuffer(r["thumb_bytes"], np.uint8), cv2.IMREAD_COLOR)
     assert thumbnail is not None and max(thumbnail.shape[:2]) <= 160
