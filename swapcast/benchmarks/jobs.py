@@ -36,7 +36,7 @@ from signaling.auth.middleware import Middleware
 from signaling.jobs import JobService, JobSettings, add_job_routes
 from signaling.jobs.service import FaceCheck
 from streamer.samples import grace_hopper, moving_face_frames
-from swapcast.commands.jobs import progress_bar, show_progress
+from swapcast.commands.jobs import JobProgress
 from swapcast.config import Config
 from swapcast.local_cluster import RedisServer
 
@@ -273,12 +273,12 @@ def _run(client: JobsClient, clip: Path, frames: int, clip_s: float, storage: Pa
         raise RuntimeError(f"submit failed: {status} {job}")
     uploaded = time.monotonic()
     split_at: list[float] = []
-    with progress_bar(label) as bar:
+    with JobProgress(label) as bar:
 
         def show(job: dict[str, Any]) -> None:
             if job["chunks"]["total"] and not split_at:
                 split_at.append(time.monotonic())
-            show_progress(bar, label, job)
+            bar.show(job)
 
         job = client.wait(job["id"], timeout=3600, on_poll=show, interval=0.25)
     ended = time.monotonic()

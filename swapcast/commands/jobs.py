@@ -201,17 +201,36 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def progress_bar(label: str, enabled: bool = True) -> tqdm:
-    """A bar over a job's percent (on stderr); ``show_progress`` moves it."""
-    return tqdm(total=100, desc=label, disable=not enabled, file=sys.stderr, dynamic_ncols=True,
-                bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}]")
+class JobProgress:
+    """A job's progress on stderr: on a terminal a bar over its percent; elsewhere (a log, a
+    pipe) a line whenever its state or its chunks done change, not a bar redrawn into the
+    file every poll; nothing when not ``enabled``. A context manager; ``show(job)`` moves it."""
 
+    def __init__(self, label: str, enabled: bool = True) -> None:
+        self.label, self.enabled = label, enabled
+        self._bar: tqdm | None = None
+        self._last_line: str | None = None
 
-def show_progress(bar: tqdm, label: str, job: dict[str, Any]) -> None:
-    chunks = job["chunks"]
-    bar.set_description_str(f"{label}: {job['state']}, chunks {chunks['done']}/{chunks['total']}", refresh=False)
-    bar.n = job["progress"]
-    bar.refresh()
+    def __enter__(self) -> Self:
+        if self.enabled and sys.stderr.isatty():
+            self._bar = tqdm(total=100, desc=self.label, file=sys.stderr, dynamic_ncols=True,
+                             bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}]")
+        return self
+
+    def show(self, job: dict[str, Any]) -> None:
+        chunks = job["chunks"]
+        line = f"{self.label}: {job['state']}, chunks {chunks['done']}/{chunks['total']}"
+        if self._bar is not None:
+            self._bar.set_description_str(line, refresh=False)
+            self._bar.n = job["progress"]
+            self._bar.refresh()
+        elif self.enabled and line != self._last_line:
+            self._last_line = line
+            print(f"{line} ({job['progress']:.0f}%)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _check_output(output: str | None) -> None:
@@ -222,10 +241,10 @@ def _check_output(output: str | None) -> None:
 async def _wait_for(api: _Api, job_id: str, output: str | None, progress: bool) -> None:
     """Poll until the job ends; a bar shows its progress. Completed: print the summary and
     download ``output``; failed or cancelled: ``SwapcastError`` with the reason."""
-    with progress_bar(job_id, enabled=progress) as bar:
+    with JobProgress(job_id, enabled=progress) as bar:
         while True:
             job = await api.call("GET", f"/api/v1/jobs/{job_id}")
-            show_progress(bar, job_id, job)
+            bar.show(job)
             if job["state"] in FINAL_STATES:
                 break
             await asyncio.sleep(POLL_S)

@@ -192,7 +192,9 @@ def test_jobs_cli_submit_wait_status_cancel(workers, client, api, clips, tmp_pat
     assert code == 0, err + workers.logs()
     job_id = out.splitlines()[0]
     assert job_id.startswith("job_") and f"{job_id}: completed 100% (chunks 2/2)" in out
-    assert "100%" in err  # the progress bar
+    # not a terminal: a line per change of state or chunks, not a bar redrawn into the log
+    assert f"{job_id}: completed, chunks 2/2 (100%)" in err and "\r" not in err
+    assert len(err.splitlines()) == len(set(err.splitlines()))
     probe = ffprobe(output)
     assert probe.frames == 4 * FPS and probe.audio == "aac"
     assert run_cli("jobs", "status", job_id, "--server", api.url)[1].strip() == f"{job_id}: completed 100% (chunks 2/2)"
