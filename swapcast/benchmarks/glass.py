@@ -125,13 +125,15 @@ async ([ms, bits, block]) => {
         if (Math.abs(top - bottom) < 60) { ok = false; break; }
         value = (value << 1) | (top > bottom ? 1 : 0);
       }
-      if (ok) {
-        const shown = meta.expectedDisplayTime || now;
-        const total = ((Math.floor(shown) - value) %% mod + mod) %% mod;
+      const shown = meta.expectedDisplayTime || now;
+      // a modular difference past half the range is a time before the barcode was painted
+      // (seen once: -1 ms read as 2**20 - 1, a p99 of 262 s): no latency, an unreadable frame
+      const total = ok ? ((Math.floor(shown) - value) %% mod + mod) %% mod : 0;
+      if (ok && total < mod / 2) {
         samples.push(total);
         if (meta.receiveTime) {  // the frame's last packet in: painted -> received, received -> shown
           const received = ((Math.floor(meta.receiveTime) - value) %% mod + mod) %% mod;
-          upstream.push(received);
+          if (received < mod / 2) upstream.push(received);
           downstream.push(shown - meta.receiveTime);
         }
         if (meta.processingDuration !== undefined) decode.push(1000 * meta.processingDuration);
