@@ -23,6 +23,8 @@ PACE_WINDOW_S = 10.0
 MAX_MEDIA_SPEED = 2.0  # media seconds per wall second, over the window
 MAX_FRAME_RATE = 240.0  # pictures per wall second, over the window
 MAX_STEP_MS = 1000  # a step between two samples' timestamps counts up to this
+# whichever bound trips, the publisher reads the same advice (ffmpeg prints it from onStatus)
+REAL_TIME_ADVICE = "faster than real time: publish at the video's own pace (ffmpeg: -re before -i)"
 
 
 class PublishingTooFast(Exception):
@@ -52,11 +54,10 @@ class PublishPace:
             samples.popleft()
         if len(samples) > self.max_frame_rate * self.window_s:
             raise PublishingTooFast(f"more than {self.max_frame_rate * self.window_s:.0f} pictures in {self.window_s:g} s "
-                                    f"(over {self.max_frame_rate:g} a second): publish in real time")
+                                    f"(over {self.max_frame_rate:g} a second), {REAL_TIME_ADVICE}")
         media = self._media_s - samples[0][1]
         if media > self.max_speed * self.window_s:
-            raise PublishingTooFast(f"{media:.0f} s of video in the last {self.window_s:g} s, faster than real time: publish "
-                                    f"at the video's own pace (ffmpeg: -re before -i)")
+            raise PublishingTooFast(f"{media:.0f} s of video in the last {self.window_s:g} s, {REAL_TIME_ADVICE}")
 
     def restart(self) -> None:
         """A new publish starts afresh (its timestamps and its start-up burst)."""
