@@ -15,7 +15,7 @@ from gpu.models.canonical_mesh import canonical_mesh
 from streamer.media.images import read_image
 from gpu.analysis.landmarks import INNER_LIPS, OUTER_LIPS
 from swapcast.benchmarks.realism import edge_step, face_regions, shading_kept, tone_difference
-from swapcast.benchmarks.realism_detail import detail_kept, mouth_report, target_detail_left
+from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, target_detail_left
 from swapcast.benchmarks.realism_fullres import face_tile
 from swapcast.benchmarks.realism_set import (
     SOURCE_VARIANTS,
@@ -49,6 +49,20 @@ def test_identical_pictures_measure_no_difference(lit_face):
     assert tone_difference(image, image, regions) == pytest.approx(0.0, abs=1e-6)
     assert edge_step(image, image, regions) == pytest.approx(0.0, abs=1e-6)
     assert shading_kept(image, image, regions) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_grain_reads_one_for_the_targets_own_skin_and_low_for_a_smoothed_face(lit_face):
+    """A waxy face (the same skin low-passed) reads well under 1; the same skin, or the
+    skin with a few strong lines drawn over it (not grain), reads about 1."""
+    image, mesh = lit_face
+    rng = np.random.default_rng(2)
+    grainy = np.clip(image.astype(np.float32) + rng.normal(0, 6, image.shape[:2])[..., None], 0, 255).astype(np.uint8)
+    assert grain(grainy, grainy, mesh) == pytest.approx(1.0)
+    assert grain(cv2.GaussianBlur(grainy, (0, 0), 1.2), grainy, mesh) < 0.5
+    lined = grainy.copy()
+    for row in (105, 135):  # two rims across the face: a few rows of many
+        lined[row] = lined[row] // 3
+    assert 0.85 < grain(lined, grainy, mesh) < 1.2
 
 
 def test_a_grey_flat_mask_reads_as_one(lit_face):

@@ -396,3 +396,42 @@ def test_paste_faces_blends_in_order_into_each_frame():
     paste_faces(frames, index, crops, masks, matrices)
     for got, want in zip(frames, expected, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_paste_keeping_detail_gives_back_what_the_crops_round_trip_lost():
+    """Frame -> crop -> frame softens twice (bilinear both ways; a face larger than the crop
+    loses all its finer detail): where the crop is the target's own, the frame comes back
+    as it was; where the face was replaced, only the frame's grain comes back, gated as
+    the swapper's gate says (here: nothing of a strong line)."""
+    from gpu.kernels.warp import paste_back_keeping_detail
+    from gpu.swappers.mesh3d_graph import GRAIN_LIMIT, grain_gate
+
+    rng = np.random.default_rng(5)
+    frame = np.clip(128 + 12 * rng.standard_normal((120, 160, 3)), 0, 255).astype(np.uint8)
+    frame[60:62, 40:120] = 30  # a dark line through the middle
+    matrix = np.array([[0.8, 0.1, -20.0], [-0.1, 0.8, -10.0]], np.float32)  # the frame shrunk into a 64 crop
+    target_crop = crop_faces([frame], matrix[None], 64)[0]
+    mask = np.zeros((64, 64), np.float32)
+    mask[4:60, 4:60] = 1.0
+    untouched = frame.copy()
+    paste_back(untouched, target_crop, mask, matrix)  # the plain paste of the target's own crop
+    kept = frame.copy()
+    paste_back_keeping_detail(kept, target_crop, target_crop, mask, np.zeros_like(mask), matrix, grain_gate, GRAIN_LIMIT)
+    (rx0, ry0, rx1, ry1), _ = paste_region(mask, matrix, frame.shape[:2])
+    softened = np.abs(untouched.astype(int) - frame)[ry0 + 4 : ry1 - 4, rx0 + 4 : rx1 - 4]
+    assert softened.mean() > 3.0  # the plain round trip softened the frame
+    assert np.abs(kept.astype(int) - frame).max() <= 1  # ... this one gives it back
+
+    face = np.full((64, 64, 3), 90, np.uint8)  # a flat face in the middle of the crop
+    replaced = np.zeros((64, 64), np.float32)
+    replaced[12:52, 12:52] = 1.0
+    swapped = frame.copy()
+    paste_back_keeping_detail(swapped, face, target_crop, mask, replaced, matrix, grain_gate, GRAIN_LIMIT)
+    inverse = cv2.invertAffineTransform(matrix)
+    x0, y0 = np.round(inverse @ np.array([16, 16, 1.0])).astype(int)
+    x1, y1 = np.round(inverse @ np.array([48, 48, 1.0])).astype(int)
+    inside = swapped[y0:y1, x0:x1].astype(np.float32).mean(2)
+    assert 3.0 < inside.std() < 14.0  # the frame's grain, not a flat face and not the line
+    rows = np.arange(y0, y1)
+    line = (rows >= 58) & (rows <= 63)
+    assert abs(inside[line].mean() - inside[~line].mean()) < 4.0  # the line (100 darker) is structure: gone

@@ -109,3 +109,67 @@ def test_a_cpu_engine_runs_mesh3d_on_the_twin_unless_onnxruntime_is_asked_for():
     finally:
         auto.close()
         asked.close()
+
+
+# -- the target's grain ------------------------------------------------------------------------------
+
+
+def _grain_rows(face_grain: float, rim: bool = False, size: int = 64, seed: int = 3) -> dict[str, np.ndarray]:
+    """One row: the whole crop is face; the target is mid-grey with fine noise (its grain)
+    and, with ``rim``, a dark line across (a glasses rim); the re-lit face is flat grey
+    with ``face_grain`` times the target's noise level of its own, independent noise."""
+    rng = np.random.default_rng(seed)
+    target = 0.5 + 0.03 * rng.standard_normal((size, size)).astype(np.float32)
+    if rim:
+        target[size // 2 : size // 2 + 2, 8:-8] -= 0.35
+    face = 0.6 + face_grain * 0.03 * rng.standard_normal((size, size)).astype(np.float32)
+    ys, xs = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    return {
+        "target": np.repeat(target[None, None], 3, axis=1),
+        "albedo": np.repeat(face[None, None], 3, axis=1),
+        "shading": np.ones((1, 3, size // 2, size // 2), np.float32),
+        "grid": np.stack([(2 * xs + 1) / size - 1, (2 * ys + 1) / size - 1], axis=-1)[None].astype(np.float32),
+        "mask": np.ones((1, 1, size, size), np.float32),
+        "keep": np.zeros((1, 1, size, size), np.float32),
+        "blend": np.ones((1, 1, 1, 1), np.float32),
+    }
+
+
+def _finest(image: np.ndarray) -> np.ndarray:
+    import cv2
+
+    luma = image[0].mean(0)
+    return (luma - cv2.GaussianBlur(luma, (0, 0), 1.0))[8:-8, 8:-8]
+
+
+def test_a_smooth_face_gets_the_targets_grain_back(graph):
+    """The re-lit face lacks the finest detail (the albedo's anti-aliasing, two resamplings):
+    the target's own grain comes back, so the face is as fine-grained as the skin around it,
+    and it is the target's grain (it moves with the frame's own noise and pores)."""
+    feeds = _grain_rows(face_grain=0.0)
+    out = Mesh3dGraphOnCpu().run(feeds)[0]
+    np.testing.assert_allclose(out, graph.run(feeds)[0], atol=2e-5)
+    got, own = _finest(out), _finest(feeds["target"])
+    assert 0.6 < got.std() / own.std() < 1.1
+    assert np.corrcoef(got.ravel(), own.ravel())[0, 1] > 0.8
+
+
+def test_a_face_with_its_own_grain_gets_none_of_the_targets():
+    feeds = _grain_rows(face_grain=1.5)
+    out = Mesh3dGraphOnCpu().run(feeds)[0]
+    without_target_grain = _finest(feeds["albedo"][:, :, :, :] * feeds["shading"][0, 0, 0, 0])
+    assert abs(np.corrcoef(_finest(out).ravel(), _finest(feeds["target"]).ravel())[0, 1]) < 0.1
+    assert abs(_finest(out).std() / without_target_grain.std() - 1.0) < 0.1
+
+
+def test_a_strong_line_of_the_target_is_structure_not_grain(graph):
+    """A glasses rim across the target is not grain: it does not come through the face,
+    shoulders and all, while the grain around it does."""
+    feeds = _grain_rows(face_grain=0.0, rim=True)
+    out = Mesh3dGraphOnCpu().run(feeds)[0]
+    np.testing.assert_allclose(out, graph.run(feeds)[0], atol=2e-5)
+    luma = out[0].mean(0)
+    size = luma.shape[0]
+    around_rim = luma[size // 2 - 2 : size // 2 + 4, 12:-12]
+    elsewhere = luma[8 : size // 2 - 8, 12:-12]
+    assert abs(around_rim.mean() - elsewhere.mean()) < 0.02  # the rim was 0.35 darker

@@ -162,8 +162,10 @@ def test_graph_relights_the_albedo_inside_the_face_and_passes_the_target_elsewhe
     feeds["blend"][:] = 1.0
     feeds["mask"][:] = 0.0
     np.testing.assert_allclose(runner.run(feeds)[0], feeds["target"], atol=1e-6)
-    # the whole crop is face: the output is albedo x shading exactly (the pyramid adds up)
+    # the whole crop is face: the output is albedo x shading exactly (the pyramid adds up; a
+    # target without fine detail has no grain to give)
     ys, xs = np.meshgrid(np.arange(32), np.arange(32), indexing="ij")
+    feeds["target"][:] = 0.3
     feeds["grid"][:] = np.stack([(2 * xs + 1) / 32 - 1, (2 * ys + 1) / 32 - 1], axis=-1)
     feeds["albedo"] = np.random.default_rng(1).random((1, 3, 32, 32), dtype=np.float32)
     feeds["shading"][:] = 0.5
@@ -220,6 +222,30 @@ def test_the_albedo_carries_no_detail_finer_than_a_crop_pixel():
     assert response(256, 2.0) < 0.05  # texel-sized detail (2 texels a crop pixel): gone
     assert response(256, 8.0) > 0.5  # detail of a few crop pixels: mostly kept
     assert response(512, 2.0) > 2 * response(256, 2.0)  # a larger crop shows finer detail
+
+
+def test_a_small_photo_is_not_softened_twice(engine, astronaut_image, grace_image):
+    """A photo whose face spans fewer pixels than the texture has texels is already as soft
+    as the anti-aliasing's low pass (its bilinear unwrap): it is not low-passed again (the
+    whole low pass made a ~100 px source's swap a third smoother at the finest scales)."""
+    size = mesh3d.TEXTURE_SIZE
+    stripes = 1.0 + 0.2 * np.cos(2 * np.pi * np.arange(size) / 4.0)
+    albedo = np.repeat(np.broadcast_to(stripes, (size, size))[..., None], 3, axis=2).astype(np.float32)
+    swapper = Mesh3dSwapper(runner=OnnxRuntimeRunner(build_mesh3d_swap_graph()))
+    inner = slice(size // 4, 3 * size // 4)
+
+    def response(texels_per_pixel: float) -> float:
+        kept = swapper._anti_aliased(albedo, texels_per_pixel)
+        return float(kept[inner, inner, 0].std() / albedo[inner, inner, 0].std())
+
+    assert response(3.0) == 1.0  # a ~100 px face in the photo: nothing taken twice
+    assert response(0.0) < response(1.7) < 1.0  # a ~200 px face: only the rest of the low pass
+    # what a real photo spans: the astronaut's face is ~95 px wide, Grace Hopper's ~190 px
+    from gpu.swappers.mesh3d_geometry import posed
+
+    spans = [mesh3d.texels_per_pixel(posed(face.mesh, face.depth), size)
+             for face in (engine.analyse_image(image)[0] for image in (astronaut_image, grace_image))]
+    assert 1.6 < spans[0] / spans[1] < 2.4 and spans[0] > 2.5
 
 
 def test_grazing_but_seen_texels_keep_their_detail(engine, sources, grace_image):

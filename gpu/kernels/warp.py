@@ -6,7 +6,7 @@ over OpenCV calls. Their signatures are the contract both implementations keep.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import cv2
 import numpy as np
@@ -44,6 +44,44 @@ def paste_back(frame: np.ndarray, crop: np.ndarray, mask: np.ndarray, matrix: np
     alpha = cv2.warpAffine(np.asarray(mask, dtype=np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
     region = frame[y0:y1, x0:x1]
     region[...] = cv2.blendLinear(face, region, alpha, 1.0 - alpha)
+
+
+def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: np.ndarray, mask: np.ndarray,
+                              face: np.ndarray, matrix: np.ndarray, grain: Callable[[np.ndarray, float], np.ndarray],
+                              limit: float) -> None:
+    """``paste_back``, and the frame's own detail that its round trip through the crop lost
+    (the frame minus its crop warped back: each bilinear resampling softens, and a face
+    larger than the crop's loses all its finer detail) put back: wholly where the crop is
+    the target's own (``face`` 0), so the frame around the swap comes back unchanged; where
+    the face was replaced (``face`` (S, S) in [0, 1], 1), only as much as ``grain`` (the
+    swapper's gate: (luma residual, scale) -> its grain) keeps of its luma, the scale being
+    ``limit``^2 x its mean energy over the face: no structure of the target's (a glasses
+    rim, a lid's line) comes back there."""
+    roi = paste_region(mask, matrix, frame.shape[:2])
+    if roi is None:
+        return
+    (x0, y0, x1, y1), roi_to_crop = roi
+    size = (x1 - x0, y1 - y0)
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+
+    def warped(image: np.ndarray) -> np.ndarray:
+        return cv2.warpAffine(np.asarray(image, dtype=np.float32), roi_to_crop, size, flags=flags, borderMode=cv2.BORDER_REPLICATE)
+
+    region = frame[y0:y1, x0:x1]
+    original = region.astype(np.float32)
+    residual = original - warped(target_crop)
+    alpha = cv2.warpAffine(np.asarray(mask, dtype=np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
+    replaced = cv2.warpAffine(np.asarray(face, dtype=np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
+    luma = residual.mean(2)
+    weight = float(replaced.sum())
+    if weight > 1.0:
+        scale = float((luma * luma * replaced).sum() / weight) * limit**2 + 1e-6
+        residual += replaced[..., None] * (grain(luma, scale)[..., None] - residual)
+    pasted = warped(crop) + residual
+    pasted += (original - pasted) * (1.0 - alpha)[..., None]
+    pasted += 0.5
+    np.clip(pasted, 0, 255, out=pasted)
+    region[...] = pasted.astype(np.uint8)
 
 
 def paste_faces(

@@ -220,7 +220,8 @@ class InswapperStage:
 class Mesh3dStage:
     """The default built-in swapper (``mesh3d``): its host half (``prepare``: mesh
     rasterisation, lighting fit, masks) per face as the node runs it, its graph through the
-    runner for all faces at once, one paste launch."""
+    runner for all faces at once, each face pasted as the node pastes it (its frame's lost
+    detail given back, on the host)."""
 
     name = "builtin_mesh3d"
 
@@ -233,11 +234,8 @@ class Mesh3dStage:
         clock.mark("swap_prepare")
         rows = run_jobs(self.swapper.runner, jobs)
         clock.mark("swap_model")
-        if order:
-            xp = _xp(frames[order[0]])
-            swapped = xp.stack([xp.clip(xp.asarray(row[0]).transpose(1, 2, 0) * 255.0 + 0.5, 0, 255).astype(np.uint8) for row in rows])
-            masks = xp.stack([job.context["mask"] for job in jobs])
-            ops.paste_faces([frames[s] for s in order], range(len(order)), swapped, masks, np.stack([job.matrix for job in jobs]))
+        for s, job, row in zip(order, jobs, rows, strict=True):
+            self.swapper.finish(frames[s], job, row)
         clock.mark("paste")
 
 

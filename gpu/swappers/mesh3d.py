@@ -45,7 +45,8 @@ import numpy as np
 from gpu.align import ARCFACE_TEMPLATE_112, estimate_similarity, transform_points
 from gpu.device import array_module, is_device_array, to_host
 from gpu.errors import NoFaceError
-from gpu.kernels.ops import crop_faces, paste_faces
+from gpu.kernels.ops import crop_faces
+from gpu.kernels.warp import paste_back_keeping_detail, paste_region
 from gpu.models.canonical_mesh import (
     INNER_LIP_CONTOUR,
     LEFT_EYE_CONTOUR,
@@ -72,7 +73,7 @@ from gpu.swappers.mesh3d_geometry import (
     vertex_normals,
 )
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
-from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
+from gpu.swappers.mesh3d_graph import GRAIN_LIMIT, LEVELS, build_mesh3d_swap_graph, grain_gate
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
 from gpu.swappers.mesh3d_lips import closed_lips
 from gpu.swappers.mesh3d_skin import skin_confidence
@@ -122,6 +123,7 @@ TEXELS_PER_CROP_PIXEL = 1.27  # x TEXTURE_SIZE / crop size: how many albedo texe
 ANTI_ALIAS_SIGMA = 0.6  # crop pixels: the albedo is low-passed to what the crop can show, once per source. Sampled
 # bilinearly at ~2 texels a pixel without it, fine detail (wrinkles, the skin's pores) aliases and shimmers as the
 # face moves by fractions of a pixel (Grace Hopper onto the astronaut's clips: flicker 1.08 -> 1.03)
+PHOTO_SOFTNESS = 0.5  # photo pixels: the Gaussian sigma an unwrap by bilinear sampling is as soft as
 SEAM_INSET = 0.008  # the seam runs this far (in UV) inside the mesh outline
 FINE_FEATHER = 0.5  # of the feather option: the blend mask's own fade. The pyramid widens it for the low
 # frequencies (its coarsest level spans 16 crop pixels), so fine detail switches within a few pixels and no band
@@ -352,7 +354,7 @@ class Mesh3dSwapper:
         if _mouth_opening(points) > OPEN_MOUTH:
             filled = closed_lips(filled)
         filled = _smooth_skin_chroma(filled)
-        filled = self._anti_aliased(filled)
+        filled = self._anti_aliased(filled, texels_per_pixel(points, atlas.size))
         shape = fit_pose(points).normalise(points)
         return Mesh3dSource(
             albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
@@ -361,11 +363,18 @@ class Mesh3dSwapper:
             weight=np.clip(weight_image * confidence, 0.0, 1.0).astype(np.float32),
         )
 
-    def _anti_aliased(self, albedo: np.ndarray) -> np.ndarray:
+    def _anti_aliased(self, albedo: np.ndarray, photo_texels_per_pixel: float = 0.0) -> np.ndarray:
         """The albedo without detail finer than the crop's pixels: GridSample has no mip
-        levels, so that detail would alias into a shimmer that moves with sub-pixel motion."""
-        sigma = ANTI_ALIAS_SIGMA * TEXELS_PER_CROP_PIXEL * albedo.shape[0] / self.crop_size
-        if sigma <= 0:
+        levels, so that detail would alias into a shimmer that moves with sub-pixel motion.
+        What the photo never held is not taken twice: a photo whose face spans fewer pixels
+        than the texture has texels (``photo_texels_per_pixel`` texels a photo pixel) is
+        already that soft (its bilinear unwrap, ~half a photo pixel), and only the rest
+        of the low pass is applied (the whole of it made a ~100 px source's swap a third
+        smoother at the finest scales than the same face unswapped)."""
+        needed = ANTI_ALIAS_SIGMA * TEXELS_PER_CROP_PIXEL * albedo.shape[0] / self.crop_size
+        already = PHOTO_SOFTNESS * photo_texels_per_pixel
+        sigma = float(np.sqrt(max(needed**2 - already**2, 0.0)))
+        if sigma < 0.2:
             return albedo
         return cv2.GaussianBlur(albedo, (0, 0), sigma).astype(np.float32)
 
@@ -379,6 +388,7 @@ class Mesh3dSwapper:
         xp = array_module(frame)
         matrix = self.alignment(face)
         crop = crop_faces([frame], matrix[None], size)[0]
+        host_crop = to_host(crop)  # what the host-side steps read (one download on a GPU node)
         scale = float(np.sqrt(abs(np.linalg.det(matrix[:, :2]))))
 
         points = posed(face.mesh, face.depth)
@@ -391,22 +401,24 @@ class Mesh3dSwapper:
         lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False, kept=occluded) or _source_lit(source)
         uv, rendered, holes, grid, eye_map = self._render(moved, options.eyes == "target", target)
         if _mouth_opening(target) > OPEN_TARGET_MOUTH:
-            rendered, holes = _with_mouth_interior(to_host(crop), target, rendered, holes)
+            rendered, holes = _with_mouth_interior(host_crop, target, rendered, holes)
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if options.colour_match:
-            shading *= _tone_ratio(to_host(crop), uv, rendered, shading, source, occluded, float(np.ptp(target[:, 0])))
-            _tint_lips(shading, to_host(crop), target, uv, rendered, source)
+            shading *= _tone_ratio(host_crop, uv, rendered, shading, source, occluded, float(np.ptp(target[:, 0])))
+            _tint_lips(shading, host_crop, target, uv, rendered, source)
         mask, openings = self._mask(uv, rendered, holes, options.mouth_mask, options.feather)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
         target_planes = xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0
         kept_as_is = openings
         if eye_map is not None:  # the target's eyes, in the source's eye shape
-            eyes, target_planes = _target_eyes(to_host(crop), eye_map, target_planes, xp)
+            eyes, target_planes = _target_eyes(host_crop, eye_map, target_planes, xp)
             kept_as_is = openings * (1.0 - eyes)
         paste = self._paste_mask(mask) * (1.0 - kept_as_is)  # kept pixels stay the frame's own, not resampled ones
+        # the frame's own detail the crop's round trip loses comes back (see paste_back_keeping_detail)
+        context = {"mask": paste, "target": host_crop, "face": np.minimum(mask, 1.0 - kept_as_is)}
         feeds = {
             "target": target_planes,
             "albedo": source.albedo_like(frame),
@@ -416,7 +428,7 @@ class Mesh3dSwapper:
             "keep": xp.asarray(openings)[None],
             "blend": xp.full((1, 1, 1), options.blend, dtype=np.float32),
         }
-        return FaceJob(feeds=feeds, matrix=matrix, context={"mask": xp.asarray(paste)})
+        return FaceJob(feeds=feeds, matrix=matrix, context=context)
 
     def finish(self, frame: np.ndarray, job: FaceJob, row: Sequence[np.ndarray]) -> None:
         xp = array_module(frame)
@@ -428,7 +440,29 @@ class Mesh3dSwapper:
         swapped *= 255.0
         swapped += 0.5
         xp.clip(swapped, 0, 255, out=swapped)
-        paste_faces([frame], [0], swapped.astype(np.uint8)[None], job.context["mask"][None], job.matrix[None])
+        # inside the face, the graph gave back the target's grain at the crop's resolution; what the crop cannot
+        # hold (a face larger in the frame than in the crop) comes back from the frame, as far as the crop shrank
+        # the face (its pixels twice the frame's: all of it; the same or larger: none)
+        scale = float(np.sqrt(abs(np.linalg.det(job.matrix[:, :2]))))
+        finer = float(np.clip(1.0 / max(scale, 1e-6) - 1.0, 0.0, 1.0))
+
+        def paste(image: np.ndarray, matrix: np.ndarray) -> None:
+            paste_back_keeping_detail(image, to_host(swapped.astype(np.uint8)), job.context["target"], job.context["mask"],
+                                      job.context["face"], matrix, lambda luma, spread: finer * grain_gate(luma, spread),
+                                      GRAIN_LIMIT)
+
+        if xp is np:
+            paste(frame, job.matrix)
+            return
+        # a device frame: its region makes the round trip to the host (a face's worth of pixels; the tone
+        # transfer reads the crop there already), so both paths give the same frame
+        region = paste_region(job.context["mask"], job.matrix, frame.shape[:2])
+        if region is None:
+            return
+        (x0, y0, x1, y1), roi_matrix = region
+        part = to_host(frame[y0:y1, x0:x1])
+        paste(part, roi_matrix)
+        frame[y0:y1, x0:x1] = xp.asarray(part)
 
     @staticmethod
     def _in_crop(points: np.ndarray, matrix: np.ndarray, scale: float) -> np.ndarray:
@@ -775,6 +809,17 @@ def symmetric_fill(albedo: np.ndarray, visibility: np.ndarray, confidence: np.nd
     # trusted as far as seen, and as far as what the mix came from is the face's own skin
     mixed_confidence = np.where(own + mirrored > 1e-6, (own * confidence + mirrored * confidence[:, ::-1]) / combined, confidence)
     return push_pull_fill(mixed, seen * mixed_confidence)
+
+
+def texels_per_pixel(points: np.ndarray, texture_size: int) -> float:
+    """How many albedo texels one photo pixel spans (linear), over the triangles the photo
+    sees face-on: the square root of their area in UV texels over their area in pixels."""
+    mesh = canonical_mesh()
+    image_area = signed_areas(points, mesh.triangles)
+    uv_area = np.abs(signed_areas(mesh.uv.astype(np.float64) * texture_size, mesh.triangles))
+    facing = image_area < 0  # the same winding test the render culls back faces by
+    seen = np.abs(image_area[facing]).sum()
+    return float(np.sqrt(uv_area[facing].sum() / seen)) if seen > 0 else 0.0
 
 
 def _weighted_middle_mean(values: np.ndarray, weights: np.ndarray) -> float:

@@ -6,7 +6,9 @@ there (``shading``, smooth, so at half resolution); this graph samples the sourc
 through the grid and multiplies it by the shading (the source face re-lit as the target
 is lit) and blends the result into the target crop over a Laplacian pyramid: fine
 detail switches at the seam, low frequencies fade over a wide band, so neither a hard
-edge nor a ghosted double contour shows. It runs through the runner and micro-batcher like
+edge nor a ghosted double contour shows. The finest level also gets the target's own
+grain back (see ``GRAIN_LIMIT``): as much of the target's finest detail as the re-lit face
+lacks, so the face is as fine-grained as the skin around it. It runs through the runner and micro-batcher like
 every swap model (on a GPU through Torch or TensorRT). On the CPU, ``Mesh3dGraphOnCpu`` runs
 the same graph with OpenCV: ONNX Runtime's GridSample and Resize take 8 ms of CPU per face
 there, OpenCV's remap and resize ~2.5 ms, and only over the rows the face covers.
@@ -38,6 +40,13 @@ from gpu.threads import usable_cpus
 from gpu.swappers.swap_graph import GraphNodes, swap_model, tensor
 
 LEVELS = 4  # Laplacian levels: S must be divisible by 2**LEVELS (crop sizes are multiples of 32)
+GRAIN_LIMIT = 1.5  # the target's finest detail is its grain (pores, sensor noise) where its local energy (over
+# ``GRAIN_AREA`` pixels) is near the face's mean, and comes back where the re-lit face lacks it (the albedo's
+# anti-aliasing and two bilinear resamplings take most of that band: the face read smoother than its neck and
+# forehead, a mask); where the local energy is well above the mean (a glasses rim, a lid's or lip's line, a deep
+# wrinkle: structure, not grain) it is gated out, x exp(-local / (GRAIN_LIMIT^2 x mean)), shoulders and all:
+# fading each pixel by its own size (x exp(-(x/limit)^2)) left a rim's soft shoulders as a faint outline
+GRAIN_AREA = 7  # pixels a side: the neighbourhood whose energy tells grain from structure
 
 
 def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> onnx.ModelProto:
@@ -49,6 +58,10 @@ def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> 
         numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"),
         numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 2.0], dtype=np.float32), "double"),
         numpy_helper.from_array(np.zeros(0, dtype=np.float32), "no_roi"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "channels"),
+        numpy_helper.from_array(np.array([1, 2, 3], dtype=np.int64), "per_face"),
+        numpy_helper.from_array(np.array(GRAIN_LIMIT**2, dtype=np.float32), "limit_squared"),
+        numpy_helper.from_array(np.array(1e-12, dtype=np.float32), "tiny"),
     ]
 
     def sample(texture: str) -> str:
@@ -75,7 +88,9 @@ def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> 
         weighted = node("Mul", [detail, masks[level]], f"weighted{level}")
         collapsed = node("Add", [weighted, up(collapsed, f"c{level}")], f"blended{level}")
 
-    change = node("Mul", [collapsed, node("Sub", ["one", "keep"], "replace")], "change")
+    grain = _grain_nodes(node, up, down, "detail0")
+    with_grain = node("Add", [collapsed, node("Mul", [grain, "mask"], "grain_in_face")], "with_grain")
+    change = node("Mul", [with_grain, node("Sub", ["one", "keep"], "replace")], "change")
     swapped_raw = node("Add", ["target", node("Mul", [change, "blend"], "blend_step")], "swapped_raw")
     node("Clip", [swapped_raw, "zero", "one"], "swapped")
 
@@ -94,6 +109,42 @@ def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> 
         outputs=[tensor("swapped", "N", 3, "S", "S")],
         initializer=inits,
     )
+
+
+def _grain_nodes(node, up, down, face_detail: str) -> str:
+    """The target's grain the face lacks, [N,1,S,S] (luma; see ``GRAIN_LIMIT``): the target's
+    finest detail gated to its grain, times sqrt(1 - the share of that grain's energy the
+    face already has in its own finest detail, clipped at the gate's bound), energies as
+    mask-weighted means over the face, per face."""
+    luma = node("ReduceMean", ["target"], "target_luma", axes=[1], keepdims=1)
+    target_fine = node("Sub", [luma, up(down(luma, 0), "luma")], "target_fine")
+    face_fine = node("Add", [target_fine, node("ReduceMean", [face_detail], "face_detail_luma", axes=[1], keepdims=1)], "face_fine")
+    weight = node("Add", [node("ReduceSum", ["mask", "per_face"], "mask_sum", keepdims=1), "tiny"], "mask_weight")
+
+    def mean_square(image: str, squared: str | None = None) -> str:
+        squared = squared or node("Mul", [image, image], f"{image}_sq")
+        weighted = node("Mul", [squared, "mask"], f"{image}_sq_masked")
+        return node("Div", [node("ReduceSum", [weighted, "per_face"], f"{image}_sq_sum", keepdims=1), weight], f"{image}_ms")
+
+    target_squared = node("Mul", [target_fine, target_fine], "target_fine_sq")
+    scale = node("Add", [node("Mul", [mean_square(target_fine, target_squared), "limit_squared"], "gate_scale_raw"), "tiny"], "gate_scale")
+
+    def gated(image: str, squared: str) -> str:  # x exp(-local energy / scale)
+        pad = GRAIN_AREA // 2
+        local = node("AveragePool", [squared], f"{image}_local", kernel_shape=[GRAIN_AREA] * 2, strides=[1, 1],
+                     pads=[pad] * 4, count_include_pad=1)
+        gate = node("Exp", [node("Neg", [node("Div", [local, scale], f"{image}_ratio")], f"{image}_neg")], f"{image}_gate")
+        return node("Mul", [image, gate], f"{image}_gated")
+
+    target_grain = gated(target_fine, target_squared)
+    # the face's own grain: its finest detail clipped where the target's grain ends (a sharper source's pores
+    # count in full, its features' edges hardly: they cover little of the face)
+    bound = node("Sqrt", [scale], "grain_bound")
+    face_grain = node("Max", [node("Min", [face_fine, bound], "face_fine_low"), node("Neg", [bound], "grain_floor")], "face_grain")
+    target_energy = node("Add", [mean_square(target_grain), "tiny"], "target_energy")
+    lacking = node("Sub", ["one", node("Div", [mean_square(face_grain), target_energy], "face_share")], "lacking")
+    amount = node("Sqrt", [node("Clip", [lacking, "zero", "one"], "lacking_clipped")], "grain_amount")
+    return node("Mul", [target_grain, amount], "grain")
 
 
 _FLOAT = np.dtype(np.float32)
@@ -134,25 +185,32 @@ class Mesh3dGraphOnCpu:
                 continue
             y0, y1, x0, x1 = window
             inside = (slice(None), slice(y0, y1), slice(x0, x1))
-            change = self._collapse(_face_minus_target(row, window), row["mask"][inside])
+            mask = row["mask"][inside]
+            change, face_detail = self._collapse(_face_minus_target(row, window), mask)
+            change += _grain(row["target"][inside], face_detail, mask) * mask
             change *= (1.0 - row["keep"][inside]) * row["blend"]
             change += row["target"][inside]
             np.clip(change, 0.0, 1.0, out=swapped[i][inside])
         return [swapped]
 
-    def _collapse(self, delta: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """The Laplacian pyramid blend of ``delta`` (3, S, S) under ``mask`` (1, S, S)."""
+    def _collapse(self, delta: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The Laplacian pyramid blend of ``delta`` (3, S, S) under ``mask`` (1, S, S), and
+        the finest level of ``delta``'s luma (1, S, S) before the mask (what the face
+        changes of the target's finest detail: the grain's measure)."""
         gauss, masks = [delta], [mask]
         for _ in range(self.levels):
             gauss.append(_down(gauss[-1]))
             masks.append(_down(masks[-1]))
         collapsed = gauss[-1] * masks[-1]
+        finest = None
         for level in range(self.levels - 1, -1, -1):
             detail = gauss[level] - _up(gauss[level + 1])
+            if level == 0:
+                finest = detail.mean(0, keepdims=True)
             detail *= masks[level]
             detail += _up(collapsed)
             collapsed = detail
-        return collapsed
+        return collapsed, finest
 
 
 def _window(mask: np.ndarray, levels: int) -> tuple[int, int, int, int] | None:
@@ -197,6 +255,34 @@ def _face_minus_target(row: Mapping[str, np.ndarray], window: tuple[int, int, in
         face *= inside
         delta[channel, y0 - wy0:y1 - wy0, x0 - wx0:x1 - wx0] = face
     return delta
+
+
+def _grain(target: np.ndarray, face_detail: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The graph's ``grain`` over a window: (1, h, w) from the target (3, h, w), the finest
+    level of the face's change (1, h, w) and the mask (1, h, w); the window holds every
+    pixel the mask weighs (and ``GRAIN_AREA`` around them), so its sums are the whole crop's."""
+    luma = target.mean(0, keepdims=True)
+    target_fine = luma - _up(_down(luma))
+    face_fine = target_fine + face_detail
+    weight = np.float32(mask.sum() + 1e-12)
+
+    def mean_square(image: np.ndarray) -> np.float32:
+        return np.float32((image * image * mask).sum() / weight)
+
+    scale = mean_square(target_fine) * np.float32(GRAIN_LIMIT**2) + np.float32(1e-12)
+    target_grain = grain_gate(target_fine[0], scale)[None]
+    bound = np.sqrt(np.float32(scale))
+    face_grain = np.clip(face_fine, -bound, bound)
+    lacking = 1.0 - mean_square(face_grain) / (mean_square(target_grain) + np.float32(1e-12))
+    return target_grain * np.float32(np.sqrt(np.clip(lacking, 0.0, 1.0)))
+
+
+def grain_gate(fine: np.ndarray, scale: float) -> np.ndarray:
+    """(H, W) ``fine`` times exp(-its local energy / ``scale``): grain kept, structure out
+    (see ``GRAIN_LIMIT``; the local energy is the mean of fine^2 over ``GRAIN_AREA`` pixels
+    a side, zero past the edges, as the graph's AveragePool counts its padding)."""
+    local = cv2.boxFilter(fine * fine, -1, (GRAIN_AREA, GRAIN_AREA), normalize=True, borderType=cv2.BORDER_CONSTANT)
+    return fine * np.exp(-local / np.float32(scale))
 
 
 def _down(image: np.ndarray) -> np.ndarray:

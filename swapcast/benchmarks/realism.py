@@ -14,7 +14,8 @@ the face in the output, and three measures of how the swapped face sits in the t
 - **shading kept**: how much of the target's low-frequency shading survives: the slope of
   the output's low-passed lightness on the target's over the face (1 = all of it, 0 = a flat
   mask);
-- **detail kept**, **target detail left** (a ghost of the target), **teeth on closed lips**,
+- **detail kept**, **grain** (the skin as fine-grained as the target's), **target detail left**
+  (a ghost of the target), **teeth on closed lips**,
   **lip red** and **mouth kept**: what a contact sheet's small tiles hide (``realism_detail``).
 
 With ``--baseline DIR`` the same swaps are also made by the code of another checkout (the
@@ -44,7 +45,7 @@ from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 from streamer.media.images import write_image
 from swapcast.benchmarks.pose_set import PEOPLE
-from swapcast.benchmarks.realism_detail import detail_kept, mouth_report, target_detail_left
+from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, target_detail_left
 from swapcast.benchmarks.realism_fullres import write_fullres
 from swapcast.benchmarks.realism_set import (
     HALVES,
@@ -90,6 +91,7 @@ class RealismResult:
     shading_kept: float | None
     ms: float | None
     detail: float | None = None  # fine detail of the output face over the source face's (1: all kept)
+    grain: float | None = None  # the output skin's finest detail over the target skin's (1: as grainy; a mask ~0.5)
     target_detail_left: float | None = None  # of the target's own fine detail, how much shows through (0: none)
     teeth_on_closed_lips: float | None = None  # share of a closed target mouth's lips that turned teeth-like
     lip_red: float | None = None  # CIE a* of the output's lips over the skin around them
@@ -304,7 +306,7 @@ def _measure(scorer, swapper: str, source: RealismSource, source_mesh: np.ndarra
         found=scorer.found(output, face.box), tone=tone_difference(output, target, regions),
         edge_step=edge_step(output, target, regions), shading_kept=shading_kept(output, target, regions), ms=ms,
         detail=None if source_mesh is None else detail_kept(output, face.mesh, source.image, source_mesh),
-        target_detail_left=target_detail_left(output, target, face.mesh), teeth_on_closed_lips=mouth.teeth_on_closed_lips,
+        grain=grain(output, target, face.mesh), target_detail_left=target_detail_left(output, target, face.mesh), teeth_on_closed_lips=mouth.teeth_on_closed_lips,
         lip_red=mouth.lip_red, target_lip_red=mouth.target_lip_red, mouth_kept=mouth.mouth_kept,
     )
 
@@ -331,6 +333,7 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
         "edge_step": mean([r.edge_step for r in results]),
         "shading_kept": mean([r.shading_kept for r in results]),
         "detail": mean([r.detail for r in results]),
+        "grain": mean([r.grain for r in results]),
         "target_detail_left": mean([r.target_detail_left for r in results]),
         "teeth_on_closed_lips": mean([r.teeth_on_closed_lips for r in results]),
         "lip_red": mean([r.lip_red for r in results]),
@@ -347,7 +350,7 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
 def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None:
     print(f"\nrealism set, {half} half ({'not tuned on' if half == 'held' else 'tuned on'})")
     header = (f"{'':<16}{'faces':>6}{'pass':>8}{'frontal':>9}{'found':>7}{'d(o,s)':>8}{'tone':>7}{'>8':>5}{'edge':>7}{'shade':>7}"
-              f"{'detail':>8}{'ghost':>7}{'teeth':>7}{'lipred':>7}{'(tgt)':>6}{'mouth':>7}{'ms':>7}")
+              f"{'detail':>8}{'grain':>7}{'ghost':>7}{'teeth':>7}{'lipred':>7}{'(tgt)':>6}{'mouth':>7}{'ms':>7}")
     print(header)
     for name in names:
         row = summary[name]
@@ -357,12 +360,13 @@ def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None
 
         print(f"{name:<16}{row['faces']:>6}{row['passed']:>5}/{row['faces']:<2}{row['frontal_passed']:>5}/{row['frontal_pairs']:<3}"
               f"{row['found']:>7}{num(row['mean_output_to_source']):>8}{num(row['tone'], 1):>7}{row['tone_over_8']:>5}"
-              f"{num(row['edge_step'], 1):>7}{num(row['shading_kept']):>7}{num(row['detail']):>8}{num(row['target_detail_left']):>7}"
+              f"{num(row['edge_step'], 1):>7}{num(row['shading_kept']):>7}{num(row['detail']):>8}{num(row['grain']):>7}{num(row['target_detail_left']):>7}"
               f"{num(row['teeth_on_closed_lips'], 3):>7}{num(row['lip_red'], 1):>7}{num(row['target_lip_red'], 1):>6}{num(row['mouth_kept'], 1):>7}"
               f"{num(row['ms_per_frame'], 0):>7}")
     print("pass: d(out,src) < 0.6 and < d(out,tgt); frontal: the same on frontal targets; found: the engine finds the "
           "output face; tone: low-passed CIE76 output vs target on the skin (>8: a mask); edge: colour step across the "
           "outline; shade: target's low-frequency shading kept (1 = all); detail: the source's fine detail kept (1 = all); "
+          "grain: the skin's finest detail over the target skin's (1 = as grainy; a mask ~0.5); "
           "ghost: the target's own fine detail still showing (0 = none); teeth: share of closed lips turned teeth-like; "
           "lipred: lips' CIE a* over the skin's (a grey band ~0; (tgt): the target's own); mouth: CIE76 of an open target mouth's inside vs the "
           "target's (0 = kept); ms: median per frame")

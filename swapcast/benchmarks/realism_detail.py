@@ -12,6 +12,11 @@ face keeps, and what the swap did to the mouth.
   when the face is all the source's, 1 when the target's wrinkles, glasses rims and pores
   are all still there (a swap faded over a wide band shows the target through: a ghost).
   Detail kept alone would count that as detail;
+- **grain**: how fine-grained the swapped skin is against the skin it replaced, both at the
+  target's own resolution: the median absolute finest detail (log-lightness minus its
+  Gaussian low pass of ``GRAIN_SIGMA`` pixels) on the output's face skin over the same on
+  the target's (medians: a glasses rim or a deep fold does not count). 1: as grainy as the
+  target's skin, neck and forehead; a smooth, waxy face reads ~0.5 and less (a mask);
 - **teeth on closed lips**: where the target's mouth is closed, the share of its lips'
   pixels that the output made teeth-like (much brighter than the skin and greyer) -- an
   open-mouthed source's teeth drawn onto closed lips;
@@ -33,6 +38,7 @@ from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 
 DETAIL_SIGMA = 1.5  # pixels at the common face width: detail finer than this is what a mask loses first
+GRAIN_SIGMA = 1.0  # pixels of the target's own frame: the finest detail, what a camera's grain and pores are
 DETAIL_OUTLINE = 0.9  # the skin measured lies inside the outline scaled by this (the seam's band is the edge's business)
 DETAIL_FEATURE_MARGIN = 0.06  # of the face's width: the eyes, brows and mouth grown by this
 MIN_DETAIL_PIXELS = 64
@@ -119,6 +125,24 @@ def target_detail_left(output: np.ndarray, target: np.ndarray, mesh: np.ndarray)
     own, swapped = fine(target), fine(output)
     spread = float(own @ own)
     return float(own @ swapped / spread) if spread > 1e-9 else None
+
+
+def grain(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> float | None:
+    """The output face's finest detail over the target face's, on the skin (see the module docstring)."""
+    skin = detail_skin(mesh, target.shape)
+    if skin.sum() < MIN_DETAIL_PIXELS:
+        return None
+    rows, cols = np.nonzero(skin)
+    pad = int(4 * GRAIN_SIGMA) + 2
+    y0, y1 = max(0, rows.min() - pad), min(target.shape[0], rows.max() + pad + 1)
+    x0, x1 = max(0, cols.min() - pad), min(target.shape[1], cols.max() + pad + 1)
+
+    def finest(image: np.ndarray) -> float:
+        lightness = np.log(np.maximum(image[y0:y1, x0:x1].astype(np.float32).mean(2), 1.0))
+        return float(np.median(np.abs(lightness - cv2.GaussianBlur(lightness, (0, 0), GRAIN_SIGMA))[skin[y0:y1, x0:x1]]))
+
+    own = finest(target)
+    return finest(output) / own if own > 1e-6 else None
 
 
 def mouth_opening(mesh: np.ndarray) -> float:

@@ -74,7 +74,7 @@ def caption(name: str, result: RealismResult | None) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
     verdict = "pass" if result.passed else "FAIL"
-    return (f"{name} {verdict} d{num(result.output_to_source)} detail{num(result.detail)} "
+    return (f"{name} {verdict} d{num(result.output_to_source)} detail{num(result.detail)} grain{num(result.grain)} "
             f"ghost{num(result.target_detail_left)} lips{num(result.lip_red, 1)}")
 
 
