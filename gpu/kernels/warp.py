@@ -47,7 +47,7 @@ def paste_back(frame: np.ndarray, crop: np.ndarray, mask: np.ndarray, matrix: np
 
 
 def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: np.ndarray, mask: np.ndarray,
-                              face: np.ndarray, matrix: np.ndarray, grain: Callable[[np.ndarray, float], np.ndarray],
+                              face: np.ndarray, matrix: np.ndarray, grain: Callable[[np.ndarray, float], np.ndarray] | None,
                               limit: float) -> None:
     """``paste_back``, and the frame's own detail that its round trip through the crop lost
     (the frame minus its crop warped back: each bilinear resampling softens, and a face
@@ -56,7 +56,7 @@ def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: 
     the face was replaced (``face`` (S, S) in [0, 1], 1), only as much as ``grain`` (the
     swapper's gate: (luma residual, scale) -> its grain) keeps of its luma, the scale being
     ``limit``^2 x its mean energy over the face: no structure of the target's (a glasses
-    rim, a lid's line) comes back there."""
+    rim, a lid's line) comes back there; ``grain`` None: none of it there."""
     roi = paste_region(mask, matrix, frame.shape[:2])
     if roi is None:
         return
@@ -64,17 +64,18 @@ def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: 
     size = (x1 - x0, y1 - y0)
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
 
-    def warped(image: np.ndarray) -> np.ndarray:
-        return cv2.warpAffine(np.asarray(image, dtype=np.float32), roi_to_crop, size, flags=flags, borderMode=cv2.BORDER_REPLICATE)
+    def warped(image: np.ndarray) -> np.ndarray:  # warped as uint8 (OpenCV's fixed point: ~3x faster than float)
+        return cv2.warpAffine(image, roi_to_crop, size, flags=flags, borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
 
     region = frame[y0:y1, x0:x1]
     original = region.astype(np.float32)
     residual = original - warped(target_crop)
     alpha = cv2.warpAffine(np.asarray(mask, dtype=np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
     replaced = cv2.warpAffine(np.asarray(face, dtype=np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
-    luma = residual.mean(2)
-    weight = float(replaced.sum())
-    if weight > 1.0:
+    if grain is None:  # nothing of it inside the face
+        residual *= (1.0 - replaced)[..., None]
+    elif (weight := float(replaced.sum())) > 1.0:
+        luma = residual.mean(2)
         scale = float((luma * luma * replaced).sum() / weight) * limit**2 + 1e-6
         residual += replaced[..., None] * (grain(luma, scale)[..., None] - residual)
     pasted = warped(crop) + residual

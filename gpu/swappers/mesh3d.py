@@ -448,8 +448,8 @@ class Mesh3dSwapper:
 
         def paste(image: np.ndarray, matrix: np.ndarray) -> None:
             paste_back_keeping_detail(image, to_host(swapped.astype(np.uint8)), job.context["target"], job.context["mask"],
-                                      job.context["face"], matrix, lambda luma, spread: finer * grain_gate(luma, spread),
-                                      GRAIN_LIMIT)
+                                      job.context["face"], matrix,
+                                      (lambda luma, spread: finer * grain_gate(luma, spread)) if finer > 0 else None, GRAIN_LIMIT)
 
         if xp is np:
             paste(frame, job.matrix)
