@@ -69,20 +69,25 @@ def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: 
 
     region = frame[y0:y1, x0:x1]
     original = region.astype(np.float32)
-    residual = original - warped(target_crop)
-    alpha = cv2.warpAffine(np.asarray(mask, dtype=np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
-    replaced = cv2.warpAffine(np.asarray(face, dtype=np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
-    if grain is None:  # nothing of it inside the face
-        residual *= (1.0 - replaced)[..., None]
+    target = warped(target_crop)
+    weights = cv2.warpAffine(np.dstack([mask, face]).astype(np.float32), roi_to_crop, size, flags=flags, borderValue=0.0)
+    alpha, replaced = weights[..., 0], weights[..., 1]
+    # out = original + alpha * (crop - target - replaced * (residual - grain)), residual = original - target:
+    # where the crop is the target's own the frame comes back as it was
+    residual = original - target
+    change = warped(crop)
+    change -= target
+    if grain is None:  # none of the residual inside the face
+        change -= replaced[..., None] * residual
     elif (weight := float(replaced.sum())) > 1.0:
         luma = residual.mean(2)
         scale = float((luma * luma * replaced).sum() / weight) * limit**2 + 1e-6
-        residual += replaced[..., None] * (grain(luma, scale)[..., None] - residual)
-    pasted = warped(crop) + residual
-    pasted += (original - pasted) * (1.0 - alpha)[..., None]
-    pasted += 0.5
-    np.clip(pasted, 0, 255, out=pasted)
-    region[...] = pasted.astype(np.uint8)
+        change -= replaced[..., None] * (residual - grain(luma, scale)[..., None])
+    change *= alpha[..., None]
+    change += original
+    change += 0.5
+    np.clip(change, 0, 255, out=change)
+    region[...] = change.astype(np.uint8)
 
 
 def paste_faces(
