@@ -73,7 +73,7 @@ from gpu.swappers.mesh3d_geometry import (
     vertex_normals,
 )
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
-from gpu.swappers.mesh3d_graph import GRAIN_LIMIT, LEVELS, build_mesh3d_swap_graph, grain_gate
+from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
 from gpu.swappers.mesh3d_lips import closed_lips
 from gpu.swappers.mesh3d_skin import skin_confidence
@@ -440,16 +440,10 @@ class Mesh3dSwapper:
         swapped *= 255.0
         swapped += 0.5
         xp.clip(swapped, 0, 255, out=swapped)
-        # inside the face, the graph gave back the target's grain at the crop's resolution; what the crop cannot
-        # hold (a face larger in the frame than in the crop) comes back from the frame, as far as the crop shrank
-        # the face (its pixels twice the frame's: all of it; the same or larger: none)
-        scale = float(np.sqrt(abs(np.linalg.det(job.matrix[:, :2]))))
-        finer = float(np.clip(1.0 / max(scale, 1e-6) - 1.0, 0.0, 1.0))
 
         def paste(image: np.ndarray, matrix: np.ndarray) -> None:
             paste_back_keeping_detail(image, to_host(swapped.astype(np.uint8)), job.context["target"], job.context["mask"],
-                                      job.context["face"], matrix,
-                                      (lambda luma, spread: finer * grain_gate(luma, spread)) if finer > 0 else None, GRAIN_LIMIT)
+                                      job.context["face"], matrix)
 
         if xp is np:
             paste(frame, job.matrix)
