@@ -110,39 +110,39 @@ def detail_kept(output: np.ndarray, output_mesh: np.ndarray, source: np.ndarray,
 
 def target_detail_left(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> float | None:
     """How much of the target's own fine detail the output face still shows (0: none, 1: all)."""
-    skin = detail_skin(mesh, target.shape)
-    if skin.sum() < MIN_DETAIL_PIXELS:
+    own, swapped = _fine_on_skin(target, mesh, DETAIL_SIGMA, target, output)
+    if own is None:
         return None
-    rows, cols = np.nonzero(skin)
-    pad = int(4 * DETAIL_SIGMA) + 2
-    y0, y1 = max(0, rows.min() - pad), min(target.shape[0], rows.max() + pad + 1)
-    x0, x1 = max(0, cols.min() - pad), min(target.shape[1], cols.max() + pad + 1)
-
-    def fine(image: np.ndarray) -> np.ndarray:
-        lightness = np.log(np.maximum(image[y0:y1, x0:x1].astype(np.float32).mean(2), 1.0))
-        return (lightness - cv2.GaussianBlur(lightness, (0, 0), DETAIL_SIGMA))[skin[y0:y1, x0:x1]]
-
-    own, swapped = fine(target), fine(output)
     spread = float(own @ own)
     return float(own @ swapped / spread) if spread > 1e-9 else None
 
 
 def grain(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> float | None:
     """The output face's finest detail over the target face's, on the skin (see the module docstring)."""
+    own, swapped = _fine_on_skin(target, mesh, GRAIN_SIGMA, target, output)
+    if own is None:
+        return None
+    own_level = float(np.median(np.abs(own)))
+    return float(np.median(np.abs(swapped))) / own_level if own_level > 1e-6 else None
+
+
+def _fine_on_skin(target: np.ndarray, mesh: np.ndarray, sigma: float, *images: np.ndarray) -> tuple:
+    """Each image's fine detail (log-lightness minus its Gaussian low pass of ``sigma``
+    pixels) on the target face's skin, at the target's own resolution; Nones when too
+    little skin shows."""
     skin = detail_skin(mesh, target.shape)
     if skin.sum() < MIN_DETAIL_PIXELS:
-        return None
+        return (None,) * len(images)
     rows, cols = np.nonzero(skin)
-    pad = int(4 * GRAIN_SIGMA) + 2
+    pad = int(4 * sigma) + 2
     y0, y1 = max(0, rows.min() - pad), min(target.shape[0], rows.max() + pad + 1)
     x0, x1 = max(0, cols.min() - pad), min(target.shape[1], cols.max() + pad + 1)
 
-    def finest(image: np.ndarray) -> float:
+    def fine(image: np.ndarray) -> np.ndarray:
         lightness = np.log(np.maximum(image[y0:y1, x0:x1].astype(np.float32).mean(2), 1.0))
-        return float(np.median(np.abs(lightness - cv2.GaussianBlur(lightness, (0, 0), GRAIN_SIGMA))[skin[y0:y1, x0:x1]]))
+        return (lightness - cv2.GaussianBlur(lightness, (0, 0), sigma))[skin[y0:y1, x0:x1]]
 
-    own = finest(target)
-    return finest(output) / own if own > 1e-6 else None
+    return tuple(fine(image) for image in images)
 
 
 def mouth_opening(mesh: np.ndarray) -> float:
