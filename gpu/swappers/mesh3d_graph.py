@@ -8,9 +8,9 @@ is lit) and blends the result into the target crop over a Laplacian pyramid: fin
 detail switches at the seam, low frequencies fade over a wide band, so neither a hard
 edge nor a ghosted double contour shows. The finest level also gets the target's own
 grain back (see ``GRAIN_LIMIT``): as much of the target's finest detail as the re-lit face
-lacks, so the face is as fine-grained as the skin around it. It runs through the runner and micro-batcher like
-every swap model (on a GPU through Torch or TensorRT). On the CPU, ``Mesh3dGraphOnCpu`` runs
-the same graph with OpenCV: ONNX Runtime's GridSample and Resize take 8 ms of CPU per face
+lacks, so the face is as fine-grained as the skin around it. It runs through the runner
+and micro-batcher like every swap model (on a GPU through Torch or TensorRT). On the CPU,
+``Mesh3dGraphOnCpu`` runs the same graph with OpenCV: ONNX Runtime's GridSample and Resize take 8 ms of CPU per face
 there, OpenCV's remap and resize ~2.5 ms, and only over the rows the face covers.
 
 Inputs (N = faces, S = crop size, T = albedo size):
@@ -58,7 +58,6 @@ def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> 
         numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"),
         numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 2.0], dtype=np.float32), "double"),
         numpy_helper.from_array(np.zeros(0, dtype=np.float32), "no_roi"),
-        numpy_helper.from_array(np.array([1], dtype=np.int64), "channels"),
         numpy_helper.from_array(np.array([1, 2, 3], dtype=np.int64), "per_face"),
         numpy_helper.from_array(np.array(GRAIN_LIMIT**2, dtype=np.float32), "limit_squared"),
         numpy_helper.from_array(np.array(1e-12, dtype=np.float32), "tiny"),
@@ -270,14 +269,14 @@ def _grain(target: np.ndarray, face_detail: np.ndarray, mask: np.ndarray) -> np.
         return np.float32((image * image * mask).sum() / weight)
 
     scale = mean_square(target_fine) * np.float32(GRAIN_LIMIT**2) + np.float32(1e-12)
-    target_grain = grain_gate(target_fine[0], scale)[None]
+    target_grain = _grain_gate(target_fine[0], scale)[None]
     bound = np.sqrt(np.float32(scale))
     face_grain = np.clip(face_fine, -bound, bound)
     lacking = 1.0 - mean_square(face_grain) / (mean_square(target_grain) + np.float32(1e-12))
     return target_grain * np.float32(np.sqrt(np.clip(lacking, 0.0, 1.0)))
 
 
-def grain_gate(fine: np.ndarray, scale: float) -> np.ndarray:
+def _grain_gate(fine: np.ndarray, scale: float) -> np.ndarray:
     """(H, W) ``fine`` times exp(-its local energy / ``scale``): grain kept, structure out
     (see ``GRAIN_LIMIT``; the local energy is the mean of fine^2 over ``GRAIN_AREA`` pixels
     a side, zero past the edges, as the graph's AveragePool counts its padding)."""
