@@ -448,6 +448,18 @@ def test_lips_take_the_colour_of_the_targets_lips_from_a_grey_photo(engine, swap
     assert tinted.lip_red > untinted.lip_red + 3  # measured -2.8 -> 2.8 and 1.9 -> 7.2
 
 
+def test_a_smiling_sources_lips_on_a_closed_mouth_are_as_red_as_the_targets(engine, swapper, sources, grace_image):
+    """The astronaut smiles: her lips, closed by stretching, are thin and pale. Tinted by the
+    median of the lips' band (which on a thin closed mouth is mostly its skin-coloured
+    margin) they stayed a pale band, lip red 0.34 of Grace Hopper's own; the redder half
+    of the band is the lips (measured 0.88)."""
+    from swapcast.benchmarks.realism_detail import mouth_report
+
+    mesh = engine.analyse_image(grace_image)[0].mesh
+    report = mouth_report(_swap(engine, swapper, sources["astronaut"], grace_image)[0], grace_image, mesh)
+    assert 0.7 * report.target_lip_red < report.lip_red < 1.4 * report.target_lip_red
+
+
 def test_prepared_rows_batch_like_single_rows_on_the_cpu(engine, swapper, sources, grace_image, two_faces):
     """Rows from different sources and frames stacked into one runner call give the same
     pixels as one call each (what the cross-session batcher relies on); a NumPy frame
