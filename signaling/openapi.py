@@ -513,7 +513,8 @@ def _schemas(gateway: bool) -> dict[str, Schema]:
         "connection": {"type": "string", "description": "the peer connection's state"},
         "node_id": string, "owner": string, "label": _nullable(string), "viewers": integer,
         "stats": _nullable(stats),
-        "people": {"type": "array", "items": person, "description": "who the swap has seen (map faces), on screen first"},
+        "people": {"type": "array", "items": person, "description": "who the swap has seen (map faces): on screen first, "
+                   "in the order first seen, then the others, most recently seen first"},
     }}
     face_id = {"type": "string", "minLength": 1, "example": "astronaut"}
     return {

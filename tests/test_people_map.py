@@ -47,6 +47,19 @@ def test_the_listing_says_what_each_person_wears_and_where_their_thumbnail_is():
     assert describe_people([view("person-1", A)], None, "/x")[0]["wears"] == "source"
 
 
+def test_people_on_screen_keep_their_places_in_the_listing():
+    """Two people in one frame are last seen a frame apart as the stream goes on: listed by
+    when each was last seen they swapped places from one listing to the next."""
+    def seen(person_id: str, first: float, last: float, on_screen: bool = True) -> PersonView:
+        return PersonView(person_id, first, last, 1_790_000_000.0, 30, on_screen, None, (A,))
+
+    for later in ("person-1", "person-10"):
+        last = {"person-1": 4.9, "person-10": 4.9, later: 5.0}
+        people = [seen("person-10", 2.0, last["person-10"]), seen("person-1", 0.5, last["person-1"]),
+                  seen("person-3", 1.0, 3.0, on_screen=False), seen("person-4", 1.5, 4.0, on_screen=False)]
+        assert [r["id"] for r in describe_people(people, None, "/x")] == ["person-1", "person-10", "person-4", "person-3"]
+
+
 def test_the_third_person_is_someone_else(identity_of):
     third = third_person(check=lambda a, b: identity_distance(identity_of(a), identity_of(b)))
     distances = {real: identity_distance(identity_of(third), identity_of(photo_of(real))) for real in PEOPLE[:2]}

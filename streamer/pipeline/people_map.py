@@ -96,13 +96,16 @@ def _distance(person: PersonView, identity: np.ndarray) -> float:
 
 
 def describe_people(people: list[PersonView], mapping: PeopleMap | None, thumbnails: str) -> list[dict]:
-    """The people a stream has seen as the API lists them, most recently seen first: id,
-    on screen now, since when (UTC), frames, what they wear (a face id, ``keep``, or
-    ``source``: the stream's own face) and their thumbnail's path (``thumbnails``/<id>/thumbnail.jpg)."""
+    """The people a stream has seen as the API lists them -- those on screen first, in the
+    order they were first seen (two people in one frame swapped places from one listing to
+    the next by a frame's difference in when each was last seen), then the others, most
+    recently seen first: id, on screen now, since when (UTC), frames, what they wear (a face
+    id, ``keep``, or ``source``: the stream's own face) and their thumbnail's path
+    (``thumbnails``/<id>/thumbnail.jpg)."""
     named = mapping.named(people) if mapping is not None else {}
     keep_rest = mapping is not None and mapping.keep_unmapped
     out = []
-    for person in sorted(people, key=lambda p: (not p.on_screen, -(p.last_seen or 0.0))):
+    for person in sorted(people, key=_listing_order):
         if person.id in named:
             wears = named[person.id].label if named[person.id] is not None else KEEP
         else:
@@ -113,6 +116,18 @@ def describe_people(people: list[PersonView], mapping: PeopleMap | None, thumbna
             "thumbnail": f"{thumbnails}/{person.id}/thumbnail.jpg" if person.thumbnail is not None else None,
         })
     return out
+
+
+def _listing_order(person: PersonView) -> tuple:
+    if person.on_screen:
+        return (0, person.first_seen or 0.0, _person_number(person.id))
+    return (1, -(person.last_seen or 0.0), _person_number(person.id))
+
+
+def _person_number(person_id: str) -> int:
+    """person-12 -> 12 (ids are numbered as people are first seen); -1 for any other id."""
+    number = person_id.rpartition("-")[2]
+    return int(number) if number.isdigit() else -1
 
 
 def _utc(timestamp: float | None) -> str | None:
