@@ -682,9 +682,10 @@ def _tint_lips(shading: np.ndarray, crop: np.ndarray, points: np.ndarray, uv: np
     """Give the re-lit lips the target's lips' colour over its skin, in place on ``shading``
     (S/2, S/2, 3): per channel, the re-lit lips over the re-lit skin around them are made
     what the target's lips are over its skin (each side's lips: the redder half of its lips'
-    band, ``LIP_REDDEST``); the lips' shape and fine detail stay the source's. The tone transfer leaves the lips out (their red is not the skin's), so they
-    kept the photo's contrast to its skin: none from a black-and-white photo, little from a
-    smiling one whose lips were stretched thin; either read as a pale band, not as lips."""
+    band, ``LIP_REDDEST``); the lips' shape and fine detail stay the source's. The tone
+    transfer leaves the lips out (their red is not the skin's), so they kept the photo's
+    contrast to its skin: none from a black-and-white photo, little from a smiling one
+    whose lips were stretched thin; either read as a pale band, not as lips."""
     half = uv.shape[0]
     small = points[:, :2] * 0.5 - 0.25
     lips = small[list(OUTER_LIP_CONTOUR)]
