@@ -131,7 +131,7 @@ class People:
         self._numbers = 0
         for person in known:
             self._people[person.id] = person
-            self._numbers = max(self._numbers, _number(person.id))
+            self._numbers = max(self._numbers, person_number(person.id))
         self._tracks: dict[int, _Track] = {}
         self._ended_states: dict[int, str] = {}  # state ids of ended tracks (or of a track before its person changed) -> person
         self._on_screen: set[str] = set()
@@ -489,6 +489,7 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def _number(person_id: str) -> int:
+def person_number(person_id: str) -> int:
+    """person-12 -> 12 (people are numbered as they are first seen); 0 for any other id."""
     head, _, tail = person_id.rpartition("-")
     return int(tail) if head == "person" and tail.isdigit() else 0

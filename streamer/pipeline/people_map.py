@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from gpu.analysis.identity import SAME_PERSON_DISTANCE
-from gpu.analysis.people import PersonView
+from gpu.analysis.people import PersonView, person_number
 from gpu.engine import SourceFace
 
 KEEP = "keep"  # what a person is mapped to who stays as they are
@@ -120,14 +120,8 @@ def describe_people(people: list[PersonView], mapping: PeopleMap | None, thumbna
 
 def _listing_order(person: PersonView) -> tuple:
     if person.on_screen:
-        return (0, person.first_seen or 0.0, _person_number(person.id))
-    return (1, -(person.last_seen or 0.0), _person_number(person.id))
-
-
-def _person_number(person_id: str) -> int:
-    """person-12 -> 12 (ids are numbered as people are first seen); -1 for any other id."""
-    number = person_id.rpartition("-")[2]
-    return int(number) if number.isdigit() else -1
+        return (0, person.first_seen or 0.0, person_number(person.id))
+    return (1, -(person.last_seen or 0.0), person_number(person.id))
 
 
 def _utc(timestamp: float | None) -> str | None:
