@@ -79,3 +79,20 @@ def test_a_clear_move_is_carried_ahead_and_jitter_is_not() -> None:
     assert abs(zooming.next_roi()[0][2] / next_zoom[2] - 1) < 0.035  # the last ROI is 10 % small
     truth = face_roi.roi_from_landmarks(face[None])[0]
     assert np.hypot(*(still.next_roi()[0][:2] - truth[:2])) < 0.01 * truth[2]
+
+
+def test_the_anchor_says_how_much_of_the_lower_face_is_dragged_off_its_shape() -> None:
+    """``lower_outliers``: near 0 on a clear face, most of the lower face under a cup (what
+    ``face_flow.trust_of_model`` reads)."""
+    rng = np.random.default_rng(4)
+    face = _face(rng)
+    face[1], face[152] = (320, 250, -30), (320, 325, 0)  # nose tip, chin
+    clear, covered = FaceAnchor(face), FaceAnchor(face)
+    mouth_and_chin = face[:, 1] > np.percentile(face[:, 1], 75)  # half of what lies below the nose
+    for frame in range(1, 8):
+        clear.update(face + rng.normal(0, 0.5, face.shape))
+        mesh = face + rng.normal(0, 0.5, face.shape)
+        mesh[mouth_and_chin, :2] += [4.0 * frame, 3.0 * frame]
+        covered.update(mesh)
+    assert clear.lower_outliers < 0.1
+    assert covered.lower_outliers > 0.4

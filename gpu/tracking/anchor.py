@@ -27,6 +27,8 @@ FIT_ITERATIONS = 1  # a frame's fit starts from the last frame's weights: an occ
 TUKEY_C = 2.5
 MIN_CUTOFF_OF_SIZE = 0.03
 REFERENCE_RATE = 0.05  # how fast the reference takes in a frame's inlier points: slower than an occluder drags
+OUTLIER_WEIGHT = 0.3  # a point weighted under this by the last fit counts as dragged off the shape
+NOSE_TIP, CHIN = 1, 152
 PREDICTION = 0.8  # of the last frame's ROI motion carried into the next frame
 # Below these steps (of the ROI's side; radians) a move is mostly the model's jitter, and
 # carrying it forward would only feed the jitter back: the carried share falls off as
@@ -78,6 +80,16 @@ class FaceAnchor:
         self._fitted = self.reference
         self._weights = np.ones(len(self.reference))
         self._rois: list[np.ndarray] = [self._roi()]
+        xy = self.reference[:, :2]
+        eyes, chin = (xy[face_roi.MESH_EYES[0]] + xy[face_roi.MESH_EYES[1]]) / 2, xy[CHIN]
+        along = (xy - eyes) @ (chin - eyes)
+        self._lower = along > along[NOSE_TIP]  # below the nose tip, from the eye line toward the chin
+
+    @property
+    def lower_outliers(self) -> float:
+        """The share of the lower face's points the last fit found off the track's shape:
+        near 0 on a clear face, 0.3-0.7 with an object over the mouth and chin."""
+        return float((self._weights[self._lower] < OUTLIER_WEIGHT).mean())
 
     def update(self, mesh: np.ndarray) -> None:
         """Fit the reference onto ``mesh`` (468, 3): the face where its inliers put it."""

@@ -5,16 +5,19 @@ frames, faces down to 40 px, One Euro smoothing per track, process-unique track 
 and depth filled) but runs no mediapipe graph: each track's ROI follows its face's pose, a
 robust fit of its reference shape onto the previous mesh, carried a frame ahead
 (``gpu.tracking.anchor``: mediapipe's rule, the previous mesh's box, follows an occluder's
-drag off the face), a new face's ROI comes from its detection (seen again by
-short range in a region around it, as ``FaceTracker``'s mesh graph sees it), and all of a
+drag off the face), a mesh whose lower face the anchor finds dragged off its shape is
+placed by the upper face's image motion (``gpu.tracking.face_flow``), a new face's ROI
+comes from its detection (seen again by short range in a region around it, as
+``FaceTracker``'s mesh graph sees it), and all of a
 frame's landmark crops go to the node's landmark batcher in one request, where they share
 runner calls with every other session's."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import cv2
 import numpy as np
 
 from gpu.analysis.blazeface import BlazeFaceRange
@@ -24,6 +27,7 @@ from gpu.analysis.smoothing import MeshSmoother
 from gpu.batcher import BatcherBusy
 from gpu.tracking import face_roi
 from gpu.tracking.anchor import FaceAnchor
+from gpu.tracking.face_flow import UpperFaceFlow, trust_of_model
 from gpu.tracking.graphs import GraphBlazeFace, TrackingGraphs
 from gpu.types import Face
 
@@ -38,6 +42,10 @@ HOLD_PRESENCE = 0.05
 HOLD_FRAMES = 15
 HOLD_DRIFT = 0.2  # of the face's width: a held mesh's centre moves at most this much a frame
 HOLD_SCALE = 1.25  # ... and its size changes by at most this factor
+# A track whose upper face the image follows behind an object (``UpperFaceFlow``) is held so
+# for up to this many frames: a cup held over the mouth keeps presence under 0.5 for longer
+# than ``HOLD_FRAMES`` (the arrivals set), the eyes above it in view all along.
+IMAGE_HOLD_FRAMES = 60
 
 _tracker_ids = itertools.count(1)
 
@@ -48,6 +56,7 @@ class _Track:
     mesh: np.ndarray  # (468, 3): x, y, z in pixels
     smoother: MeshSmoother
     anchor: FaceAnchor  # the pose the next frame's ROI comes from
+    upper: UpperFaceFlow = field(default_factory=UpperFaceFlow)  # its upper face as the image moves it
     held: int = 0  # frames in a row it was held under ``MIN_PRESENCE``
 
     @property
@@ -78,6 +87,7 @@ class GraphFaceTracker:
         self._finder = FaceFinder(detector_range, finest="full", detectors=detectors)  # as FaceTracker's
         self._schedule = SweepSchedule(self._finder, detect_every, sweep)
         self._tracks: list[_Track] = []
+        self._previous_gray: np.ndarray | None = None  # the last frame, for the upper face's image motion
         self._closed = False
         self.frames_dropped = 0  # frames the batchers refused: tracks held, not updated
 
@@ -103,18 +113,29 @@ class GraphFaceTracker:
             seen = self._seen_closer(frame, candidates)
             rois.append(face_roi.roi_from_detection(np.stack([f.box for f in seen]), np.stack([f.kps for f in seen])))
         tracks = []
+        gray = cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY) if rois else None
         if rois:
             stacked = np.concatenate(rois)
             points, presence = self._graphs.landmarks(self._session, [frame] * len(stacked), stacked)
             for track, mesh, alive in zip(self._tracks, points, presence, strict=False):
                 track.held = 0 if alive >= MIN_PRESENCE else track.held + 1
-                if alive >= MIN_PRESENCE or (alive >= HOLD_PRESENCE and track.held <= HOLD_FRAMES and _stays(track, mesh)):
-                    track.mesh = mesh
-                    track.anchor.update(mesh)
-                    tracks.append(track)
+                trust = trust_of_model(track.anchor.lower_outliers)
+                hold = IMAGE_HOLD_FRAMES if track.upper.following else HOLD_FRAMES
+                seen = alive >= MIN_PRESENCE or (alive >= HOLD_PRESENCE and track.held <= hold and _stays(track, mesh))
+                if self._previous_gray is not None and (seen or (trust < 1.0 and track.held <= hold)):
+                    # the image places a face the model drags, or carries one it lost, behind an object
+                    mesh = track.upper.follow(self._previous_gray, gray, track.mesh, mesh if seen else None, trust)
+                elif not seen:
+                    continue
+                if mesh is None:
+                    continue
+                track.mesh = mesh
+                track.anchor.update(mesh)
+                tracks.append(track)
             for face, mesh, alive in zip(candidates, points[len(self._tracks):], presence[len(self._tracks):], strict=True):
                 if alive >= MIN_PRESENCE and plausible_mesh(mesh, face.box):
                     tracks.append(_Track(new_track_id(), mesh, MeshSmoother(), FaceAnchor(mesh)))
+        self._previous_gray = gray
         return _without_duplicates(tracks)
 
     def _candidates(self, frame: np.ndarray) -> list[Face]:

@@ -68,6 +68,7 @@ TUNING = (
     Arrival("hand_medium_below", "grace_hopper", "hand:medium:back", 24, 50, anchor=(0.0, 0.3), width=0.9),
     Arrival("hand_tan_side", "astronaut", "hand:tan:flat", 30, 45, yaw=-35.0, direction=180.0, anchor=(-0.35, 0.0), width=1.1,
             angle=-90.0),
+    Arrival("gift_held", "astronaut", "gift", 50, 40, yaw=-40.0, width=0.85, held=True),
 )
 HELD_OUT = (
     Arrival("phone", "astronaut", "phone", 28, 50, direction=0.0, anchor=(0.1, -0.1), width=1.0, angle=-12.0),
@@ -122,7 +123,6 @@ def objects() -> dict[str, Occluder]:
 
 def arrival_clip(case: Arrival, frames: int = FRAMES) -> OccludedClip:
     """``case`` rendered: the turning, zooming head with the thing sliding in and out."""
-    photo = pose_set.person_image(case.person)
     background = pose_set._background(pose_set.SMALL_CANVAS, seed=len(case.person) + 3)
     width, height = pose_set.SMALL_CANVAS
     rng = np.random.default_rng(len(case.name))
