@@ -37,6 +37,16 @@ MOVE_KNEE = 0.02
 TURN_KNEE = 0.02
 
 
+def face_axes(mesh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each mesh point's place down the face (0 on the eye line, 1 at the chin) and across
+    it (in outer eye corners' distances from the eyes' middle)."""
+    xy = np.asarray(mesh, np.float64)[:, :2]
+    left, right = xy[face_roi.MESH_EYES[0]], xy[face_roi.MESH_EYES[1]]
+    eyes = (left + right) / 2
+    down, across = xy[CHIN] - eyes, right - left
+    return (xy - eyes) @ down / max(float(down @ down), 1e-9), (xy - eyes) @ across / max(float(across @ across), 1e-9)
+
+
 def similarity(source: np.ndarray, target: np.ndarray, weights: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """Weighted least-squares similarity (Umeyama): scale, rotation (D x D), translation (D,)
     with ``target ~ scale * source @ rotation.T + translation``."""
@@ -80,9 +90,7 @@ class FaceAnchor:
         self._fitted = self.reference
         self._weights = np.ones(len(self.reference))
         self._rois: list[np.ndarray] = [self._roi()]
-        xy = self.reference[:, :2]
-        eyes, chin = (xy[face_roi.MESH_EYES[0]] + xy[face_roi.MESH_EYES[1]]) / 2, xy[CHIN]
-        along = (xy - eyes) @ (chin - eyes)
+        along, _ = face_axes(self.reference)
         self._lower = along > along[NOSE_TIP]  # below the nose tip, from the eye line toward the chin
 
     @property

@@ -21,7 +21,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from gpu.tracking.anchor import robust_fit, similarity
+from gpu.tracking.anchor import face_axes, robust_fit, similarity
 
 # The anchor's share of lower-face outliers (see ``FaceAnchor.lower_outliers``): clear faces
 # read 0-0.1, an object over the mouth and chin 0.3-0.7 (the arrivals set).
@@ -49,11 +49,7 @@ def trust_of_model(lower_outliers: float) -> float:
 def upper_points(mesh: np.ndarray) -> np.ndarray:
     """Indices of at most ``MAX_POINTS`` of the mesh's points in the upper face's middle
     (``ABOVE_EYES``, ``BELOW_EYES``, ``ACROSS``)."""
-    xy = np.asarray(mesh, np.float64)[:, :2]
-    eyes = (xy[33] + xy[263]) / 2
-    down, right = xy[152] - eyes, xy[263] - xy[33]
-    along = (xy - eyes) @ down / max(float(down @ down), 1e-9)
-    across = (xy - eyes) @ right / max(float(right @ right), 1e-9)
+    along, across = face_axes(mesh)
     chosen = np.flatnonzero((along > -ABOVE_EYES) & (along < BELOW_EYES) & (np.abs(across) < ACROSS))
     return chosen[::-(-len(chosen) // MAX_POINTS)]
 
