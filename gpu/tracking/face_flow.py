@@ -80,9 +80,8 @@ class UpperFaceFlow:
             out = _moved_onto(previous_mesh, before, after, 1.0)
         else:
             out = _moved_onto(mesh, np.asarray(mesh[self._indices, :2], np.float64), carried[1], 1.0 - trust)
-        if out is not None and (carried is None or trust >= 1.0):  # the model's points again
-            self._indices = upper_points(out)
-            self._points = np.ascontiguousarray(out[self._indices, :2], np.float32)
+        if carried is None or trust >= 1.0:  # the model's points again: taken from its mesh when next needed
+            self._indices = self._points = None
         return out
 
     def _carried(self, previous_gray: np.ndarray, gray: np.ndarray, previous_mesh: np.ndarray
