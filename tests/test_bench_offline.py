@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from swapcast.benchmarks.jobs import write_face_clip
@@ -16,8 +17,9 @@ def test_bench_offline_reports_frames_per_second_marginal_cost_and_cores(capsys)
     report = json.loads(out.strip().splitlines()[-1])
     current = report["sizes"]["640x480"]["current"]
     assert current["fps"] > 0 and current["wall_s"] > 0
-    assert current["cores"] > 0 and current["cpu_ms_per_frame"] > 0
-    assert current["marginal_ms_per_frame"] == current["marginal_ms_per_frame"]  # a number (the 10 extra frames' cost)
+    assert current["cores"] > 0
+    # Differences of two runs 10 frames apart: numbers, but either sign under noise on a shared machine.
+    assert math.isfinite(current["marginal_ms_per_frame"]) and math.isfinite(current["cpu_ms_per_frame"])
     assert "frames/s (the command's own)" in out and "target: >= 60 frames/s" in out
     assert "target: marginal <= 20 ms per frame" in out and "load average before" in out
 
