@@ -439,3 +439,64 @@ def test_a_face_found_again_keeps_its_model() -> None:
     for _ in range(ORPHAN_FRAMES + 1):
         estimator.forget(set())
     assert estimator._track(Face(box=box, kps=np.zeros((5, 2), np.float32), track_id=4), 10) is not first  # too long ago: a new model
+
+
+def _features(image: np.ndarray) -> np.ndarray:
+    from gpu.analysis.occlusion import _FEATURES
+
+    return (image.reshape(-1, 3) @ _FEATURES.T).reshape(image.shape).astype(np.float32)
+
+
+def test_a_pale_rim_between_a_kept_cup_and_its_outer_edge_is_kept_open_skin_is_not():
+    """A cup's cream rim is as pale as the cheek behind it: colour cannot grow into it, but
+    the kept coffee and the cup's dark outer edge close it in. Kept coffee lying on open
+    skin gains nothing: the flood from it runs into skin with no edge round it."""
+    from gpu.analysis.occlusion import RASTER, _enclosed
+
+    rng = np.random.default_rng(3)
+    skin = np.array([0.78, 0.62, 0.52], np.float32)
+    image = np.broadcast_to(skin, (RASTER, RASTER, 3)) + rng.normal(0.0, 0.005, (RASTER, RASTER, 3)).astype(np.float32)
+    image = np.ascontiguousarray(image, np.float32)
+    centre = (64, 70)
+    cv2.circle(image, centre, 21, (0.25, 0.1, 0.08), 2)  # the cup's dark outer edge
+    cv2.circle(image, centre, 20, (0.82, 0.7, 0.58), -1)  # its cream rim and wall
+    cv2.circle(image, centre, 13, (0.7, 0.35, 0.1), -1)  # the coffee
+    seeds = np.zeros((RASTER, RASTER), np.uint8)
+    cv2.circle(seeds, centre, 15, 1, -1)  # the kept region: the coffee and a little past it
+    face = np.ones((RASTER, RASTER), bool)
+    pool = (cv2.dilate(seeds, np.ones((25, 25), np.uint8)) > 0) & (seeds == 0)
+    rim = np.zeros((RASTER, RASTER), np.uint8)
+    cv2.circle(rim, centre, 19, 1, -1)
+    rim &= seeds == 0
+    enclosed = _enclosed(seeds, _features(image), pool, face)
+    assert enclosed[rim > 0].mean() > 0.9, enclosed[rim > 0].mean()
+    assert not enclosed[cv2.dilate(rim, np.ones((7, 7), np.uint8)) == 0].any()  # nothing past the outer edge
+
+    bare = np.ascontiguousarray(np.broadcast_to(skin, (RASTER, RASTER, 3)) + rng.normal(0.0, 0.005, (RASTER, RASTER, 3)),
+                                np.float32)
+    cv2.circle(bare, centre, 13, (0.7, 0.35, 0.1), -1)
+    assert not _enclosed(seeds, _features(bare), pool, face).any()
+
+
+def test_the_skin_a_kept_rim_or_handle_rings_is_not_closed_in():
+    """The eye's edges close in the skin inside a glasses frame's rim, and a mug handle's
+    edges the skin seen through it: both are the face. A thin rim is no solid object to
+    grow from; a handle's loop is a hole in one."""
+    from gpu.analysis.occlusion import RASTER, _enclosed, _holes, _solid_regions
+
+    rng = np.random.default_rng(4)
+    image = np.ascontiguousarray(np.broadcast_to(np.array([0.78, 0.62, 0.52], np.float32), (RASTER, RASTER, 3))
+                                 + rng.normal(0.0, 0.005, (RASTER, RASTER, 3)), np.float32)
+    cv2.ellipse(image, (64, 60), (10, 5), 0, 0, 360, (0.2, 0.12, 0.1), -1)  # the eye
+    rim = np.zeros((RASTER, RASTER), np.uint8)
+    cv2.ellipse(rim, (64, 62), (26, 18), 0, 0, 360, 1, 5)  # kept a little past the frame, as the splatted verdict is
+    cv2.ellipse(image, (64, 62), (26, 18), 0, 0, 360, (0.05, 0.05, 0.05), 3)
+    assert not _solid_regions(rim)[0].any()
+
+    handle = np.zeros((RASTER, RASTER), np.uint8)
+    cv2.circle(handle, (64, 64), 16, 1, 14)  # a thick loop: solid enough to grow from
+    cv2.circle(image, (64, 64), 16, (0.6, 0.1, 0.1), 10)
+    solid, _ = _solid_regions(handle)
+    assert solid.any() and _holes(solid)[64, 64]
+    pool = (cv2.dilate(solid, np.ones((25, 25), np.uint8)) > 0) & (handle == 0)
+    assert not _enclosed(solid, _features(image), pool, np.ones((RASTER, RASTER), bool))[58:70, 58:70].any()

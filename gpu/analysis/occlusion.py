@@ -33,6 +33,9 @@ What makes it hold up on moving faces and thin or low-contrast objects:
 - the regions are grown in crop space over the pixels nearer the occluder's colours than
   the face's around it (its low-contrast rim, its parts over the eye and mouth openings
   and the outline, which the UV verdict does not judge);
+- what lies between a kept region and an edge of the image, smooth and closed in on all
+  sides, is kept too, whatever its colour: a cup's cream wall and rim between its coffee and
+  its outer edge, as pale as the skin behind it (``_enclosed``);
 - a texel seen much more obliquely than when it was learnt (the far side of a turning
   head) is neither judged nor learnt.
 
@@ -123,6 +126,10 @@ GROW_DEVIATION = (1.0, 1.6)  # ... and, on a tracked face, whose texel is off it
 GROW_CENTRES = 6  # k-means centres summarising each side's colours
 GROW_SAMPLES = 400  # pixels each side's centres are fitted to
 GROW_MIN_SAMPLES = 12  # pixels each side needs before the growth trusts its colours
+ENCLOSED_REACH = 12  # RASTER pixels the regions reach, past any colour, over smooth pixels the image's edges close in
+EDGE_STRENGTH = 3.0  # ... an edge: a gradient this many times the skin's median ...
+EDGE_FLOOR = 0.04  # ... and at least this (feature units: a flat skin's noise stays under it)
+ENCLOSED_SHARE = 0.7  # ... of a stretch's border on an edge or the face's outline for it to count as closed in
 SOLIDITY = 0.5  # a kept region filling this share of its convex hull is filled out to it
 MIN_HULL_PIXELS = 30  # RASTER pixels: smaller regions are left as they are
 WORN_EVERY = 15  # frames between looks for the glasses a tracked face wears (in its model)
@@ -773,26 +780,80 @@ def _grow(core: np.ndarray, image: np.ndarray, face: np.ndarray, changed: np.nda
         if np.array_equal(step, grown):
             break
         grown = step
-    return grown.astype(np.float32)
+    solid, _ = _solid_regions(seeds)
+    pool = (cv2.dilate(solid, np.ones((2 * ENCLOSED_REACH + 1,) * 2, np.uint8)) > 0) & (seeds == 0) & face
+    if changed is not None:
+        pool &= changed
+    return (grown | _enclosed(solid, features, pool, face)).astype(np.float32)
+
+
+def _enclosed(seeds: np.ndarray, features: np.ndarray, pool: np.ndarray, face: np.ndarray) -> np.ndarray:
+    """(RASTER, RASTER) uint8: the smooth stretches of ``pool`` that the solid regions
+    (``seeds``, see ``_solid_regions``) and the image's edges close in -- a cup's cream wall or rim between its kept coffee and its
+    outer edge, which is as pale as the skin behind it, so colour does not grow into it.
+    From the regions, a flood over ``pool``'s pixels that are not on an edge (a gradient
+    ``EDGE_STRENGTH`` times the skin's median, ``features`` as in ``_grow``) for
+    ``ENCLOSED_REACH`` pixels; each stretch it floods counts only where ``ENCLOSED_SHARE``
+    of its border is an edge or the face's outline, and not inside a ring the regions draw
+    (``_holes``: the skin seen through a mug's handle). Where the kept region ends at the object's own
+    edge, the flood has nowhere to go; where it runs on into the face, its border is open
+    skin and the stretch is dropped."""
+    gradient_x = cv2.Sobel(features, cv2.CV_32F, 1, 0, ksize=3) / 8.0
+    gradient_y = cv2.Sobel(features, cv2.CV_32F, 0, 1, ksize=3) / 8.0
+    strength = np.sqrt((gradient_x**2 + gradient_y**2).sum(2))
+    skin = face & (seeds == 0)
+    threshold = max(EDGE_FLOOR, EDGE_STRENGTH * float(np.median(strength[skin]))) if skin.any() else EDGE_FLOOR
+    edge = strength >= threshold
+    open_ground = (pool & ~edge).astype(np.uint8)
+    square = np.ones((3, 3), np.uint8)
+    flooded = seeds
+    for _ in range(ENCLOSED_REACH):
+        step = cv2.dilate(flooded, square) & (open_ground | seeds)
+        if np.array_equal(step, flooded):
+            break
+        flooded = step
+    holes = _holes(seeds)
+    count, labels = cv2.connectedComponents(((flooded > 0) & (seeds == 0)).astype(np.uint8), connectivity=8)
+    enclosed = np.zeros(seeds.shape, np.uint8)
+    for label in range(1, count):
+        stretch = (labels == label).astype(np.uint8)
+        border = (cv2.dilate(stretch, square) > 0) & (stretch == 0) & (seeds == 0)
+        if border.any() and (edge[border] | ~face[border]).mean() >= ENCLOSED_SHARE and holes[stretch > 0].mean() < 0.5:
+            enclosed |= stretch
+    return enclosed
+
+
+def _holes(seeds: np.ndarray) -> np.ndarray:
+    """(RASTER, RASTER) bool: what the regions ring round without covering -- the skin
+    inside a mug's handle, which is closed in too, but is the face."""
+    count, labels = cv2.connectedComponents((seeds == 0).astype(np.uint8), connectivity=4)
+    outside = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
+    return (seeds == 0) & ~np.isin(labels, outside)
 
 
 def _filled_out(core: np.ndarray) -> np.ndarray:
     """Each solid region of the keep mask filled out to its convex hull: a cup, a fist or a
     phone is convex, and where part of it has the colour of the face behind it (a cup's
-    cream inner wall over pale lips) the rest of its outline says it is there. Only regions
-    that already fill ``SOLIDITY`` of their hull (not a glasses frame's rims, whose hull
-    is the eyes and the skin round them)."""
-    solid = (core > 0.5).astype(np.uint8)
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(solid, connectivity=8)
-    filled = np.zeros_like(solid)
+    cream inner wall over pale lips) the rest of its outline says it is there."""
+    return _solid_regions(core)[1].astype(np.float32)
+
+
+def _solid_regions(core: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the regions of the keep mask that fill ``SOLIDITY`` of their convex hull, their hulls
+    filled), each (RASTER, RASTER) uint8: a cup, a hand, a phone -- not a glasses frame's
+    rims, whose hull is the eyes and the skin round them, nor a speck."""
+    mask = (core > 0.5).astype(np.uint8)
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
+    solid, hulls = np.zeros_like(mask), np.zeros_like(mask)
     for label in range(1, count):
         if stats[label, cv2.CC_STAT_AREA] < MIN_HULL_PIXELS:
             continue
-        points = cv2.findNonZero((labels == label).astype(np.uint8))
-        hull = cv2.convexHull(points)
+        region = (labels == label).astype(np.uint8)
+        hull = cv2.convexHull(cv2.findNonZero(region))
         if stats[label, cv2.CC_STAT_AREA] >= SOLIDITY * max(cv2.contourArea(hull), 1.0):
-            cv2.fillConvexPoly(filled, hull, 1)
-    return filled.astype(np.float32)
+            solid |= region
+            cv2.fillConvexPoly(hulls, hull, 1)
+    return solid, hulls
 
 
 def _centres(values: np.ndarray) -> np.ndarray:
