@@ -33,9 +33,9 @@ What makes it hold up on moving faces and thin or low-contrast objects:
 - the regions are grown in crop space over the pixels nearer the occluder's colours than
   the face's around it (its low-contrast rim, its parts over the eye and mouth openings
   and the outline, which the UV verdict does not judge);
-- what lies between a kept region and an edge of the image, smooth and closed in on all
-  sides, is kept too, whatever its colour: a cup's cream wall and rim between its coffee and
-  its outer edge, as pale as the skin behind it (``_enclosed``);
+- on a tracked face, what lies between a kept region and an edge of the image, smooth and
+  closed in on all sides, is kept too, whatever its colour: a cup's cream wall and rim
+  between its coffee and its outer edge, as pale as the skin behind it (``_enclosed``);
 - a texel seen much more obliquely than when it was learnt (the far side of a turning
   head) is neither judged nor learnt.
 
@@ -773,45 +773,34 @@ def _grow(core: np.ndarray, image: np.ndarray, face: np.ndarray, changed: np.nda
     to_face = _nearest(values, skin)
     like = np.zeros(seeds.shape, np.uint8)
     like[candidates] = to_occluder < GROW_RATIO * to_face
-    allowed = like | seeds
-    grown = seeds
-    for _ in range(GROW_REACH):
-        step = cv2.dilate(grown, square) & allowed
-        if np.array_equal(step, grown):
-            break
-        grown = step
+    grown = _geodesic_growth(seeds, like | seeds, GROW_REACH)
+    if changed is None:  # a still: no model says what changed, and its estimate stays conservative
+        return grown.astype(np.float32)
     solid, _ = _solid_regions(seeds)
-    pool = (cv2.dilate(solid, np.ones((2 * ENCLOSED_REACH + 1,) * 2, np.uint8)) > 0) & (seeds == 0) & face
-    if changed is not None:
-        pool &= changed
+    pool = (cv2.dilate(solid, np.ones((2 * ENCLOSED_REACH + 1,) * 2, np.uint8)) > 0) & (seeds == 0) & face & changed
     return (grown | _enclosed(solid, features, pool, face)).astype(np.float32)
 
 
 def _enclosed(seeds: np.ndarray, features: np.ndarray, pool: np.ndarray, face: np.ndarray) -> np.ndarray:
     """(RASTER, RASTER) uint8: the smooth stretches of ``pool`` that the solid regions
-    (``seeds``, see ``_solid_regions``) and the image's edges close in -- a cup's cream wall or rim between its kept coffee and its
-    outer edge, which is as pale as the skin behind it, so colour does not grow into it.
-    From the regions, a flood over ``pool``'s pixels that are not on an edge (a gradient
-    ``EDGE_STRENGTH`` times the skin's median, ``features`` as in ``_grow``) for
-    ``ENCLOSED_REACH`` pixels; each stretch it floods counts only where ``ENCLOSED_SHARE``
-    of its border is an edge or the face's outline, and not inside a ring the regions draw
-    (``_holes``: the skin seen through a mug's handle). Where the kept region ends at the object's own
-    edge, the flood has nowhere to go; where it runs on into the face, its border is open
-    skin and the stretch is dropped."""
+    (``seeds``, see ``_solid_regions``) and the image's edges close in -- a cup's cream wall
+    or rim between its kept coffee and its outer edge, which is as pale as the skin behind
+    it, so colour does not grow into it. From the regions, a flood over ``pool``'s pixels
+    that are not on an edge (a gradient ``EDGE_STRENGTH`` times the skin's median,
+    ``features`` as in ``_grow``) for ``ENCLOSED_REACH`` pixels; each stretch it floods
+    counts only where ``ENCLOSED_SHARE`` of its border is an edge or the face's outline, and
+    not inside a ring the regions draw (``_holes``: the skin seen through a mug's handle).
+    Where the kept region ends at the object's own edge, the flood has nowhere to go; where
+    it runs on into the face, its border is open skin and the stretch is dropped. Tracked
+    faces only (``_grow``)."""
     gradient_x = cv2.Sobel(features, cv2.CV_32F, 1, 0, ksize=3) / 8.0
     gradient_y = cv2.Sobel(features, cv2.CV_32F, 0, 1, ksize=3) / 8.0
     strength = np.sqrt((gradient_x**2 + gradient_y**2).sum(2))
     skin = face & (seeds == 0)
     threshold = max(EDGE_FLOOR, EDGE_STRENGTH * float(np.median(strength[skin]))) if skin.any() else EDGE_FLOOR
     edge = strength >= threshold
-    open_ground = (pool & ~edge).astype(np.uint8)
+    flooded = _geodesic_growth(seeds, (pool & ~edge).astype(np.uint8) | seeds, ENCLOSED_REACH)
     square = np.ones((3, 3), np.uint8)
-    flooded = seeds
-    for _ in range(ENCLOSED_REACH):
-        step = cv2.dilate(flooded, square) & (open_ground | seeds)
-        if np.array_equal(step, flooded):
-            break
-        flooded = step
     holes = _holes(seeds)
     count, labels = cv2.connectedComponents(((flooded > 0) & (seeds == 0)).astype(np.uint8), connectivity=8)
     enclosed = np.zeros(seeds.shape, np.uint8)
@@ -821,6 +810,19 @@ def _enclosed(seeds: np.ndarray, features: np.ndarray, pool: np.ndarray, face: n
         if border.any() and (edge[border] | ~face[border]).mean() >= ENCLOSED_SHARE and holes[stretch > 0].mean() < 0.5:
             enclosed |= stretch
     return enclosed
+
+
+def _geodesic_growth(seeds: np.ndarray, allowed: np.ndarray, steps: int) -> np.ndarray:
+    """``seeds`` (uint8) grown a pixel at a time, ``steps`` times at most, over ``allowed``
+    (uint8) only: what joins is connected to them through allowed pixels."""
+    square = np.ones((3, 3), np.uint8)
+    grown = seeds
+    for _ in range(steps):
+        step = cv2.dilate(grown, square) & allowed
+        if np.array_equal(step, grown):
+            break
+        grown = step
+    return grown
 
 
 def _holes(seeds: np.ndarray) -> np.ndarray:
