@@ -777,6 +777,8 @@ def _grow(core: np.ndarray, image: np.ndarray, face: np.ndarray, changed: np.nda
     if changed is None:  # a still: no model says what changed, and its estimate stays conservative
         return grown.astype(np.float32)
     solid, _ = _solid_regions(seeds)
+    if not solid.any():  # only thin or small regions (a glasses frame's rims): nothing closes a stretch in
+        return grown.astype(np.float32)
     pool = (cv2.dilate(solid, np.ones((2 * ENCLOSED_REACH + 1,) * 2, np.uint8)) > 0) & (seeds == 0) & face & changed
     return (grown | _enclosed(solid, features, pool, face)).astype(np.float32)
 
