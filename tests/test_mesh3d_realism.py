@@ -77,6 +77,41 @@ def test_hair_and_shadow_over_the_face_are_not_its_skin_but_wrinkles_and_feature
     assert confidence[strands].mean() < (0.5 if grey else 0.2)
 
 
+def test_slanted_and_curved_strands_are_not_skin_but_mirrored_slanted_folds_are():
+    """Hair hangs at a slant and curves, and a fringe puts strands on both sides of the
+    forehead (never at mirrored places); a face's slanted folds (nasolabial, under the
+    eyes) come in mirrored pairs. Grey, so colour cannot tell them apart."""
+    size = 192
+    rng = np.random.default_rng(3)
+    albedo = np.full((size, size, 3), 1.0, np.float32) * (1.0 + rng.normal(0, 0.03, (size, size, 1))).astype(np.float32)
+    strands = np.zeros((size, size), np.uint8)
+    t = np.linspace(0.0, 1.0, 40)[:, None]
+    for start, slant, bend in (((0.34, 0.08), 0.35, 0.04), ((0.42, 0.1), -0.4, -0.05), ((0.6, 0.09), 0.2, 0.06),
+                               ((0.7, 0.3), 0.6, 0.0), ((0.64, 0.34), 0.45, 0.05)):
+        path = np.array(start) + t * np.array([slant * 0.3, 0.3]) + np.sin(np.pi * t) * np.array([bend, 0.0])
+        cv2.polylines(strands, [np.round(path * size).astype(np.int32)], False, 1, 2)
+    folds = np.zeros((size, size), np.uint8)
+    for side in (-1, 1):  # mirror images of each other, slanted like nasolabial folds
+        top, bottom = (0.5 + side * 0.12, 0.62), (0.5 + side * 0.2, 0.82)
+        cv2.line(folds, tuple(int(v * size) for v in top), tuple(int(v * size) for v in bottom), 1, 1)
+    albedo[folds > 0] *= 0.6
+    albedo[strands > 0] *= 0.45
+    protected, _ = _regions(size)
+    confidence = skin_confidence(albedo, np.ones((size, size), np.float32))
+    judged_strands = (strands > 0) & (protected < 0.05) & _inside_face(size)
+    assert judged_strands.sum() > 100
+    assert confidence[judged_strands].mean() < 0.2
+    away = cv2.dilate(strands, np.ones((9, 9), np.uint8)) == 0
+    assert confidence[(folds > 0) & away].mean() > 0.9
+
+
+def _inside_face(size: int) -> np.ndarray:
+    from gpu.swappers.mesh3d_geometry import uv_face_regions
+
+    inner, _ = uv_face_regions(size)
+    return inner > 0.5
+
+
 def test_texels_the_photo_did_not_see_are_not_judged():
     albedo, marks = _synthetic_albedo()
     seen = np.zeros(albedo.shape[:2], np.float32)
@@ -120,6 +155,20 @@ def test_strands_of_hair_drawn_over_a_photo_leave_its_albedo(unwrapped):
     before = np.abs(log(raw_hair) - log(raw_photo)).mean(2)[strands].mean()
     after = np.abs(log(hair.albedo.transpose(1, 2, 0)) - log(photo.albedo.transpose(1, 2, 0))).mean(2)[strands].mean()
     assert after < 0.5 * before
+
+
+def test_a_real_fringe_is_not_skin_to_its_grazing_top(unwrapped):
+    """The astronaut's own fringe over her forehead (above the brows, darker than her skin):
+    its paler top and grazing edge were left half trusted, and the fill spread them as
+    grey blotches over a target's larger forehead."""
+    from gpu.swappers.mesh3d_skin import _below_brows
+
+    raw, seen, _ = unwrapped["photo"]
+    confidence = skin_confidence(raw, seen)
+    lightness = np.log(np.maximum(raw, 1e-3)).mean(2)
+    fringe = (_below_brows(raw.shape[0]) < 0.5) & (seen > 0.05) & (lightness < -0.3)
+    assert fringe.sum() > 2000
+    assert (confidence[fringe] > 0.5).mean() < 0.15
 
 
 # -- the target's tone and light ---------------------------------------------------------------------

@@ -20,10 +20,19 @@ statistics of this face alone (no fixed colours):
   or a dark line the other side has within ``MIRROR_REACH`` pairs this one (a face's folds
   are not at exactly mirrored places), and below the brows so does an off colour (a
   fold's red shadow);
-- **strands**: a thin dark line running up and down (darker than what lies beside it
-  across) that the other side of the face does not have: hair falls down, while brows,
-  lids, lips and wrinkles run across and folds come in pairs. Judged over the brows too
-  (strands cross them), never in the eye openings.
+- **strands**: a long thin line, darker or brighter than what lies beside it across,
+  running down, straight, slanted or curving (looked for in 12 directions, with a
+  minimum length), that the other side of the face does not have at the mirrored place
+  and direction: hair falls down, while brows, lids, lips and forehead wrinkles run
+  across, folds come in pairs and a pore or a short wrinkle is not long enough. Judged
+  over the brows too (strands cross them), never in the eye openings; grown by two
+  texels (a strand's soft sides would draw its outline).
+
+Then the verdicts are tidied, so that the fill takes no hair colour from what is left
+half-judged: a texel seen too poorly to judge takes the verdict beside it (a fringe's
+grazing top), a partial verdict joined to a sure one above the brows or along a strand
+counts fully (hysteresis; not on the cheeks, where it is mostly a fold deeper on one
+side), and specks of skin inside what is not go with it.
 
 The eyes, brows, lips and nostrils are the face's own whatever their colour: only the
 strand test looks there (not in the eyes). The swapper multiplies the confidence into the unwrap's visibility, so the
@@ -56,9 +65,20 @@ MIRROR_SEEN = 0.3  # the mirror texel must be seen at least this well to be comp
 MIRROR_REACH = 0.02  # of the texture: a fold or line the other side has within this of the mirrored place pairs it
 # (at 0: a fold half a centimetre off its mirror image was taken for a strand and smoothed away -- Grace Hopper's
 # nasolabial folds and crow's feet: a third of the face's fine detail)
-JUDGED_SEEN = (0.1, 0.3)
-STRAND_REACH = 0.012  # of the texture: a strand is a dark line narrower than twice this across ...
-STRAND_DEPTH = (0.2, 0.45)  # ... this much darker (log) than what lies beside it  # texels seen (cos^2) below the first are not judged, above the second fully
+JUDGED_SEEN = (0.1, 0.3)  # texels seen (cos^2) below the first are not judged, above the second fully
+STRAND_REACH = 0.012  # of the texture: a strand is a line narrower than twice this across ...
+STRAND_LENGTH = 0.055  # ... at least this long (straight, or a curve's locally straight run) ...
+STRAND_ANGLES = 12  # ... in one of this many directions ...
+STRAND_STEEPNESS = (0.45, 0.7)  # ... running down at least this much (sine of its angle from across) ...
+STRAND_DEPTH = (0.12, 0.3)  # ... and this much darker or brighter (log) than what lies beside it
+STRAND_FOLD_MARGIN = 0.06  # of the texture: the fold zone reaches this far round the nose and mouth ...
+STRAND_FOLD_REACH = 0.05  # ... where a line the other side has this near the mirrored place pairs it ...
+STRAND_FOLD_SHARE = (0.25, 0.5)  # ... from / fully at this share of the line's depth
+VERDICT_REACH = 0.03  # of the texture: a texel seen too poorly to judge takes the worst verdict this near
+HYSTERESIS = (0.35, 0.8)  # an outlier above the first joined to one above the second counts fully
+ISLAND_RADIUS = 0.01  # of the texture: skin narrower than twice this between texels that are not skin is taken with them
+STRAND_FOREHEAD_REACH = 0.004  # of the texture: above the brows a line the other side has pairs it only this near
+# the mirrored place (at MIRROR_REACH a fringe's strands on both sides paired each other and stayed)
 
 
 def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -101,20 +121,103 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     colour *= 1.0 - cv2.dilate(colour[:, ::-1], near) * compared * _below_brows(size)
     dark_line *= 1.0 - _ramp(skin_light - mirror_dark, max(LINE_SPREADS[0] * light_spread, LINE_FLOOR[0]),
                              max(LINE_SPREADS[1] * light_spread, LINE_FLOOR[1])) * compared
-    # a thin dark line running up and down that the other side of the face does not have:
-    # a strand of hair (brows, lids, lips and wrinkles run across; folds come in pairs)
-    across = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * max(1, int(round(STRAND_REACH * size))) + 1, 1))
-    upright = cv2.morphologyEx(lightness, cv2.MORPH_CLOSE, across) - lightness
-    strand = _ramp(upright, *STRAND_DEPTH) * (1.0 - _ramp(cv2.dilate(upright[:, ::-1], near), *STRAND_DEPTH)) * compared
-    strand *= 1.0 - openings
+    strand = _strands(lightness, near, _below_brows(size)) * compared * (1.0 - openings)
 
     # only what the photo sees well is judged: at grazing angles the light model is least sure of
     # the skin (the swapper's grazing test takes hair and background there)
     judged = _ramp(seen, *JUDGED_SEEN) * (1.0 - protected)
     outlier = np.maximum(np.maximum.reduce([colour, broad_light, dark_line, asymmetry]) * judged, strand * _ramp(seen, *JUDGED_SEEN))
+    # what is seen too poorly to judge takes the verdict of the judged texels beside it: the
+    # grazing top of a fringe is hair too (kept, the fill spread its colour over the forehead
+    # a target shows above the source's as blotches)
+    beside = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * max(1, int(round(VERDICT_REACH * size))) + 1,) * 2)
+    outlier = np.maximum(outlier, cv2.dilate(outlier, beside) * (1.0 - _ramp(seen, *JUDGED_SEEN)))
+    # hysteresis: above the brows and along strands, a texel partly judged not skin, joined
+    # to texels surely not skin, is not skin either (a fringe's paler top, a strand's faint
+    # end: half kept, the fill spread them as blotches). Not on the cheeks, where a partial
+    # verdict is mostly a fold deeper on one side than the other: made whole, it was filled
+    # as a flat patch with a hard edge
+    hair_like = (_below_brows(size) < 0.5) | (strand > HYSTERESIS[0])
+    count, labels = cv2.connectedComponents(((outlier > HYSTERESIS[0]) & hair_like).astype(np.uint8), connectivity=8)
+    sure = np.zeros(count, bool)
+    sure[np.unique(labels[outlier > HYSTERESIS[1]])] = True
+    sure[0] = False
+    outlier = np.where(sure[labels], 1.0, outlier)
     confidence = np.where(seen > 0.0, 1.0 - outlier, 1.0).astype(np.float32)
+    # specks of "skin" inside what is not (a fringe's lighter strands, the gaps between
+    # strands) go with it: kept, the fill spreads their hair colour as blotches
+    island = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * max(1, int(round(ISLAND_RADIUS * size))) + 1,) * 2)
+    confidence = cv2.morphologyEx(confidence, cv2.MORPH_OPEN, island)
     # an outlier's neighbours go with it (a strand's soft edges, a shadow's rim)
     return cv2.erode(confidence, np.ones((3, 3), np.uint8))
+
+
+def _strands(lightness: np.ndarray, near: np.ndarray, below_brows: np.ndarray) -> np.ndarray:
+    """(T, T) in [0, 1]: long thin lines, darker or brighter than what lies beside them
+    across, that run more down than across and that the other side of the face does not
+    have at the mirrored place and direction: strands of hair, straight or curved (brows,
+    lids, lips and forehead wrinkles run across; folds and the nose's sides come in pairs;
+    short wrinkles are not long enough). Above the brows a line is paired only by one at
+    nearly the mirrored place: the forehead's lines that run down are frown lines, close
+    to the middle and to their mirror images, and a fringe's strands lie on both sides.
+    Beside the nose and mouth, where the smile's folds run, a line is paired by one
+    farther from the mirrored place and half as deep: a smile is seldom symmetric (a fold
+    taken for a strand was filled as a flat patch beside the mouth)."""
+    size = lightness.shape[0]
+    forehead_near = np.ones((2 * max(1, int(round(STRAND_FOREHEAD_REACH * size))) + 1,) * 2, np.uint8)
+    fold_near = np.ones((2 * max(1, int(round(STRAND_FOLD_REACH * size))) + 1,) * 2, np.uint8)
+    folds = _fold_zone(size)
+    half = max(1, int(round(STRAND_REACH * size)))
+    length = 2 * max(1, int(round(STRAND_LENGTH * size / 2))) + 1
+    responses = []
+    for step in range(STRAND_ANGLES):
+        angle = np.pi * step / STRAND_ANGLES  # the line's direction (0: across, pi/2: down)
+        across = _segment(2 * half + 1, angle + np.pi / 2)
+        along = _segment(length, angle)
+        dark = cv2.morphologyEx(lightness, cv2.MORPH_CLOSE, across) - lightness
+        bright = lightness - cv2.morphologyEx(lightness, cv2.MORPH_OPEN, across)
+        # the depth must hold along the line's length: a pore or a short wrinkle does not
+        responses.append(cv2.morphologyEx(np.maximum(dark, bright), cv2.MORPH_OPEN, along))
+    strand = np.zeros_like(lightness)
+    for step, response in enumerate(responses):
+        steep = _ramp(np.float32(abs(np.sin(np.pi * step / STRAND_ANGLES))), *STRAND_STEEPNESS)
+        if steep <= 0.0:
+            continue
+        # the mirror image of a line at this angle runs at the mirrored angle (one step either way allowed)
+        mirrored = (STRAND_ANGLES - step) % STRAND_ANGLES
+        paired = np.maximum.reduce([responses[(mirrored + d) % STRAND_ANGLES] for d in (-1, 0, 1)])[:, ::-1]
+        pairing = below_brows * cv2.dilate(paired, near) + (1.0 - below_brows) * cv2.dilate(paired, forehead_near)
+        unpaired = 1.0 - _ramp(pairing, *STRAND_DEPTH)
+        # beside the nose and mouth a fold fainter on the other side still pairs it
+        relative = cv2.dilate(paired, fold_near) / np.maximum(response, 1e-3)
+        unpaired = np.minimum(unpaired, 1.0 - folds * _ramp(relative, *STRAND_FOLD_SHARE))
+        strand = np.maximum(strand, _ramp(response, *STRAND_DEPTH) * unpaired * steep)
+    # a strand's soft, anti-aliased sides go with it: left in, they draw its outline
+    return cv2.dilate(strand, np.ones((5, 5), np.uint8))
+
+
+@lru_cache(maxsize=2)
+def _fold_zone(size: int) -> np.ndarray:
+    """(T, T) float32: the cheeks beside the nose and mouth, where the nasolabial folds run."""
+    uv = canonical_mesh().uv
+    points = uv[list(NOSE_BOTTOM + OUTER_LIP_CONTOUR)] * size - 0.5
+    zone = np.zeros((size, size), np.uint8)
+    cv2.fillConvexPoly(zone, cv2.convexHull(np.round(points).astype(np.int32)), 1)
+    margin = max(1, int(round(STRAND_FOLD_MARGIN * size)))
+    zone = cv2.dilate(zone, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * margin + 1,) * 2))
+    return zone.astype(np.float32)
+
+
+@lru_cache(maxsize=32)
+def _segment(length: int, angle: float) -> np.ndarray:
+    """A one-texel line ``length`` texels long at ``angle`` (radians from across), as a
+    morphology kernel."""
+    kernel = np.zeros((length, length), np.uint8)
+    centre = (length - 1) / 2
+    for t in np.linspace(-centre, centre, 4 * length):
+        x, y = np.round(centre + t * np.array([np.cos(angle), np.sin(angle)])).astype(int)
+        kernel[y, x] = 1
+    return kernel
 
 
 def _ramp(values: np.ndarray, start: float, stop: float) -> np.ndarray:
