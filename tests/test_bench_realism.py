@@ -14,7 +14,7 @@ import pytest
 from gpu.models.canonical_mesh import canonical_mesh
 from streamer.media.images import read_image
 from gpu.analysis.landmarks import INNER_LIPS, OUTER_LIPS
-from swapcast.benchmarks.realism import edge_step, face_regions, shading_kept, tone_difference
+from swapcast.benchmarks.realism import edge_step, face_regions, shading_kept, strands_left, tone_difference
 from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, target_detail_left
 from swapcast.benchmarks.realism_fullres import face_tile
 from swapcast.benchmarks.realism_set import (
@@ -85,6 +85,26 @@ def test_a_face_tinted_a_little_reads_as_a_little(lit_face):
     tinted = np.clip(image * np.array([1.0, 0.97, 0.95]), 0, 255).astype(np.uint8)
     assert 0.5 < tone_difference(tinted, image, regions) < 4.0
     assert shading_kept(tinted, image, regions) == pytest.approx(1.0, abs=0.1)
+
+
+def test_strands_left_reads_streaks_not_a_change_of_tone(lit_face):
+    """Dark curves drawn over the face read as a share of its skin; the same face a little
+    darker all over (tone, not streaks) or unchanged reads none."""
+    image, mesh = lit_face
+    regions = face_regions(mesh, image.shape)
+    streaked = image.copy()
+    for column in (100, 120, 140, 160):
+        cv2.line(streaked, (column, 60), (column + 15, 170), (60, 45, 40), 2)
+    share = strands_left(streaked, image, regions)
+    drawn = (np.abs(streaked.astype(int) - image.astype(int)).max(2) > 0) & (regions.skin > 0)
+    assert 0.5 * drawn.mean() / regions.skin.mean() < share < 2.5 * drawn.mean() / regions.skin.mean()
+    assert strands_left(image, image, regions) == 0.0
+    darker = np.clip(image * 0.85, 0, 255).astype(np.uint8)
+    assert strands_left(darker, image, regions) < 0.01
+    # fine detail registered a pixel apart differs both ways: not streaks
+    rng = np.random.default_rng(4)
+    textured = np.clip(image + rng.normal(0, 12, image.shape[:2])[..., None], 0, 255).astype(np.uint8)
+    assert strands_left(np.roll(textured, 1, axis=1), textured, regions) < 0.01
 
 
 # -- the set -----------------------------------------------------------------------------------------

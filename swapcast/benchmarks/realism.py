@@ -14,6 +14,9 @@ the face in the output, and three measures of how the swapped face sits in the t
 - **shading kept**: how much of the target's low-frequency shading survives: the slope of
   the output's low-passed lightness on the target's over the face (1 = all of it, 0 = a flat
   mask);
+- **strands left**: for a source with hair drawn over its face, the share of the skin where
+  its swap is darker in fine lightness than the swap of the same person's clean photo by a
+  visible step (streaks the hair brought along; 0 = none);
 - **detail kept**, **grain** (the skin as fine-grained as the target's), **target detail left**
   (a ghost of the target), **teeth on closed lips**,
   **lip red** and **mouth kept**: what a contact sheet's small tiles hide (``realism_detail``).
@@ -44,10 +47,11 @@ from gpu.errors import SwapcastError
 from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 from streamer.media.images import write_image
-from swapcast.benchmarks.pose_set import PEOPLE
+from swapcast.benchmarks.pose_set import PEOPLE, person_image
 from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, target_detail_left
 from swapcast.benchmarks.realism_fullres import write_fullres
 from swapcast.benchmarks.realism_set import (
+    _SOURCE_MAKERS,
     HALVES,
     SOURCE_VARIANTS,
     TARGET_VARIANTS,
@@ -67,6 +71,10 @@ TONE_BAD = 8.0  # a tone difference above this reads as a mask
 CLIP_EVERY = 4  # clips: the identity and realism measures on every 4th frame
 INNER_BAND = (0.78, 0.9)  # of the face outline (scaled about its centre): just inside it ...
 OUTER_BAND = (1.04, 1.16)  # ... and just outside it
+HAIR_VARIANTS = ("hair_a", "hair_b")  # sources with strands drawn over the face: compared with ...
+CLEAN_VARIANT = "photo"  # ... the swap of this variant of the same person (made for that alone where not in the half)
+STRANDS_SPAN = 1 / 10  # of the face's width: a difference from the median over this span is a streak, not tone
+STRANDS_STEP = 6.0  # CIE L*: a finer difference beyond this is a visible streak
 QUICK_CLIP_FRAMES = 8
 TILE = 200
 ROWS_PER_SHEET = 8
@@ -97,6 +105,8 @@ class RealismResult:
     lip_red: float | None = None  # CIE a* of the output's lips over the skin around them
     target_lip_red: float | None = None  # the same in the target: what the output's lips should come near
     mouth_kept: float | None = None  # CIE76 of an open target mouth's inside, output vs target
+    strands_left: float | None = None  # hair sources: share of the skin streaked unlike the clean photo's swap
+    hog_found: bool | None = None  # dlib's HOG detector finds the output face (None: it does not find the target's)
 
 
 # -- measures --------------------------------------------------------------------------------------
@@ -165,6 +175,24 @@ def edge_step(output: np.ndarray, target: np.ndarray, regions: FaceRegions) -> f
     return float(np.linalg.norm(difference[regions.inner].mean(0) - difference[regions.outer].mean(0)))
 
 
+def strands_left(output: np.ndarray, clean: np.ndarray, regions: FaceRegions) -> float:
+    """Share of the skin where ``output`` (a source with dark hair drawn over its face) is
+    darker in fine lightness than ``clean`` (the same person's clean photo, same target) by
+    more than ``STRANDS_STEP``: the streaks the source's hair left on the target."""
+    skin = regions.skin > 0
+    if not skin.any():
+        return float("nan")
+    difference = _lab(output)[..., 0] - _lab(clean)[..., 0]
+    # against the local median, not a mean: a streak's own darkness does not spill onto the skin beside it
+    size = 2 * max(1, int(round(STRANDS_SPAN * regions.width / 2))) + 1
+    local = cv2.medianBlur(np.clip(np.round(difference) + 128, 0, 255).astype(np.uint8), min(size, 255)).astype(np.float32) - 128
+    fine = (difference - local)[skin]
+    # the two swaps' fine detail differs both ways where they are registered a little apart;
+    # the strands drawn (the person's own hair colour) are darker than the skin: only the
+    # share darker beyond the share brighter counts
+    return float(max((fine < -STRANDS_STEP).mean() - (fine > STRANDS_STEP).mean(), 0.0))
+
+
 def shading_kept(output: np.ndarray, target: np.ndarray, regions: FaceRegions) -> float:
     """Slope of the output's low-passed lightness on the target's, over the skin."""
     sigma = TONE_BLUR * regions.width
@@ -203,6 +231,12 @@ def run_realism_benchmark(config: Config, report_dir: str | None, half: str = "h
         targets = list(realism_targets(half))
         clips = list(realism_clips(half))
     jobs = {name: _jobs(name, sources, targets, clips) for name in swappers}
+    for person in {s.person for s in sources if s.variant in HAIR_VARIANTS}:
+        clean = f"{person}/{CLEAN_VARIANT}"
+        if clean not in {s.name for s in sources}:  # swapped only to compare the hair sources with
+            for job in jobs.values():
+                job.sources[clean] = _SOURCE_MAKERS[CLEAN_VARIANT](person_image(person))
+                job.stills += [(clean, t.name, t.image) for t in targets if t.person != person]
     runs: dict[str, SwapOutputs] = {}
     for name in swappers:
         if baseline is not None:
@@ -264,12 +298,16 @@ def _score(scorer, runs: dict[str, SwapOutputs], sources: list[RealismSource], t
     source_meshes = {s.name: _face_mesh(s.image) for s in sources}
     for swapper, run in runs.items():
         for (source_name, target_name), output in run.stills.items():
+            if source_name not in by_name:  # a clean photo swapped only to compare with
+                continue
             source = by_name[source_name]
+            clean = run.stills.get((f"{source.person}/{CLEAN_VARIANT}", target_name)) if source.variant in HAIR_VARIANTS else None
             target = next(t for t in targets if t.name == target_name)
             for index, face in enumerate(target.faces):
                 key = target_name if len(target.faces) == 1 else f"{target_name}#{index}"
                 results.append(_measure(scorer, swapper, source, source_meshes[source_name], key, target.variant,
-                                        target.frontal, target.image, output, face, run.ms.get((source_name, target_name))))
+                                        target.frontal, target.image, output, face, run.ms.get((source_name, target_name)),
+                                        clean))
         for (source_name, clip_name), frames in run.clips.items():
             source = by_name[source_name]
             clip = next(c for c in clips if c.name == clip_name)
@@ -292,7 +330,7 @@ def _face_mesh(image: np.ndarray) -> np.ndarray | None:
 
 def _measure(scorer, swapper: str, source: RealismSource, source_mesh: np.ndarray | None, target_key: str,
              target_variant: str, frontal: bool, target: np.ndarray, output: np.ndarray, face: TargetFace,
-             ms: float | None) -> RealismResult:
+             ms: float | None, clean: np.ndarray | None = None) -> RealismResult:
     from swapcast.benchmarks.quality import passes
 
     identity = scorer.identity(output, face.mesh)
@@ -308,6 +346,8 @@ def _measure(scorer, swapper: str, source: RealismSource, source_mesh: np.ndarra
         detail=None if source_mesh is None else detail_kept(output, face.mesh, source.image, source_mesh),
         grain=grain(output, target, face.mesh), target_detail_left=target_detail_left(output, target, face.mesh), teeth_on_closed_lips=mouth.teeth_on_closed_lips,
         lip_red=mouth.lip_red, target_lip_red=mouth.target_lip_red, mouth_kept=mouth.mouth_kept,
+        strands_left=None if clean is None else strands_left(output, clean, regions),
+        hog_found=scorer.dlib_finds(output, face.box) if scorer.dlib_target(target_key, target, face.box) else None,
     )
 
 
@@ -326,6 +366,8 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
         "frontal_pairs": len(frontal),
         "frontal_passed": sum(r.passed for r in frontal),
         "found": sum(r.found for r in results),
+        "hog_found": sum(bool(r.hog_found) for r in results),
+        "hog_targets": sum(r.hog_found is not None for r in results),
         "mean_output_to_source": mean([r.output_to_source for r in results]),
         "mean_output_to_target": mean([r.output_to_target for r in results]),
         "tone": mean(tones),
@@ -339,6 +381,7 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
         "lip_red": mean([r.lip_red for r in results]),
         "target_lip_red": mean([r.target_lip_red for r in results if r.lip_red is not None]),
         "mouth_kept": mean([r.mouth_kept for r in results]),
+        "strands_left": mean([r.strands_left for r in results]),
         "ms_per_frame": float(np.median(ms)) if ms else None,
         "by_source": {variant: mean([float(r.passed) for r in results if r.source_variant == variant])
                       for variant in dict.fromkeys(r.source_variant for r in results)},
@@ -349,8 +392,8 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
 
 def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None:
     print(f"\nrealism set, {half} half ({'not tuned on' if half == 'held' else 'tuned on'})")
-    header = (f"{'':<16}{'faces':>6}{'pass':>8}{'frontal':>9}{'found':>7}{'d(o,s)':>8}{'tone':>7}{'>8':>5}{'edge':>7}{'shade':>7}"
-              f"{'detail':>8}{'grain':>7}{'ghost':>7}{'teeth':>7}{'lipred':>7}{'(tgt)':>6}{'mouth':>7}{'ms':>7}")
+    header = (f"{'':<16}{'faces':>6}{'pass':>8}{'frontal':>9}{'found':>7}{'hog':>9}{'d(o,s)':>8}{'tone':>7}{'>8':>5}{'edge':>7}{'shade':>7}"
+              f"{'detail':>8}{'grain':>7}{'ghost':>7}{'teeth':>7}{'lipred':>7}{'(tgt)':>6}{'mouth':>7}{'hair':>7}{'ms':>7}")
     print(header)
     for name in names:
         row = summary[name]
@@ -359,17 +402,18 @@ def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None
             return f"{value:.{digits}f}" if value is not None else "-"
 
         print(f"{name:<16}{row['faces']:>6}{row['passed']:>5}/{row['faces']:<2}{row['frontal_passed']:>5}/{row['frontal_pairs']:<3}"
-              f"{row['found']:>7}{num(row['mean_output_to_source']):>8}{num(row['tone'], 1):>7}{row['tone_over_8']:>5}"
+              f"{row['found']:>7}{row['hog_found']:>5}/{row['hog_targets']:<3}{num(row['mean_output_to_source']):>8}{num(row['tone'], 1):>7}{row['tone_over_8']:>5}"
               f"{num(row['edge_step'], 1):>7}{num(row['shading_kept']):>7}{num(row['detail']):>8}{num(row['grain']):>7}{num(row['target_detail_left']):>7}"
               f"{num(row['teeth_on_closed_lips'], 3):>7}{num(row['lip_red'], 1):>7}{num(row['target_lip_red'], 1):>6}{num(row['mouth_kept'], 1):>7}"
-              f"{num(row['ms_per_frame'], 0):>7}")
+              f"{num(row['strands_left'], 3):>7}{num(row['ms_per_frame'], 0):>7}")
     print("pass: d(out,src) < 0.6 and < d(out,tgt); frontal: the same on frontal targets; found: the engine finds the "
-          "output face; tone: low-passed CIE76 output vs target on the skin (>8: a mask); edge: colour step across the "
+          "output face; hog: dlib's HOG detector finds it, of the faces it finds in the target; tone: low-passed CIE76 output vs target on the skin (>8: a mask); edge: colour step across the "
           "outline; shade: target's low-frequency shading kept (1 = all); detail: the source's fine detail kept (1 = all); "
           "grain: the skin's finest detail over the target skin's (1 = as grainy; a mask ~0.5); "
           "ghost: the target's own fine detail still showing (0 = none); teeth: share of closed lips turned teeth-like; "
           "lipred: lips' CIE a* over the skin's (a grey band ~0; (tgt): the target's own); mouth: CIE76 of an open target mouth's inside vs the "
-          "target's (0 = kept); ms: median per frame")
+          "target's (0 = kept); hair: share of the skin streaked where the source had hair drawn over it, against the "
+          "clean photo's swap (0 = none); ms: median per frame")
     for name in names:
         row = summary[name]
         cells = ", ".join(f"{k} {100 * v:.0f}%/{row['tone_by_source'][k]:.1f}" for k, v in row["by_source"].items() if v is not None)
