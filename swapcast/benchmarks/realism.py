@@ -3,7 +3,8 @@
 On one half of the realism set (``realism_set``: degraded sources, relit, turned, grouped
 and moving targets) every source goes onto every target of the other person. Per target
 face it records the identity rule (as ``bench quality``), whether the engine still finds
-the face in the output, and three measures of how the swapped face sits in the target:
+the face in the output (and dlib's HOG detector, where it finds the target's), and these
+measures of how the swapped face sits in the target:
 
 - **tone**: the mean CIE76 colour difference between output and target inside the face
   (eyes, brows and mouth left out) after both are low-passed with a Gaussian of 1/8 of the
