@@ -10,13 +10,14 @@ import pytest
 from gpu.watermark.detect import Detector
 from gpu.watermark.embed import LumaPattern, mark
 from gpu.watermark.pattern import WatermarkKey
-from streamer.provenance.payload import Payload
+from streamer.provenance.payload import EPOCH_S, Payload
 from provenance_kit import crop, downscale, h264, luma, natural_clip, psnr
 
 pytestmark = pytest.mark.slow
 
 KEY = WatermarkKey(b"robustness key")
-PAYLOAD = Payload.for_stream(3, "job-1234")
+# a fixed hour: from the clock the payload changes every hour, and what a test checks should not
+PAYLOAD = Payload.for_stream(3, "job-1234", seconds=EPOCH_S)
 SECONDS = 2
 
 
