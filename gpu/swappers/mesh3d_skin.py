@@ -113,7 +113,7 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     compared = mirror_seen > MIRROR_SEEN
     # the other side is compared with what lies near the mirrored texel: a face's folds and
     # wrinkles come in pairs, but not at exactly mirrored places (the pose, the expression)
-    near = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * max(1, int(round(MIRROR_REACH * size))) + 1,) * 2)
+    near = _disc(MIRROR_REACH, size)
     mirror_dark = cv2.erode(mirrored, near)  # the darkest the other side is near there
     asymmetry = _ramp(mirror_dark - lightness, *ASYMMETRY) * compared
     # a colour or a dark line the other side has near the same place too is the face's own (a fold's red
@@ -130,8 +130,7 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     # what is seen too poorly to judge takes the verdict of the judged texels beside it: the
     # grazing top of a fringe is hair too (kept, the fill spread its colour over the forehead
     # a target shows above the source's as blotches)
-    beside = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * max(1, int(round(VERDICT_REACH * size))) + 1,) * 2)
-    outlier = np.maximum(outlier, cv2.dilate(outlier, beside) * (1.0 - _ramp(seen, *JUDGED_SEEN)))
+    outlier = np.maximum(outlier, cv2.dilate(outlier, _disc(VERDICT_REACH, size)) * (1.0 - _ramp(seen, *JUDGED_SEEN)))
     # hysteresis: above the brows and along strands, a texel partly judged not skin, joined
     # to texels surely not skin, is not skin either (a fringe's paler top, a strand's faint
     # end: half kept, the fill spread them as blotches). Not on the cheeks, where a partial
@@ -146,8 +145,7 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     confidence = np.where(seen > 0.0, 1.0 - outlier, 1.0).astype(np.float32)
     # specks of "skin" inside what is not (a fringe's lighter strands, the gaps between
     # strands) go with it: kept, the fill spreads their hair colour as blotches
-    island = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * max(1, int(round(ISLAND_RADIUS * size))) + 1,) * 2)
-    confidence = cv2.morphologyEx(confidence, cv2.MORPH_OPEN, island)
+    confidence = cv2.morphologyEx(confidence, cv2.MORPH_OPEN, _disc(ISLAND_RADIUS, size))
     # an outlier's neighbours go with it (a strand's soft edges, a shadow's rim)
     return cv2.erode(confidence, np.ones((3, 3), np.uint8))
 
@@ -203,9 +201,15 @@ def _fold_zone(size: int) -> np.ndarray:
     points = uv[list(NOSE_BOTTOM + OUTER_LIP_CONTOUR)] * size - 0.5
     zone = np.zeros((size, size), np.uint8)
     cv2.fillConvexPoly(zone, cv2.convexHull(np.round(points).astype(np.int32)), 1)
-    margin = max(1, int(round(STRAND_FOLD_MARGIN * size)))
-    zone = cv2.dilate(zone, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * margin + 1,) * 2))
+    zone = cv2.dilate(zone, _disc(STRAND_FOLD_MARGIN, size))
     return zone.astype(np.float32)
+
+
+def _disc(reach: float, size: int) -> np.ndarray:
+    """A disc-shaped morphology kernel reaching ``reach`` of a ``size`` texture (at least a
+    texel) from its centre."""
+    radius = max(1, int(round(reach * size)))
+    return cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1,) * 2)
 
 
 @lru_cache(maxsize=32)
@@ -246,11 +250,9 @@ def _regions(size: int) -> tuple[np.ndarray, np.ndarray]:
     for contour in (LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, LEFT_BROW, RIGHT_BROW, OUTER_LIP_CONTOUR, NOSE_BOTTOM):
         protected = np.maximum(protected, uv_polygon_mask(size, contour))
     margin = max(1, int(round(FEATURE_MARGIN * size)))
-    grow = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * margin + 1,) * 2)
-    protected = cv2.GaussianBlur(cv2.dilate(protected, grow), (0, 0), margin / 2)
+    protected = cv2.GaussianBlur(cv2.dilate(protected, _disc(FEATURE_MARGIN, size)), (0, 0), margin / 2)
     inner, _ = uv_face_regions(size)
-    erosion = max(1, int(round(CORE_EROSION * size)))
-    core = cv2.erode(inner, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * erosion + 1,) * 2))
+    core = cv2.erode(inner, _disc(CORE_EROSION, size))
     # not above the brows: the forehead's top is where hair most often lies
     brows_top = float(canonical_mesh().uv[list(LEFT_BROW + RIGHT_BROW), 1].min()) * size
     core[: int(np.ceil(brows_top))] = 0.0
