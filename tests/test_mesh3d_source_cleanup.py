@@ -287,3 +287,52 @@ def test_red_lid_rims_lose_most_of_their_red_and_a_brown_iris_keeps_its_colour()
     assert redness(smoothed[iris]) > 0.8 * redness(albedo[iris])
     # the lightness stays the photo's
     np.testing.assert_allclose(smoothed[rims].mean(1), albedo[rims].mean(1), rtol=1e-3)
+
+
+def _with_drawn_glasses(engine, image: np.ndarray, colour: tuple[int, int, int], thickness: float) -> np.ndarray:
+    """``image`` with a pair of glasses drawn on its face: a rim round each eye (``thickness``
+    of the face's width), a bridge and the temples' bars."""
+    mesh = engine.analyse_image(image)[0].mesh
+    width = float(np.ptp(mesh[:, 0]))
+    lines = max(1, int(round(thickness * width)))
+    drawn = image.copy()
+    centres = []
+    for contour, outward in ((RIGHT_EYE_CONTOUR, -1.0), (LEFT_EYE_CONTOUR, 1.0)):
+        points = mesh[list(contour)]
+        eye_width = float(np.ptp(points[:, 0]))
+        centre = points.mean(0) + np.array([0.05 * outward, 0.12]) * eye_width
+        angles = np.linspace(0.0, 2.0 * np.pi, 80, endpoint=False)
+        rim = centre + np.stack([1.05 * np.cos(angles), 0.78 * np.sin(angles)], 1) * eye_width
+        cv2.polylines(drawn, [np.round(rim * 16).astype(np.int32)], True, colour, lines, cv2.LINE_AA, shift=4)
+        bar = centre + np.array([outward * 1.0, -0.27]) * eye_width
+        edge = np.array([mesh[:, 0].max() if outward > 0 else mesh[:, 0].min(), bar[1]])
+        cv2.line(drawn, tuple(np.round(bar * 16).astype(int)), tuple(np.round(edge * 16).astype(int)), colour, lines,
+                 cv2.LINE_AA, shift=4)
+        centres.append((centre, eye_width))
+    (right, width_r), (left, width_l) = centres
+    bridge = np.array([right + [1.0 * width_r, -0.25 * width_r], left - [1.0 * width_l, 0.25 * width_l]])
+    cv2.polylines(drawn, [np.round(bridge * 16).astype(np.int32)], False, colour, lines, cv2.LINE_AA, shift=4)
+    return drawn
+
+
+@pytest.mark.parametrize("colour, thickness", [((95, 95, 105), 1 / 130), ((25, 22, 22), 1 / 70)],
+                         ids=["thin steel", "black"])
+def test_glasses_drawn_on_the_astronaut_are_found_and_leave_no_outline(engine, astronaut_image, raw_albedos,
+                                                                      colour, thickness):
+    """Frames unlike Grace Hopper's come out of the albedo: a thin steel rim (a count of rays
+    crossing a dark line did not find it) and a black one. What differed from her clean
+    photo's albedo along the frames goes, bar what the frames hid (the brows under the
+    bar): measured 0.72 and 0.38 of it left."""
+    clean = raw_albedos["astronaut"]
+    raw = _raw_albedo(engine, _with_drawn_glasses(engine, astronaut_image, colour, thickness))
+    cleaned, found = remove_eyewear(raw)
+    assert found
+
+    def log(albedo):
+        return np.log(np.maximum(albedo, 1e-3)).mean(2)
+
+    frames = np.abs(log(raw) - log(clean)) > 0.15
+    assert frames.sum() > 1500
+    before = np.abs(log(raw) - log(clean))[frames].mean()
+    after = np.abs(log(cleaned) - log(clean))[frames].mean()
+    assert after < 0.8 * before

@@ -9,15 +9,16 @@ UV space, where every face's eyes lie in the same place:
 - **line map**: thin structures darker than their surroundings (a black top-hat of the
   luminance) and thin structures that are yellower than their surroundings (a black
   top-hat of the blue channel beyond the luminance's: gold and tortoiseshell rims);
-- **found** when such lines ring both eyes: along most rays from each eye's centre through
-  the band a frame runs in. Brows, lids and wrinkles cover some rays, never most of the ring;
 - **traced**: each rim as the smooth closed curve round its eye that runs along the most
-  line evidence (a threshold on the line map alone also takes the wrinkles and pores
-  beside a frame: filling all those left a smooth grey band round a textured lens, ghost
-  glasses on every swap);
-- **removed**: a band along each traced rim, the dark or amber lines near it (a thick top
-  bar), its glare and edges, and the lines on the temples are filled from their
-  neighbourhood (push-pull) with the detail of the skin beside them; glare is brought
+  line evidence, thin bright, dark and yellow lines included (a threshold on the line map
+  alone also takes the wrinkles and pores beside a frame: filling all those left a smooth
+  grey band round a textured lens, ghost glasses on every swap);
+- **found** when most of both traced rims run on line evidence: a frame rings the eye all
+  round, brows, lids, wrinkles and strands of hair make arcs;
+- **removed**: the texels joined to each traced rim that stand out from the skin as the
+  rim does (its whole width, soft edges included), the dark or amber lines near it (a
+  thick top bar), its glare and edges, and the lines on the temples are inpainted from the
+  skin either side with the detail of the skin beside them; glare is brought
   down to the skin's brightness; the skin behind the lenses keeps its detail (wrinkles,
   bags and the eye sockets' shading are who the face is) and only its low-passed colour
   and brightness are levelled with the skin just outside the rim, so no step is left
@@ -40,12 +41,11 @@ from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW, push_pull_fill, 
 LINE_RADIUS = 1 / 40  # of the texture: the top-hat's radius, thicker than a frame, thinner than a brow's length
 DARK_LINE = 0.35  # albedo units (skin = 1): a frame's depth below its surroundings
 YELLOW_LINE = 0.12  # the blue channel's extra depth on a gold rim
-RING_RAYS = 24  # rays around each eye
-RING_COVERAGE = 0.5  # of the rays, on both eyes, that must cross a line for glasses to count as found (the
-# sample faces: Grace Hopper 0.83-0.92, blurred or JPEG-blurred 0.5-0.58; the astronaut, no glasses, 0.04-0.25)
-LENS_SIZE = (1.2, 0.8)  # the lens region's half-axes in eye widths where the rings are looked for (a frame's rim lies inside)
+RING_LINE = 0.75  # line evidence (see _line_map, _thin_rim_lines) a traced rim runs on where it runs on a frame
+RING_COVERAGE = 0.5  # of each eye's traced rim that must run on a frame for glasses to count as found (drawn
+# frames of five colours and three widths on the astronaut, full size to 90 px wide: 0.67-1.0; Grace Hopper's, 80 px
+# to full size, grey and sepia: 0.70-0.98; the astronaut without glasses, fourteen variants: 0.11-0.31)
 LID_MARGIN = 0.15  # eye widths around the eye opening that are lids and lashes, not frames
-LENS_DROP = 0.12  # the lens centre sits this many eye widths below the eye's centre
 REMOVAL_LENS = (1.2, 0.865, 0.185)  # half-axes and drop of the region frames are removed from: lower, since lower
 # rims run down to ~0.9 eye widths below the eyes' centres (Grace Hopper's: with the search ring's ellipse their
 # arcs were left as pale ghost lines under the eyes)
@@ -66,6 +66,10 @@ RIM_ANGLES = 96  # angles around each eye a rim is traced at ...
 RIM_SEARCH = (0.45, 1.3, 64)  # ... between these radii of the removal lens's ellipse, in this many steps
 RIM_MOVE = 2  # radius steps a traced rim may move from one angle to the next ...
 RIM_BEND = 0.05  # ... each step costing this much line evidence (a rim is smooth)
+FRAME_SKIN_WINDOW = 31 / 384  # of the texture: the median window the skin around a frame is taken in
+FRAME_STANDOUT = 0.35  # of how far the rim's centre stands out from that skin: what still counts as frame ...
+FRAME_STANDOUT_FLOOR = 0.08  # ... and at least this much (log units; skin texture stands out less)
+FRAME_REACH = 12 / 384  # of the texture: how far from a traced rim a frame's texels are looked for
 RIM_SCORE_CAP = 2.0  # line evidence counted per texel at most (one black bar does not outweigh a faint rim all round)
 RIM_HALF_WIDTH = 3 / 384  # of the texture: the half-width of the band along a traced rim that is filled ...
 RIM_REACH = (12 / 384, 8 / 384)  # ... and how far from it dark or amber lines (a thick top bar), and thin bright or dark
@@ -111,7 +115,8 @@ def _traced(albedo: np.ndarray, coverage: float) -> tuple[np.ndarray, np.ndarray
     """(line map, frames, signed distance from the traced rims) of a texture whose lines
     ring both eyes on ``coverage`` of the rays; None for one that wears no glasses."""
     lines = _line_map(albedo)
-    if _ring_coverage(lines, albedo.shape[0]) < coverage:
+    size = albedo.shape[0]
+    if _ring_coverage(np.maximum(lines, _thin_rim_lines(albedo)) * (1.0 - _lids(size)), size) < coverage:
         return None
     return (lines, *_frames(albedo, lines))
 
@@ -122,17 +127,43 @@ def _frames(albedo: np.ndarray, lines: np.ndarray) -> tuple[np.ndarray, np.ndarr
     those on the temples; never the eye openings or the lids."""
     size = albedo.shape[0]
     lens, rims, openings = _regions(size)
-    lids = cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * _lid_margin(size) + 1,) * 2))
+    lids = _lids(size)
     strength = np.maximum(lines, _thin_rim_lines(albedo)) * (1.0 - lids)
     distance = _rim_distance(strength, size)
     traced = np.clip(RIM_HALF_WIDTH * size + 1.0 - np.abs(distance), 0.0, 1.0)
+    traced = np.maximum(traced, _like_the_rim(albedo, distance, lids))
     near = np.abs(distance) < RIM_REACH[0] * size
     nearer = np.abs(distance) < RIM_REACH[1] * size
     temples = (rims * (1.0 - lens)) > 0.5
     lined = ((lines > 1.0) & near) | ((strength > 1.0) & (nearer | temples))
     found = np.maximum(traced, lined * rims) * (1.0 - lids)
-    frames = np.clip(1.5 * cv2.GaussianBlur(cv2.dilate(found, np.ones((3, 3), np.uint8)), (0, 0), 1.0), 0.0, 1.0)
+    frames = np.clip(1.5 * cv2.GaussianBlur(cv2.dilate(found, np.ones((5, 5), np.uint8)), (0, 0), 1.0), 0.0, 1.0)
     return frames * (1.0 - openings), distance
+
+
+def _like_the_rim(albedo: np.ndarray, distance: np.ndarray, lids: np.ndarray) -> np.ndarray:
+    """(T, T) 1 on the texels joined to a traced rim that stand out from the skin around
+    them as the rim does: a frame's whole width, its soft edges in a blurred or small photo
+    and a thick frame, where a band of fixed width along the rim's centre left its two
+    edges behind as a ghost outline."""
+    size = albedo.shape[0]
+    window = 2 * int(FRAME_SKIN_WINDOW * size / 2) + 1
+    logs = np.log(np.clip(albedo, 1e-2, 4.0))
+    coded = np.clip((logs + 2.0) * (255.0 / 4.0), 0, 255).astype(np.uint8)  # the median filter takes 8 bits
+    skin = cv2.medianBlur(coded, window).astype(np.float32) * (4.0 / 255.0) - 2.0  # a frame is thinner than half of it
+    difference = logs - skin
+    centre = (np.abs(distance) < 1.0) & (lids < 0.5)
+    if centre.sum() < 16:
+        return np.zeros((size, size), np.float32)
+    rim = np.median(difference[centre], axis=0)  # how the rim differs from skin: darker, yellower, brighter
+    along = difference @ (rim / max(float(np.linalg.norm(rim)), 1e-6))
+    across = np.linalg.norm(difference - along[..., None] * (rim / max(float(np.linalg.norm(rim)), 1e-6)), axis=2)
+    level = max(float(np.linalg.norm(rim)) * FRAME_STANDOUT, FRAME_STANDOUT_FLOOR)
+    alike = (along > level) & (across < along)  # a brow beside a gold rim differs otherwise
+    candidates = (alike & (np.abs(distance) < FRAME_REACH * size) & (lids < 0.5)) | centre
+    _, labels = cv2.connectedComponents(candidates.astype(np.uint8), connectivity=8)
+    joined = np.isin(labels, np.unique(labels[centre]))
+    return (joined & candidates).astype(np.float32)
 
 
 def _rim_distance(strength: np.ndarray, size: int) -> np.ndarray:
@@ -144,13 +175,10 @@ def _rim_distance(strength: np.ndarray, size: int) -> np.ndarray:
     distance = np.full((size, size), np.inf, np.float32)
     angles = np.linspace(0.0, 2.0 * np.pi, RIM_ANGLES, endpoint=False)
     radii = np.linspace(RIM_SEARCH[0], RIM_SEARCH[1], RIM_SEARCH[2])
-    for centre, width in _eyes(size):
+    for (centre, width), (score, path) in zip(_eyes(size), _rim_paths(strength, size), strict=True):
         cx, cy = float(centre[0]), float(centre[1] + REMOVAL_LENS[2] * width)
         a, b = REMOVAL_LENS[0] * width, REMOVAL_LENS[1] * width
-        xs = (cx + a * radii[None] * np.cos(angles)[:, None]).astype(np.float32)
-        ys = (cy + b * radii[None] * np.sin(angles)[:, None]).astype(np.float32)
-        score = np.clip(cv2.remap(strength.astype(np.float32), xs, ys, cv2.INTER_LINEAR), 0.0, RIM_SCORE_CAP)
-        curve = radii[_best_closed_path(score)]
+        curve = radii[path]
         top, bottom = int(max(0, cy - 1.6 * b)), int(min(size, cy + 1.6 * b + 1))
         left, right = int(max(0, cx - 1.6 * a)), int(min(size, cx + 1.6 * a + 1))
         rows, cols = np.mgrid[top:bottom, left:right].astype(np.float32)
@@ -162,6 +190,22 @@ def _rim_distance(strength: np.ndarray, size: int) -> np.ndarray:
         window = distance[top:bottom, left:right]
         distance[top:bottom, left:right] = np.where(np.abs(signed) < np.abs(window), signed, window)
     return distance
+
+
+def _rim_paths(strength: np.ndarray, size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per eye: (A, R) the line evidence at each angle and radius of the removal lens's
+    ellipse, and (A,) the radius indices of the best closed rim through it."""
+    angles = np.linspace(0.0, 2.0 * np.pi, RIM_ANGLES, endpoint=False)
+    radii = np.linspace(RIM_SEARCH[0], RIM_SEARCH[1], RIM_SEARCH[2])
+    paths = []
+    for centre, width in _eyes(size):
+        cx, cy = float(centre[0]), float(centre[1] + REMOVAL_LENS[2] * width)
+        a, b = REMOVAL_LENS[0] * width, REMOVAL_LENS[1] * width
+        xs = (cx + a * radii[None] * np.cos(angles)[:, None]).astype(np.float32)
+        ys = (cy + b * radii[None] * np.sin(angles)[:, None]).astype(np.float32)
+        score = np.clip(cv2.remap(strength.astype(np.float32), xs, ys, cv2.INTER_LINEAR), 0.0, RIM_SCORE_CAP)
+        paths.append((score, _best_closed_path(score)))
+    return paths
 
 
 def _best_closed_path(score: np.ndarray) -> np.ndarray:
@@ -189,22 +233,30 @@ def _best_closed_path(score: np.ndarray) -> np.ndarray:
 
 
 def _fill_with_texture(albedo: np.ndarray, frames: np.ndarray) -> np.ndarray:
-    """The frames' texels filled from the skin around them: its smooth average (push-pull)
-    plus the fine detail of the skin just above, below and to either side (a smooth strip
-    where a rim was reads as a pale ghost of the frame; the sides of a ring run up and down,
-    where the skin above and below is the strip itself)."""
+    """The frames' texels filled from the skin either side of them (inpainted inward from
+    the band's edges, so the fill meets the skin on both sides at its own brightness: an
+    average over a wider area left a paler strip) plus the fine detail of the skin just
+    above, below and to either side, taken only from skin clear of the band (detail read
+    at the band's edge carries the step across it, and borrowed copies of that drew
+    outlines parallel to the rim)."""
     size = albedo.shape[0]
-    smooth = push_pull_fill(albedo, 1.0 - frames)
-    filled = smooth * frames[..., None] + albedo * (1.0 - frames[..., None])
-    detail = filled - cv2.GaussianBlur(filled, (0, 0), DETAIL_SIGMA * size)
-    clear = 1.0 - frames
+    band = (frames > 0.02).astype(np.uint8)
+    logs = np.log(np.maximum(albedo, 1e-3))
+    inpainted = np.stack([cv2.inpaint(np.ascontiguousarray(logs[..., channel]), band, 3, cv2.INPAINT_NS)
+                          for channel in range(3)], axis=2)
+    sigma = DETAIL_SIGMA * size
+    reach = 2 * int(np.ceil(2.0 * sigma)) + 1
+    clear = cv2.erode(1 - band, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (reach, reach))).astype(np.float32)
+    detail = (logs - cv2.GaussianBlur(inpainted, (0, 0), sigma)) * clear[..., None]
     shift = max(1, int(round(DETAIL_SHIFT * size)))
     borrowed, counted = np.zeros_like(detail), np.zeros_like(clear)
     for step, axis in ((shift, 0), (-shift, 0), (shift, 1), (-shift, 1)):
-        borrowed += np.roll(detail * clear[..., None], step, axis=axis)
+        borrowed += np.roll(detail, step, axis=axis)
         counted += np.roll(clear, step, axis=axis)
     borrowed = borrowed / np.sqrt(np.maximum(counted, 1.0))[..., None]  # a sum of n skins' detail over sqrt(n): as strong as one
-    return (filled + frames[..., None] * borrowed).astype(np.float32)
+    filled = np.exp(inpainted + borrowed)
+    weight = frames[..., None]
+    return (filled * weight + albedo * (1.0 - weight)).astype(np.float32)
 
 
 def _without_glare(albedo: np.ndarray, glasses: np.ndarray) -> np.ndarray:
@@ -296,19 +348,12 @@ def _eyes(size: int) -> tuple[tuple[np.ndarray, float], ...]:
     return tuple(eyes)
 
 
-def _ring_coverage(lines: np.ndarray, size: int) -> float:
-    """The smaller, over the two eyes, of the share of rays from the eye's centre that cross a
-    line in the band where a frame's rim runs."""
-    coverage = []
-    angles = np.linspace(0.0, 2.0 * np.pi, RING_RAYS, endpoint=False)
-    for centre, width in _eyes(size):
-        radii = np.linspace(0.55, LENS_SIZE[0] + 0.05, 20) * width
-        xs = centre[0] + radii[None] * np.cos(angles)[:, None]
-        ys = centre[1] + LENS_DROP * width + radii[None] * np.sin(angles)[:, None] * (LENS_SIZE[1] / LENS_SIZE[0])
-        cols = np.clip(np.round(xs).astype(int), 0, size - 1)
-        rows = np.clip(np.round(ys).astype(int), 0, size - 1)
-        coverage.append(float((lines[rows, cols].max(1) > 1.0).mean()))
-    return min(coverage)
+def _ring_coverage(strength: np.ndarray, size: int) -> float:
+    """The smaller, over the two eyes, of the share of the best closed rim round the eye
+    that runs on line evidence: a frame rings the eye all round, where brows, lids,
+    wrinkles and strands of hair make arcs (a count of rays crossing any line missed a
+    thin steel or clear rim and a soft photo's, and counted a strand of hair as rim)."""
+    return min(float((score[np.arange(len(path)), path] > RING_LINE).mean()) for score, path in _rim_paths(strength, size))
 
 
 @lru_cache(maxsize=2)
@@ -328,6 +373,13 @@ def _regions(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     band[max(0, row - int(0.35 * width)): row + int(0.35 * width)] = 1.0
     openings = np.maximum(uv_polygon_mask(size, LEFT_EYE_CONTOUR), uv_polygon_mask(size, RIGHT_EYE_CONTOUR))
     return lens, np.maximum(lens - inner, band * (1.0 - lens)), openings
+
+
+@lru_cache(maxsize=2)
+def _lids(size: int) -> np.ndarray:
+    """(T, T) the eye openings grown by the lids and lashes round them: never a frame."""
+    openings = _regions(size)[2]
+    return cv2.dilate(openings, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * _lid_margin(size) + 1,) * 2))
 
 
 def _lid_margin(size: int) -> int:
