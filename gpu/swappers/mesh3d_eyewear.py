@@ -17,8 +17,8 @@ UV space, where every face's eyes lie in the same place:
   round, brows, lids, wrinkles and strands of hair make arcs;
 - **removed**: the texels joined to each traced rim that stand out from the skin as the
   rim does (its whole width, soft edges included), the dark or amber lines near it (a
-  thick top bar), its glare and edges, and the lines on the temples are inpainted from the
-  skin either side with the detail of the skin beside them; glare is brought
+  thick top bar), its glare and edges, and the lines on the temples are filled from their
+  neighbourhood (push-pull) with the detail of the skin beside them; glare is brought
   down to the skin's brightness; the skin behind the lenses keeps its detail (wrinkles,
   bags and the eye sockets' shading are who the face is) and only its low-passed colour
   and brightness are levelled with the skin just outside the rim, so no step is left
@@ -53,6 +53,7 @@ THIN_RADIUS = 4 / 384  # of the texture: the amber-rim top-hat's radius (a rim i
 THIN_YELLOW = 0.07  # albedo units: how much yellower than its surroundings such a rim is ...
 THIN_BRIGHT = 0.2  # ... or brighter, or darker (a clear rim's refracting edges)
 THIN_DARK = 0.15
+FILL_LEVELS = 4  # pyramid levels the frames' fill averages over: the skin within ~16 texels
 DETAIL_SIGMA = 3 / 384  # of the texture: what counts as fine detail in the skin a frame's fill borrows ...
 DETAIL_SHIFT = 12 / 384  # ... from this far above, below or to either side (past a frame's band)
 RIM_INNER = 0.6  # of the lens region's half-axes: frame lines are looked for outside this (a wrinkle under an eye lies inside)
@@ -67,9 +68,9 @@ RIM_SEARCH = (0.45, 1.3, 64)  # ... between these radii of the removal lens's el
 RIM_MOVE = 2  # radius steps a traced rim may move from one angle to the next ...
 RIM_BEND = 0.05  # ... each step costing this much line evidence (a rim is smooth)
 FRAME_SKIN_WINDOW = 31 / 384  # of the texture: the median window the skin around a frame is taken in
-FRAME_STANDOUT = 0.35  # of how far the rim's centre stands out from that skin: what still counts as frame ...
+FRAME_STANDOUT = 0.5  # of how far the rim's centre stands out from that skin: what still counts as frame ...
 FRAME_STANDOUT_FLOOR = 0.08  # ... and at least this much (log units; skin texture stands out less)
-FRAME_REACH = 12 / 384  # of the texture: how far from a traced rim a frame's texels are looked for
+FRAME_REACH = 6 / 384  # of the texture: how far from a traced rim a frame's texels are looked for
 RIM_SCORE_CAP = 2.0  # line evidence counted per texel at most (one black bar does not outweigh a faint rim all round)
 RIM_HALF_WIDTH = 3 / 384  # of the texture: the half-width of the band along a traced rim that is filled ...
 RIM_REACH = (12 / 384, 8 / 384)  # ... and how far from it dark or amber lines (a thick top bar), and thin bright or dark
@@ -233,30 +234,28 @@ def _best_closed_path(score: np.ndarray) -> np.ndarray:
 
 
 def _fill_with_texture(albedo: np.ndarray, frames: np.ndarray) -> np.ndarray:
-    """The frames' texels filled from the skin either side of them (inpainted inward from
-    the band's edges, so the fill meets the skin on both sides at its own brightness: an
-    average over a wider area left a paler strip) plus the fine detail of the skin just
-    above, below and to either side, taken only from skin clear of the band (detail read
-    at the band's edge carries the step across it, and borrowed copies of that drew
-    outlines parallel to the rim)."""
+    """The frames' texels filled from the skin around them: its smooth average (push-pull)
+    plus the fine detail of the skin just above, below and to either side (a smooth strip
+    where a rim was reads as a pale ghost of the frame; the sides of a ring run up and down,
+    where the skin above and below is the strip itself). The average is the skin's near
+    the frame, and takes nothing from a frame's soft edge (counted by how little frame it
+    is, the edge's dark halo drew the rim again, faintly, as two lines along it) nor from
+    the eyes and lids (an average over a wider area, eye whites included, left a pale band)."""
     size = albedo.shape[0]
-    band = (frames > 0.02).astype(np.uint8)
-    logs = np.log(np.maximum(albedo, 1e-3))
-    inpainted = np.stack([cv2.inpaint(np.ascontiguousarray(logs[..., channel]), band, 3, cv2.INPAINT_NS)
-                          for channel in range(3)], axis=2)
-    sigma = DETAIL_SIGMA * size
-    reach = 2 * int(np.ceil(2.0 * sigma)) + 1
-    clear = cv2.erode(1 - band, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (reach, reach))).astype(np.float32)
-    detail = (logs - cv2.GaussianBlur(inpainted, (0, 0), sigma)) * clear[..., None]
+    clear_skin = (frames < 0.02) * (1.0 - _lids(size))
+    smooth = push_pull_fill(albedo, clear_skin, FILL_LEVELS)
+    supported = push_pull_fill(np.ones_like(albedo), clear_skin, FILL_LEVELS)
+    smooth = smooth + (1.0 - supported) * push_pull_fill(albedo, clear_skin)  # a hole wider than the levels reach
+    filled = smooth * frames[..., None] + albedo * (1.0 - frames[..., None])
+    detail = filled - cv2.GaussianBlur(filled, (0, 0), DETAIL_SIGMA * size)
+    clear = 1.0 - frames
     shift = max(1, int(round(DETAIL_SHIFT * size)))
     borrowed, counted = np.zeros_like(detail), np.zeros_like(clear)
     for step, axis in ((shift, 0), (-shift, 0), (shift, 1), (-shift, 1)):
-        borrowed += np.roll(detail, step, axis=axis)
+        borrowed += np.roll(detail * clear[..., None], step, axis=axis)
         counted += np.roll(clear, step, axis=axis)
     borrowed = borrowed / np.sqrt(np.maximum(counted, 1.0))[..., None]  # a sum of n skins' detail over sqrt(n): as strong as one
-    filled = np.exp(inpainted + borrowed)
-    weight = frames[..., None]
-    return (filled * weight + albedo * (1.0 - weight)).astype(np.float32)
+    return (filled + frames[..., None] * borrowed).astype(np.float32)
 
 
 def _without_glare(albedo: np.ndarray, glasses: np.ndarray) -> np.ndarray:
