@@ -113,24 +113,27 @@ def eyewear_frames(texture: np.ndarray, coverage: float = RING_COVERAGE) -> np.n
 
 
 def _traced(albedo: np.ndarray, coverage: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(line map, frames, signed distance from the traced rims) of a texture whose lines
-    ring both eyes on ``coverage`` of the rays; None for one that wears no glasses."""
+    """(line map, frames, signed distance from the traced rims) of a texture whose traced
+    rims run on line evidence for ``coverage`` of their length round both eyes; None for
+    one that wears no glasses."""
     lines = _line_map(albedo)
     size = albedo.shape[0]
-    if _ring_coverage(np.maximum(lines, _thin_rim_lines(albedo)) * (1.0 - _lids(size)), size) < coverage:
+    strength = np.maximum(lines, _thin_rim_lines(albedo)) * (1.0 - _lids(size))
+    paths = _rim_paths(strength, size)
+    if _ring_coverage(paths) < coverage:
         return None
-    return (lines, *_frames(albedo, lines))
+    return (lines, *_frames(albedo, lines, strength, paths))
 
 
-def _frames(albedo: np.ndarray, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _frames(albedo: np.ndarray, lines: np.ndarray, strength: np.ndarray,
+            paths: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """(T, T) how much each texel is frame, and the signed distance from the traced rims
     (``_rim_distance``): a band along each rim, the lines near it (a thick top bar) and
     those on the temples; never the eye openings or the lids."""
     size = albedo.shape[0]
     lens, rims, openings = _regions(size)
     lids = _lids(size)
-    strength = np.maximum(lines, _thin_rim_lines(albedo)) * (1.0 - lids)
-    distance = _rim_distance(strength, size)
+    distance = _rim_distance(paths, size)
     traced = np.clip(RIM_HALF_WIDTH * size + 1.0 - np.abs(distance), 0.0, 1.0)
     traced = np.maximum(traced, _like_the_rim(albedo, distance, lids))
     near = np.abs(distance) < RIM_REACH[0] * size
@@ -157,8 +160,9 @@ def _like_the_rim(albedo: np.ndarray, distance: np.ndarray, lids: np.ndarray) ->
     if centre.sum() < 16:
         return np.zeros((size, size), np.float32)
     rim = np.median(difference[centre], axis=0)  # how the rim differs from skin: darker, yellower, brighter
-    along = difference @ (rim / max(float(np.linalg.norm(rim)), 1e-6))
-    across = np.linalg.norm(difference - along[..., None] * (rim / max(float(np.linalg.norm(rim)), 1e-6)), axis=2)
+    direction = rim / max(float(np.linalg.norm(rim)), 1e-6)
+    along = difference @ direction
+    across = np.linalg.norm(difference - along[..., None] * direction, axis=2)
     level = max(float(np.linalg.norm(rim)) * FRAME_STANDOUT, FRAME_STANDOUT_FLOOR)
     alike = (along > level) & (across < along)  # a brow beside a gold rim differs otherwise
     candidates = (alike & (np.abs(distance) < FRAME_REACH * size) & (lids < 0.5)) | centre
@@ -167,7 +171,7 @@ def _like_the_rim(albedo: np.ndarray, distance: np.ndarray, lids: np.ndarray) ->
     return (joined & candidates).astype(np.float32)
 
 
-def _rim_distance(strength: np.ndarray, size: int) -> np.ndarray:
+def _rim_distance(paths: list[tuple[np.ndarray, np.ndarray]], size: int) -> np.ndarray:
     """(T, T) signed distance in texels from each lens's rim (negative inside the lens, a
     large value far from either eye). Each rim is traced as the closed curve around its
     eye, within the removal lens, that runs along the most line evidence: a frame is one
@@ -176,7 +180,7 @@ def _rim_distance(strength: np.ndarray, size: int) -> np.ndarray:
     distance = np.full((size, size), np.inf, np.float32)
     angles = np.linspace(0.0, 2.0 * np.pi, RIM_ANGLES, endpoint=False)
     radii = np.linspace(RIM_SEARCH[0], RIM_SEARCH[1], RIM_SEARCH[2])
-    for (centre, width), (score, path) in zip(_eyes(size), _rim_paths(strength, size), strict=True):
+    for (centre, width), (_, path) in zip(_eyes(size), paths, strict=True):
         cx, cy = float(centre[0]), float(centre[1] + REMOVAL_LENS[2] * width)
         a, b = REMOVAL_LENS[0] * width, REMOVAL_LENS[1] * width
         curve = radii[path]
@@ -347,12 +351,12 @@ def _eyes(size: int) -> tuple[tuple[np.ndarray, float], ...]:
     return tuple(eyes)
 
 
-def _ring_coverage(strength: np.ndarray, size: int) -> float:
+def _ring_coverage(paths: list[tuple[np.ndarray, np.ndarray]]) -> float:
     """The smaller, over the two eyes, of the share of the best closed rim round the eye
     that runs on line evidence: a frame rings the eye all round, where brows, lids,
     wrinkles and strands of hair make arcs (a count of rays crossing any line missed a
     thin steel or clear rim and a soft photo's, and counted a strand of hair as rim)."""
-    return min(float((score[np.arange(len(path)), path] > RING_LINE).mean()) for score, path in _rim_paths(strength, size))
+    return min(float((score[np.arange(len(path)), path] > RING_LINE).mean()) for score, path in paths)
 
 
 @lru_cache(maxsize=2)
