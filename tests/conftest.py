@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import os
 
-# One OpenMP thread per call, as the node's thread budget gives below 16 cores (set before
-# torch and OpenBLAS load): with a pool, libgomp gives every thread that calls torch its own
-# team, and two full runs hung in a torch-runner test's batcher close, its threads spinning.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
 import numpy as np
 import pytest
 
