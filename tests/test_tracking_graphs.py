@@ -24,8 +24,13 @@ def _graphs(runner: str, delay_ms: float = 4.0, wait_for_company: bool | None = 
 
 
 @pytest.fixture(scope="module")
-def frames(grace_image) -> list[np.ndarray]:
-    return moving_face_frames(grace_image, 4, (640, 480), seed=2)
+def frames() -> list[np.ndarray]:
+    return _clip()
+
+
+def _clip() -> list[np.ndarray]:
+    """Grace Hopper moving over four 640x480 frames."""
+    return moving_face_frames(grace_hopper(), 4, (640, 480), seed=2)
 
 
 def _rois(graphs: TrackingGraphs, frames: list[np.ndarray]) -> np.ndarray:
@@ -111,7 +116,7 @@ def test_the_torch_runner_tracks_like_onnx_runtime() -> None:
 
 def compare_torch_with_onnx_runtime() -> None:
     """The torch runner's landmarks and detections equal ONNX Runtime's on the same rows."""
-    frames = moving_face_frames(grace_hopper(), 4, (640, 480), seed=2)
+    frames = _clip()
     onnx_graphs, torch_graphs = _graphs("onnxruntime"), _graphs("torch")
     try:
         rois = _rois(onnx_graphs, frames)
