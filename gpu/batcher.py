@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import threading
 import time
 import weakref
@@ -49,6 +50,8 @@ import numpy as np
 
 from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob, run_jobs
+
+log = logging.getLogger(__name__)
 
 SessionId = Hashable
 
@@ -117,6 +120,7 @@ class MicroBatcher:
         self._pending: dict[SessionId, int] = {}  # rows outstanding per session (queued + running)
         self._attached: Counter = Counter()
         self._in_flight = 0
+        self._running: set[Future] = set()  # batches handed to the executor, not yet done
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = 0.0
         self._window = window
@@ -187,8 +191,11 @@ class MicroBatcher:
             return self._pending.get(session_id, 0)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Fail every queued row with ``BatcherClosed``, let running batches finish, stop
-        the loop thread and the executor threads. Idempotent."""
+        """Fail every queued row with ``BatcherClosed``, give running batches ``timeout``
+        seconds to finish, stop the loop thread and the executor threads. Idempotent.
+        A batch still running then (a runner stuck in native code) is logged and left
+        behind: the caller's shutdown goes on instead of hanging on it."""
+        deadline = time.monotonic() + timeout
         with self._lock:
             if self._closed:
                 return
@@ -206,8 +213,13 @@ class MicroBatcher:
             self._loop.call_soon_threadsafe(self._loop.stop)
         except RuntimeError:  # already closed
             pass
-        self._thread.join(timeout)
-        self._executor.shutdown(wait=True)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            running = list(self._running)
+        self._executor.shutdown(wait=False)
+        _, stuck = concurrent.futures.wait(running, max(0.0, deadline - time.monotonic()))
+        if stuck:
+            log.warning("%s: %d batch(es) still running %.1f s after close; left behind", self.name, len(stuck), timeout)
 
     @property
     def closed(self) -> bool:
@@ -425,7 +437,14 @@ class MicroBatcher:
                 if not batch:
                     continue
                 self._batch_started_locked()
-            self._executor.submit(self._run_batch, batch)
+            future = self._executor.submit(self._run_batch, batch)
+            with self._lock:
+                self._running.add(future)
+            future.add_done_callback(self._forget_batch)
+
+    def _forget_batch(self, future: Future) -> None:
+        with self._lock:
+            self._running.discard(future)
 
     def _everyone_queued_locked(self) -> bool:
         """Every attached session has rows queued: waiting longer adds nobody's rows, only

@@ -289,6 +289,25 @@ def test_close_fails_pending_rows_and_leaves_no_thread(mesh_runner):
     batcher.close()  # idempotent
 
 
+
+def test_close_does_not_hang_on_a_stuck_batch(mesh_runner, caplog):
+    """A runner stuck in a call (native code that never returns) must not hang the
+    caller's shutdown: close gives it the timeout, logs it and returns."""
+    runner = RecordingRunner(mesh_runner, gated=True)
+    batcher = MicroBatcher(runner, max_batch=2, max_queue_delay_ms=0.0, name="t-stuck")
+    running = batcher.submit("a", [make_job(1)])
+    assert runner.entered.wait(10)
+    closer = threading.Thread(target=batcher.close, kwargs={"timeout": 0.2})
+    with caplog.at_level("WARNING", logger="gpu.batcher"):
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive(), "close waited on the stuck batch"
+    assert "t-stuck: 1 batch(es) still running" in caplog.text
+    assert not running.done()
+    runner.gate.set()  # the stuck call ends: its rows still reach their caller
+    assert len(running.result(10)) == 1
+    wait_until(lambda: not batcher_threads(batcher), timeout=5)
+
 # -- through the engine and the frame swapper ----------------------------------------------------
 
 
