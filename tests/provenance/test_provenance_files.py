@@ -18,9 +18,8 @@ from swapcast.cli import main
 from provenance_kit import h264, natural_clip
 
 SETTINGS = ProvenanceSettings(key=b"files test key", issuer=12, issuer_name="tests")
-# a fixed hour: from the clock, each hour marked another payload, and a single JPEG's payload
-# decodes wrong for some of them (3 of 48 hours round 2026-12-06), so the test passed or
-# failed by the hour
+# a fixed hour, so the test marks the same payload whatever the clock says (payloads that a
+# single JPEG once lost are covered in test_watermark_payloads.py)
 PAYLOAD = Payload.for_stream(12, "files-1", seconds=EPOCH_S)
 
 
