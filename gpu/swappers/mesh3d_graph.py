@@ -40,12 +40,16 @@ from gpu.threads import usable_cpus
 from gpu.swappers.swap_graph import GraphNodes, swap_model, tensor
 
 LEVELS = 4  # Laplacian levels: S must be divisible by 2**LEVELS (crop sizes are multiples of 32)
-GRAIN_LIMIT = 1.5  # the target's finest detail is its grain (pores, sensor noise) where its local energy (over
-# ``GRAIN_AREA`` pixels) is near the face's mean, and comes back where the re-lit face lacks it (the albedo's
+GRAIN_LIMIT = 1.6  # the target's finest detail is its grain (pores, sensor noise) where its local energy (over
+# ``GRAIN_AREA`` pixels) is near the face's grain level, and comes back where the re-lit face lacks it (the albedo's
 # anti-aliasing and two bilinear resamplings take most of that band: the face read smoother than its neck and
-# forehead, a mask); where the local energy is well above the mean (a glasses rim, a lid's or lip's line, a deep
-# wrinkle: structure, not grain) it is gated out, x exp(-local / (GRAIN_LIMIT^2 x mean)), shoulders and all:
+# forehead, a mask); where the local energy is well above that level (a glasses rim, a lid's or lip's line, a deep
+# wrinkle: structure, not grain) it is gated out, x exp(-local / (GRAIN_LIMIT^2 x level)), shoulders and all:
 # fading each pixel by its own size (x exp(-(x/limit)^2)) left a rim's soft shoulders as a faint outline
+GRAIN_LEVEL_FLOOR = 1e-6  # the grain's level is the geometric mean of the local energy over the face, each floored
+# here (~8-bit rounding's energy: a clipped, flat patch counts as that, not as nothing). The arithmetic mean was
+# dominated by the structure it should tell grain from: on a heavily wrinkled face in glasses the gate let the
+# rims through (their outline showed on the swapped face)
 GRAIN_AREA = 7  # pixels a side: the neighbourhood whose energy tells grain from structure
 
 
@@ -61,6 +65,7 @@ def build_mesh3d_swap_graph(name: str = "mesh3d_swap", levels: int = LEVELS) -> 
         numpy_helper.from_array(np.array([1, 2, 3], dtype=np.int64), "per_face"),
         numpy_helper.from_array(np.array(GRAIN_LIMIT**2, dtype=np.float32), "limit_squared"),
         numpy_helper.from_array(np.array(1e-12, dtype=np.float32), "tiny"),
+        numpy_helper.from_array(np.array(GRAIN_LEVEL_FLOOR, dtype=np.float32), "level_floor"),
     ]
 
     def sample(texture: str) -> str:
@@ -120,22 +125,24 @@ def _grain_nodes(node, up, down, face_detail: str) -> str:
     face_fine = node("Add", [target_fine, node("ReduceMean", [face_detail], "face_detail_luma", axes=[1], keepdims=1)], "face_fine")
     weight = node("Add", [node("ReduceSum", ["mask", "per_face"], "mask_sum", keepdims=1), "tiny"], "mask_weight")
 
-    def mean_square(image: str, squared: str | None = None) -> str:
-        squared = squared or node("Mul", [image, image], f"{image}_sq")
+    def mean_square(image: str) -> str:
+        squared = node("Mul", [image, image], f"{image}_sq")
         weighted = node("Mul", [squared, "mask"], f"{image}_sq_masked")
         return node("Div", [node("ReduceSum", [weighted, "per_face"], f"{image}_sq_sum", keepdims=1), weight], f"{image}_ms")
 
     target_squared = node("Mul", [target_fine, target_fine], "target_fine_sq")
-    scale = node("Add", [node("Mul", [mean_square(target_fine, target_squared), "limit_squared"], "gate_scale_raw"), "tiny"], "gate_scale")
-
-    def gated(image: str, squared: str) -> str:  # x exp(-local energy / scale)
-        pad = GRAIN_AREA // 2
-        local = node("AveragePool", [squared], f"{image}_local", kernel_shape=[GRAIN_AREA] * 2, strides=[1, 1],
-                     pads=[pad] * 4, count_include_pad=1)
-        gate = node("Exp", [node("Neg", [node("Div", [local, scale], f"{image}_ratio")], f"{image}_neg")], f"{image}_gate")
-        return node("Mul", [image, gate], f"{image}_gated")
-
-    target_grain = gated(target_fine, target_squared)
+    pad = GRAIN_AREA // 2
+    local = node("AveragePool", [target_squared], "target_fine_local", kernel_shape=[GRAIN_AREA] * 2, strides=[1, 1],
+                 pads=[pad] * 4, count_include_pad=1)
+    # the grain's level: the geometric mean of the local energy over the face (see GRAIN_LEVEL_FLOOR)
+    log_local = node("Log", [node("Add", [local, "level_floor"], "local_floored")], "local_log")
+    mean_log = node("Div", [node("ReduceSum", [node("Mul", [log_local, "mask"], "local_log_masked"), "per_face"],
+                                 "local_log_sum", keepdims=1), weight], "local_log_mean")
+    level = node("Exp", [mean_log], "grain_level")
+    scale = node("Add", [node("Mul", [level, "limit_squared"], "gate_scale_raw"), "tiny"], "gate_scale")
+    # x exp(-local energy / scale): grain kept, structure out
+    gate = node("Exp", [node("Neg", [node("Div", [local, scale], "target_fine_ratio")], "target_fine_neg")], "target_fine_gate")
+    target_grain = node("Mul", [target_fine, gate], "target_fine_gated")
     # the face's own grain: its finest detail clipped where the target's grain ends (a sharper source's pores
     # count in full, its features' edges hardly: they cover little of the face)
     bound = node("Sqrt", [scale], "grain_bound")
@@ -268,20 +275,15 @@ def _grain(target: np.ndarray, face_detail: np.ndarray, mask: np.ndarray) -> np.
     def mean_square(image: np.ndarray) -> np.float32:
         return np.float32((image * image * mask).sum() / weight)
 
-    scale = mean_square(target_fine) * np.float32(GRAIN_LIMIT**2) + np.float32(1e-12)
-    target_grain = _grain_gate(target_fine[0], scale)[None]
+    local = cv2.boxFilter(target_fine[0] * target_fine[0], -1, (GRAIN_AREA, GRAIN_AREA), normalize=True,
+                          borderType=cv2.BORDER_CONSTANT)  # zero past the edges, as the graph's AveragePool counts its padding
+    level = np.exp(np.float32((np.log(local + np.float32(GRAIN_LEVEL_FLOOR)) * mask[0]).sum() / weight))
+    scale = np.float32(level * np.float32(GRAIN_LIMIT**2) + np.float32(1e-12))
+    target_grain = (target_fine[0] * np.exp(-local / scale))[None]
     bound = np.sqrt(np.float32(scale))
     face_grain = np.clip(face_fine, -bound, bound)
     lacking = 1.0 - mean_square(face_grain) / (mean_square(target_grain) + np.float32(1e-12))
     return target_grain * np.float32(np.sqrt(np.clip(lacking, 0.0, 1.0)))
-
-
-def _grain_gate(fine: np.ndarray, scale: float) -> np.ndarray:
-    """(H, W) ``fine`` times exp(-its local energy / ``scale``): grain kept, structure out
-    (see ``GRAIN_LIMIT``; the local energy is the mean of fine^2 over ``GRAIN_AREA`` pixels
-    a side, zero past the edges, as the graph's AveragePool counts its padding)."""
-    local = cv2.boxFilter(fine * fine, -1, (GRAIN_AREA, GRAIN_AREA), normalize=True, borderType=cv2.BORDER_CONSTANT)
-    return fine * np.exp(-local / np.float32(scale))
 
 
 def _down(image: np.ndarray) -> np.ndarray:
