@@ -127,7 +127,8 @@ def test_registered_sources_have_no_frames_and_no_teeth_on_the_lips(engine, astr
     share, lightest = _teeth(raw_albedos["astronaut"], lips)
     assert share > 0.05 and lightest > 1.3  # measured 0.085 and 1.38
     share, lightest = _teeth(astronaut, lips)
-    assert share < 0.04 and lightest < 1.2  # measured 0.025 and 1.16
+    assert share < 0.06 and lightest < 1.2  # measured 0.045 and 1.18 (0.025 and 1.16 before her photo's ~30 % light
+    # ramp across the face was divided out: the lips' lightness against the skin around them moved a little)
 
 
 def test_hair_and_shadow_at_grazing_angles_count_less_than_skin():

@@ -73,6 +73,7 @@ from gpu.swappers.mesh3d_geometry import (
     vertex_normals,
 )
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
+from gpu.swappers.mesh3d_falloff import position_light
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
 from gpu.swappers.mesh3d_lips import closed_lips
@@ -234,6 +235,13 @@ def _shape_strength(vertices: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=1)
+def _texture_skin() -> np.ndarray:
+    """(P,) per texel of the albedo's atlas: 1 on plain skin (no eyes, brows, lips)."""
+    inner, features = uv_face_regions(TEXTURE_SIZE)
+    return (inner * (1.0 - features))[uv_atlas(TEXTURE_SIZE).texels].astype(np.float32)
+
+
+@lru_cache(maxsize=1)
 def uv_masks() -> _UvMasks:
     """The UV masks, painted once per process."""
     return _uv_masks()
@@ -340,11 +348,13 @@ class Mesh3dSwapper:
         visibility = texel_visibility(points, atlas)
         if visibility.sum() < 0.05 * len(visibility):
             raise NoFaceError("the source face is turned too far away to be used; use a more frontal photo")
-        colours = _sample_image(image, atlas.interpolate(points[:, :2]))
+        at = atlas.interpolate(points[:, :2])
+        colours = _sample_image(image, at)
         lighting = _skin_lighting(points, lambda at: _sample_image(image, at), occlusion=True)
         if lighting is None:
             raise NoFaceError("too little of the source face's skin is visible; use a more frontal photo")
         shading = np.maximum(lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles)))), 1e-3)
+        shading = shading * position_light(colours / shading, at, visibility * _texture_skin())[:, None]
         albedo = np.clip(colours / shading, 0.0, ALBEDO_MAX)
         visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)
