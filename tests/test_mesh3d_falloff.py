@@ -50,27 +50,30 @@ def test_too_little_skin_leaves_the_light_alone():
 
 
 def test_a_hard_side_lit_source_registers_like_the_evenly_lit_one(engine, astronaut_image):
-    """The astronaut lit hard from her left (~4x across the face, nothing clipped): her
+    """The astronaut lit hard from one side (~5x across the face, nothing clipped): her
     albedo on the plain skin is the evenly lit photo's up to its fine detail, and the skin
     test keeps her dark side (it was taken for a shadow and filled from the bright side in
     patches: a blotchy face)."""
-    from gpu.swappers.mesh3d import _texture_skin, uv_atlas, TEXTURE_SIZE
+    from gpu.swappers.mesh3d import TEXTURE_SIZE
+    from gpu.swappers.mesh3d_geometry import uv_atlas, uv_face_regions
 
     face = engine.analyse_image(astronaut_image)[0]
     left, right = float(face.mesh[:, 0].min()), float(face.mesh[:, 0].max())
     x = (np.arange(astronaut_image.shape[1], dtype=np.float32) - (left + right) / 2) / (right - left)
-    ramp = 0.3 + 0.9 / (1.0 + np.exp(-5.0 * x))
+    ramp = 0.22 + 1.03 / (1.0 + np.exp(-6.0 * x))
     lit = np.clip(astronaut_image.astype(np.float32) * ramp[None, :, None] * 0.85, 0, 255).astype(np.uint8)
     swapper = Mesh3dSwapper()
     even = swapper.register(astronaut_image, face)
     side = swapper.register(lit, engine.analyse_image(lit)[0])
     texels = uv_atlas(TEXTURE_SIZE).texels
-    plain = (_texture_skin() > 0.5) & (even.weight[texels] > 0.9)
+    inner, features = uv_face_regions(TEXTURE_SIZE)
+    plain = (inner[texels] > 0.5) & (features[texels] < 0.5) & (even.weight[texels] > 0.9)
 
     def lightness(source) -> np.ndarray:
         return np.log(np.maximum(source.albedo.mean(0)[texels][plain], 1e-3))
 
     difference = lightness(side) - lightness(even)
-    assert difference.std() < 0.12
+    assert difference.std() < 0.12  # measured 0.09; 0.18 with the light's ramp left in
     dark_half = plain & (texels[1] < TEXTURE_SIZE // 2)
-    assert side.weight[texels][dark_half].mean() > 0.85 * even.weight[texels][dark_half].mean()
+    # the dark side stays the face's own skin (0.91 of the evenly lit photo's weight with the ramp left in)
+    assert side.weight[texels][dark_half].mean() > 0.97 * even.weight[texels][dark_half].mean()
