@@ -120,6 +120,9 @@ MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where th
 BETTER_SEEN = 0.2  # ... and only as far as it is better seen than the own side (cos^2, by this much: fully). Mixing
 # the sides of a frontal photo, equally seen, averaged two different skins into a frontal face's cheeks (cos^2
 # ~0.35 there): a fifth of their fine detail gone; they still count as evidence (their mirror is seen)
+SIDE_LEVEL_SIGMA = 0.03  # of the texture: the low pass whose level the mirrored side takes from this side where it fills in
+SIDE_LEVEL_RANGE = (0.67, 1.5)  # the most that moves the mirrored side's texels, per channel
+SIDE_LEVEL_SUPPORT = 0.3  # this side's trusted skin (cos^2 x confidence, low-passed) from which its level is wholly taken
 SHADING_RANGE = (0.4, 1.6)  # irradiance kept within this factor of the skin's median
 COLOUR_GAIN_RANGE = (0.5, 2.0)
 MIDDLE = (0.25, 0.75)  # the colour match's gain averages the skin texels' ratios between these weighted quantiles
@@ -817,10 +820,33 @@ def symmetric_fill(albedo: np.ndarray, visibility: np.ndarray, confidence: np.nd
     better = 1.0 if blend_sides else np.clip((other - own) / BETTER_SEEN, 0.0, 1.0)
     mirrored = other * better * (1.0 - own) ** 2 * MIRROR_WEIGHT
     combined = np.maximum(own + mirrored, 1e-6)
-    mixed = (albedo * own[..., None] + albedo[:, ::-1] * mirrored[..., None]) / combined[..., None]
+    other_side = albedo[:, ::-1] if blend_sides else albedo[:, ::-1] * _side_level_ratio(albedo, own)
+    mixed = (albedo * own[..., None] + other_side * mirrored[..., None]) / combined[..., None]
     # trusted as far as seen, and as far as what the mix came from is the face's own skin
     mixed_confidence = np.where(own + mirrored > 1e-6, (own * confidence + mirrored * confidence[:, ::-1]) / combined, confidence)
     return push_pull_fill(mixed, seen * mixed_confidence)
+
+
+def _side_level_ratio(albedo: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """(T, T, 3) what the mirrored side's albedo is multiplied by where it fills in: this
+    side's smooth level over the other side's there (each low-passed over its own trusted
+    texels, holes bridged from around them), so a strand's or a shadow's patch takes the
+    other side's detail at this side's lightness and colour. The two sides of a face are
+    not equally lit or coloured (the light model leaves some of it), and a patch copied as
+    it was showed as a pale or dark flat shape with an edge. Where this side has little
+    trusted skin near (a turned photo's far side) the other side is taken as it is."""
+    size = albedo.shape[0]
+    sigma = SIDE_LEVEL_SIGMA * size
+
+    def level(image: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        return cv2.GaussianBlur(push_pull_fill(image, weight), (0, 0), sigma)
+
+    this_side = level(albedo, own)
+    other_side = level(np.ascontiguousarray(albedo[:, ::-1]), np.ascontiguousarray(own[:, ::-1]))
+    ratio = np.clip(this_side / np.maximum(other_side, 1e-3), *SIDE_LEVEL_RANGE)
+    near = cv2.GaussianBlur(own, (0, 0), 2.0 * sigma)
+    trust = np.clip(near / SIDE_LEVEL_SUPPORT, 0.0, 1.0)[..., None]
+    return (1.0 + trust * (ratio - 1.0)).astype(np.float32)
 
 
 def texels_per_pixel(points: np.ndarray, texture_size: int) -> float:
