@@ -213,11 +213,8 @@ def _uv_masks() -> _UvMasks:
     inset = max(1, int(round(SEAM_INSET * MASK_SIZE)))
     seam = cv2.erode(outline, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * inset + 1,) * 2))
     lips = cv2.dilate(uv_polygon_mask(MASK_SIZE, OUTER_LIP_CONTOUR), np.ones((5, 5), np.uint8))
-    atlas = uv_atlas(LIGHTING_SIZE)
-    inner, features = uv_face_regions(LIGHTING_SIZE)
-    skin = (inner * (1.0 - features))[atlas.texels]
     tone_inner, tone_features = uv_face_regions(MASK_SIZE)
-    return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), skin=skin.astype(np.float32),
+    return _UvMasks(seam=seam, seam_no_mouth=seam * (1.0 - lips), skin=plain_skin_texels(LIGHTING_SIZE),
                     tone_skin=(tone_inner * (1.0 - tone_features)).astype(np.float32),
                     shape_strength=_shape_strength(mesh.vertices))
 
@@ -237,11 +234,11 @@ def _shape_strength(vertices: np.ndarray) -> np.ndarray:
     return (SHAPE_STRENGTH * np.minimum(near_opening, near_outline)).astype(np.float32)
 
 
-@lru_cache(maxsize=1)
-def _texture_skin() -> np.ndarray:
-    """(P,) per texel of the albedo's atlas: 1 on plain skin (no eyes, brows, lips)."""
-    inner, features = uv_face_regions(TEXTURE_SIZE)
-    return (inner * (1.0 - features))[uv_atlas(TEXTURE_SIZE).texels].astype(np.float32)
+@lru_cache(maxsize=2)
+def plain_skin_texels(size: int) -> np.ndarray:
+    """(P,) per texel of the ``size`` atlas: 1 on plain skin (no eyes, brows, lips)."""
+    inner, features = uv_face_regions(size)
+    return (inner * (1.0 - features))[uv_atlas(size).texels].astype(np.float32)
 
 
 @lru_cache(maxsize=1)
@@ -357,7 +354,7 @@ class Mesh3dSwapper:
         if lighting is None:
             raise NoFaceError("too little of the source face's skin is visible; use a more frontal photo")
         shading = np.maximum(lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles)))), 1e-3)
-        shading = shading * position_light(colours / shading, at, visibility * _texture_skin())[:, None]
+        shading = shading * position_light(colours / shading, at, visibility * plain_skin_texels(TEXTURE_SIZE))[:, None]
         albedo = np.clip(colours / shading, 0.0, ALBEDO_MAX)
         visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)

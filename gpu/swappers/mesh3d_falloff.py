@@ -31,10 +31,9 @@ def position_light(albedo: np.ndarray, at: np.ndarray, weights: np.ndarray) -> n
     divided by the normal-only model, ``at`` (P, 2) the texels' image positions, ``weights``
     (P,) how much each texel counts (plain skin, well seen). The field's weighted mean log
     is 0 over the skin (the face's overall level stays); 1 everywhere when too little skin."""
-    count = int((weights > 0.05).sum())
-    if count < MIN_SKIN:
-        return np.ones(len(albedo), np.float32)
     counted = weights > 0.05
+    if counted.sum() < MIN_SKIN:
+        return np.ones(len(albedo), np.float32)
     weights = weights[counted].astype(np.float64)
     centre = (at[counted] * weights[:, None]).sum(0) / weights.sum()
     width = max(float(np.ptp(at[counted, 0])), 1.0)
