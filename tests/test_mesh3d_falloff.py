@@ -54,8 +54,8 @@ def test_a_hard_side_lit_source_registers_like_the_evenly_lit_one(engine, astron
     albedo on the plain skin is the evenly lit photo's up to its fine detail, and the skin
     test keeps her dark side (it was taken for a shadow and filled from the bright side in
     patches: a blotchy face)."""
-    from gpu.swappers.mesh3d import TEXTURE_SIZE
-    from gpu.swappers.mesh3d_geometry import uv_atlas, uv_face_regions
+    from gpu.swappers.mesh3d import TEXTURE_SIZE, plain_skin_texels
+    from gpu.swappers.mesh3d_geometry import uv_atlas
 
     face = engine.analyse_image(astronaut_image)[0]
     left, right = float(face.mesh[:, 0].min()), float(face.mesh[:, 0].max())
@@ -66,8 +66,7 @@ def test_a_hard_side_lit_source_registers_like_the_evenly_lit_one(engine, astron
     even = swapper.register(astronaut_image, face)
     side = swapper.register(lit, engine.analyse_image(lit)[0])
     texels = uv_atlas(TEXTURE_SIZE).texels
-    inner, features = uv_face_regions(TEXTURE_SIZE)
-    plain = (inner[texels] > 0.5) & (features[texels] < 0.5) & (even.weight[texels] > 0.9)
+    plain = (plain_skin_texels(TEXTURE_SIZE) > 0.5) & (even.weight[texels] > 0.9)
 
     def lightness(source) -> np.ndarray:
         return np.log(np.maximum(source.albedo.mean(0)[texels][plain], 1e-3))
