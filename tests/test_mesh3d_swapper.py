@@ -358,6 +358,29 @@ def test_shape_moves_towards_the_source_eyes_too_but_not_the_mouth_opening(swapp
     np.testing.assert_allclose(moved[list(INNER_LIP_CONTOUR)], target[list(INNER_LIP_CONTOUR)], atol=1e-6)
 
 
+def test_a_smiling_sources_lips_thicken_a_closed_target_mouth_less(engine, swapper, sources, grace_image):
+    """A smile parts the lips and draws their outline up and down with it: that is the
+    source's expression more than its lips' shape. On a closed target mouth the outer lip
+    lines take well under the whole of that (they moved ~0.9 cm apart: thick, soft lips
+    with no line between them), while a closed-mouthed source still gives its whole shape."""
+    points = mesh3d._require_depth(engine.analyse_image(grace_image)[0], "target")
+    pose = fit_pose(points)
+    moved = pose.normalise(swapper._transfer_shape(points, pose, None, sources["astronaut"]))
+    target = pose.normalise(points)
+
+    def lips_height(shape: np.ndarray) -> float:
+        return float(np.linalg.norm(shape[0] - shape[17]))  # upper and lower outer lip, in the middle
+
+    smiling = sources["astronaut"].shape
+    assert mesh3d._mouth_opening(smiling) > mesh3d.OPEN_MOUTH_FADE[1]  # the sample smiles wide
+    assert lips_height(smiling) - lips_height(target) > 0.5
+    assert lips_height(moved) - lips_height(target) < 0.6 * (lips_height(smiling) - lips_height(target))
+    assert np.linalg.norm(moved - target, axis=1).mean() > 0.1  # the rest of the face still moves
+    closed = sources["grace"]
+    assert mesh3d._mouth_opening(closed.shape) < mesh3d.OPEN_MOUTH_FADE[0]
+    np.testing.assert_array_equal(mesh3d.source_shape_strength(closed), mesh3d.uv_masks().shape_strength)
+
+
 def test_a_tracks_neutral_shape_is_a_bounded_running_mean(swapper, sources):
     fresh = Mesh3dSwapper(runner=swapper.runner)
     shape = fit_pose(_turned(0)).normalise(_turned(0))

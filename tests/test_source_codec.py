@@ -26,7 +26,11 @@ def test_a_source_survives_bytes_and_swaps_the_same(engine, astronaut_image, gra
         frame = grace_image.copy()
         assert FrameSwapper(engine, which).process_still(frame).faces_swapped == 1
         swapped.append(frame.astype(int))
-    assert np.abs(swapped[0] - swapped[1]).max() <= 2
+    # the albedo's 8-bit rounding (ALBEDO_MAX / 510) is scaled by the light and the tone transfer
+    # (up to TONE_RATIO_RANGE's 4x): a few bright pixels may move by 3 levels, hardly any by more than 1
+    difference = np.abs(swapped[0] - swapped[1]).max(2)
+    assert difference.max() <= 3
+    assert (difference > 1).mean() < 0.005
 
 
 def test_damaged_or_foreign_bytes_say_why(engine, astronaut_image):

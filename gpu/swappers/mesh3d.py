@@ -141,6 +141,12 @@ SHAPE_STRENGTH = 1.0  # how much of the source's shape moves the target's mesh
 OUTLINE_STRENGTH = 0.35  # ... at the face outline (the cheeks/jaw the mesh ends on)
 SHAPE_FADE_CM = 1.2  # distance from the outline over which that fades in
 MOUTH_FADE_CM = 0.6  # ... from the inner lips: the mouth opening's shape is mostly expression, which stays the target's
+OPEN_MOUTH_LIPS_CM = 0.6  # ... and for a wide-open source mouth, only from this far out (the outer lip line lies
+# 0.4-1.0 cm from the inner one): a smile parts the lips ~1.3 cm and draws their outline up and down with it, which on
+# a closed target mouth read as thick, soft lips (the sample's: 0.9 cm thicker than the target's, 0.4 cm now). All
+# of the lips (1.0 cm) made them the target's but cost identity on the tune half: dlib's distance to the source
+# +0.02 on average, the closest frontal pair's margin 0.056 -> 0.009. Their colour and texture stay the source's
+OPEN_MOUTH_FADE = (0.06, 0.15)  # the source's mouth opening (gap over width) over which the lips go over to that
 NEUTRAL_FRAMES = 60  # the running neutral shape of a track averages about this many frames
 NEUTRAL_RESET_CM = 1.5  # a track whose shape jumps this far (mean) is someone else: restart its mean
 MAX_TRACKS = 64  # per-track neutral shapes kept (least recently used go first)
@@ -204,7 +210,7 @@ class _UvMasks:
     seam_no_mouth: np.ndarray  # the same without the lips (the mouth mask option)
     tone_skin: np.ndarray  # (M, M) plain skin, what the tone transfer compares (no eyes, brows, lips)
     skin: np.ndarray  # (L*L,) per lighting texel: 1 on plain skin (no eyes, brows, lips)
-    shape_strength: np.ndarray  # (468,) how much of the source's shape each vertex takes
+    shape_strength: np.ndarray  # (468,) how much of a closed-mouthed source's shape each vertex takes
 
 
 def _uv_masks() -> _UvMasks:
@@ -219,19 +225,31 @@ def _uv_masks() -> _UvMasks:
                     shape_strength=_shape_strength(mesh.vertices))
 
 
-def _shape_strength(vertices: np.ndarray) -> np.ndarray:
+def _shape_strength(vertices: np.ndarray, lips_cm: float = 0.0) -> np.ndarray:
     """Per vertex: full strength inside the face, the eye lids too (the eye's shape is who
     the face is), fading to nothing around the inner lips (the target's mouth opening stays
-    where it is and keeps its expression) and to ``OUTLINE_STRENGTH`` on the outline (no
-    seam where the mesh ends)."""
+    where it is and keeps its expression; nothing at all within ``lips_cm`` of it) and to
+    ``OUTLINE_STRENGTH`` on the outline (no seam where the mesh ends)."""
 
     def distance_to(ids: tuple[int, ...]) -> np.ndarray:
         return np.linalg.norm(vertices[:, None] - vertices[list(ids)][None], axis=-1).min(1)
 
-    near_opening = np.clip(distance_to(INNER_LIP_CONTOUR) / MOUTH_FADE_CM, 0.0, 1.0)
+    near_opening = np.clip((distance_to(INNER_LIP_CONTOUR) - lips_cm) / MOUTH_FADE_CM, 0.0, 1.0)
     outline = distance_to(FACE_OUTLINE)
     near_outline = OUTLINE_STRENGTH + (1.0 - OUTLINE_STRENGTH) * np.clip(outline / SHAPE_FADE_CM, 0.0, 1.0)
     return (SHAPE_STRENGTH * np.minimum(near_opening, near_outline)).astype(np.float32)
+
+
+def source_shape_strength(source: Mesh3dSource) -> np.ndarray:
+    """(468,) how much of ``source``'s shape each vertex takes: the more open its mouth
+    (``OPEN_MOUTH_FADE``), the more of its lips keep the target's shape, since their outline
+    is then its expression more than who it is. Worked out once per source."""
+    strength = source._device.get("shape_strength")
+    if strength is None:
+        wide = np.clip((_mouth_opening(source.shape) - OPEN_MOUTH_FADE[0]) / (OPEN_MOUTH_FADE[1] - OPEN_MOUTH_FADE[0]), 0.0, 1.0)
+        strength = uv_masks().shape_strength if wide == 0.0 else _shape_strength(canonical_mesh().vertices, wide * OPEN_MOUTH_LIPS_CM)
+        source._device["shape_strength"] = strength
+    return strength
 
 
 @lru_cache(maxsize=2)
@@ -481,7 +499,7 @@ class Mesh3dSwapper:
         the target's neutral shape, both pose-normalised), in the target's pose."""
         shape = pose.normalise(points)
         neutral = self._neutral_shape(track_id, shape)
-        offsets = (source.shape - neutral) * uv_masks().shape_strength[:, None]
+        offsets = (source.shape - neutral) * source_shape_strength(source)[:, None]
         return points + pose.apply_offsets(offsets)
 
     def _neutral_shape(self, track_id: int | None, shape: np.ndarray) -> np.ndarray:
