@@ -171,6 +171,33 @@ def test_a_real_fringe_is_not_skin_to_its_grazing_top(unwrapped):
     assert (confidence[fringe] > 0.5).mean() < 0.15
 
 
+def _under_fringe(raw: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(band, clean): above the brows, the seen texels within 12 texels of the fringe
+    (lightness under -0.3) that are not fringe themselves, and the forehead further off."""
+    from gpu.swappers.mesh3d_skin import _below_brows
+
+    forehead = (_below_brows(raw.shape[0]) < 0.5) & (seen > 0.3) & (_regions(raw.shape[0])[0] < 0.05)
+    fringe = (np.log(np.maximum(raw, 1e-3)).mean(2) < -0.3) & forehead
+    distance = cv2.distanceTransform((~fringe).astype(np.uint8), cv2.DIST_L2, 5)
+    band = forehead & ~fringe & (distance <= 12)
+    clean = forehead & (distance > 20)
+    return band, clean
+
+
+def test_the_band_under_a_fringe_is_not_trusted_skin(unwrapped):
+    """Under the astronaut's fringe lies a band of skin darker than her forehead (the hair's
+    shadow, its thin tips), too close to the skin's colour to be judged on its own. Trusted
+    (weight 0.28 on average), every swap drew its edge as a wavy grey line across the
+    target's forehead; the fill takes it now, as it takes the fringe."""
+    raw, seen, source = unwrapped["photo"]
+    band, clean = _under_fringe(raw, seen)
+    assert band.sum() > 300 and clean.sum() > 300
+    lightness = np.log(np.maximum(raw, 1e-3)).mean(2)
+    assert np.median(lightness[clean]) - np.median(lightness[band]) > 0.3  # the shadow is there
+    assert source.weight[band].mean() < 0.2
+    assert source.weight[clean].mean() > 0.8  # the forehead beyond it is still the source's
+
+
 # -- the target's tone and light ---------------------------------------------------------------------
 
 
@@ -228,9 +255,11 @@ def test_a_left_and_a_right_profile_fill_each_others_far_side(profiles):
     for alone, own, other in ((only_left, left, right), (only_right, right, left)):
         mine = np.abs(merged.albedo[:, alone] - own.albedo[:, alone]).mean()
         assert mine < 0.02 and mine < 0.2 * np.abs(merged.albedo[:, alone] - other.albedo[:, alone]).mean()
-    # closer to the frontal photo's albedo than either profile alone
-    frontal = profiles["frontal"].payload.albedo
-    error = lambda source: np.abs(source.albedo - frontal).mean()  # noqa: E731
+    # closer to the frontal photo's albedo than either profile alone, where that is the
+    # photo's own skin (elsewhere it is a fill too: hair, the band under it, past the outline)
+    frontal = profiles["frontal"].payload
+    trusted = frontal.weight > 0.5
+    error = lambda source: np.abs(source.albedo[:, trusted] - frontal.albedo[:, trusted]).mean()  # noqa: E731
     assert error(merged) < min(error(left), error(right))
 
 

@@ -32,7 +32,9 @@ Then the verdicts are tidied, so that the fill takes no hair colour from what is
 half-judged: a texel seen too poorly to judge takes the verdict beside it (a fringe's
 grazing top), a partial verdict joined to a sure one above the brows or along a strand
 counts fully (hysteresis; not on the cheeks, where it is mostly a fold deeper on one
-side), and specks of skin inside what is not go with it.
+side), specks of skin inside what is not go with it, and above the brows the band
+beside hair that is darker than the clean skin around would have it (the hair's shadow,
+its thin tips) goes with the hair.
 
 The eyes, brows, lips and nostrils are the face's own whatever their colour: only the
 strand test looks there (not in the eyes). The swapper multiplies the confidence into the unwrap's visibility, so the
@@ -47,7 +49,14 @@ import cv2
 import numpy as np
 
 from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, canonical_mesh
-from gpu.swappers.mesh3d_geometry import LEFT_BROW, OUTER_LIP_CONTOUR, RIGHT_BROW, uv_face_regions, uv_polygon_mask
+from gpu.swappers.mesh3d_geometry import (
+    LEFT_BROW,
+    OUTER_LIP_CONTOUR,
+    RIGHT_BROW,
+    push_pull_fill,
+    uv_face_regions,
+    uv_polygon_mask,
+)
 
 NOSE_BOTTOM = (64, 98, 97, 2, 326, 327, 294, 278, 48)  # the alae, nostrils and columella: dark by nature
 FEATURE_MARGIN = 0.02  # of the texture: the protected features grown by this much
@@ -77,6 +86,12 @@ STRAND_FOLD_SHARE = (0.25, 0.5)  # ... from / fully at this share of the line's 
 VERDICT_REACH = 0.03  # of the texture: a texel seen too poorly to judge takes the worst verdict this near
 HYSTERESIS = (0.35, 0.8)  # an outlier above the first joined to one above the second counts fully
 ISLAND_RADIUS = 0.01  # of the texture: skin narrower than twice this between texels that are not skin is taken with them
+UNDER_HAIR_REACH = 0.05  # of the texture: above the brows, skin this near hair that is not skin ...
+UNDER_HAIR_DARK = (0.05, 0.15)  # ... and darker (log, low-passed) than the clean skin around would have it, from /
+# fully: the hair's shadow and its thin tips (the astronaut's fringe left a band ~12 texels deep, 0.2-0.4 darker than
+# the forehead below it, that every swap drew as a wavy grey line across the forehead)
+UNDER_HAIR_SIGMA = 0.005  # of the texture: the low pass it is judged on (a shadow is smooth; the skin's grain is not)
+HAIR_VERDICT = 0.2  # confidence below this is hair (or another thing over the face) for the band under it
 STRAND_FOREHEAD_REACH = 0.004  # of the texture: above the brows a line the other side has pairs it only this near
 # the mirrored place (at MIRROR_REACH a fringe's strands on both sides paired each other and stayed)
 
@@ -147,7 +162,28 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     # strands) go with it: kept, the fill spreads their hair colour as blotches
     confidence = cv2.morphologyEx(confidence, cv2.MORPH_OPEN, _disc(ISLAND_RADIUS, size))
     # an outlier's neighbours go with it (a strand's soft edges, a shadow's rim)
+    confidence = np.minimum(confidence, 1.0 - _under_hair(lightness, confidence, seen) * (1.0 - protected))
     return cv2.erode(confidence, np.ones((3, 3), np.uint8))
+
+
+def _under_hair(lightness: np.ndarray, confidence: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """(T, T) in [0, 1]: above the brows, the band of skin just beside hair judged not skin
+    that is darker than the clean skin around would have it there: the hair's cast shadow
+    and its thin, half-seen tips. Neither is far enough from the skin to be judged on its
+    own, and the fill above it made its edge a line. (The brows are dark by nature: the
+    caller leaves them out.)"""
+    size = lightness.shape[0]
+    forehead = 1.0 - _below_brows(size)
+    hair = (confidence < HAIR_VERDICT) & (seen > 0.05) & (forehead > 0.5)
+    if not hair.any():
+        return np.zeros_like(lightness)
+    reach = max(1, int(round(UNDER_HAIR_REACH * size)))
+    distance = cv2.distanceTransform((~hair).astype(np.uint8), cv2.DIST_L2, 5)
+    clean = (confidence * (distance > reach) * (seen > JUDGED_SEEN[1])).astype(np.float32)
+    expected = push_pull_fill(np.repeat(lightness[..., None], 3, axis=2), clean)[..., 0]
+    near = (distance > 0) & (distance <= reach)
+    smooth = cv2.GaussianBlur(lightness, (0, 0), UNDER_HAIR_SIGMA * size)
+    return _ramp(expected - smooth, *UNDER_HAIR_DARK) * near * forehead
 
 
 def _strands(lightness: np.ndarray, near: np.ndarray, below_brows: np.ndarray) -> np.ndarray:
