@@ -378,7 +378,7 @@ def test_a_smiling_sources_lips_thicken_a_closed_target_mouth_less(engine, swapp
     assert np.linalg.norm(moved - target, axis=1).mean() > 0.1  # the rest of the face still moves
     closed = sources["grace"]
     assert mesh3d._mouth_opening(closed.shape) < mesh3d.OPEN_MOUTH_FADE[0]
-    np.testing.assert_array_equal(mesh3d.source_shape_strength(closed), mesh3d.uv_masks().shape_strength)
+    np.testing.assert_array_equal(closed.shape_strength(), mesh3d.uv_masks().shape_strength)
 
 
 def test_a_tracks_neutral_shape_is_a_bounded_running_mean(swapper, sources):

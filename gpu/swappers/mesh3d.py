@@ -192,6 +192,17 @@ class Mesh3dSource:
             coarse = self._device["coarse"] = cv2.resize(image, (COARSE_SIZE, COARSE_SIZE), interpolation=cv2.INTER_AREA)
         return coarse
 
+    def shape_strength(self) -> np.ndarray:
+        """(468,) how much of this face's shape each vertex of a target takes: the more open
+        its mouth (``OPEN_MOUTH_FADE``), the more of its lips keep the target's shape, since
+        their outline is then its expression more than who it is."""
+        strength = self._device.get("shape_strength")
+        if strength is None:
+            wide = np.clip((_mouth_opening(self.shape) - OPEN_MOUTH_FADE[0]) / (OPEN_MOUTH_FADE[1] - OPEN_MOUTH_FADE[0]), 0.0, 1.0)
+            strength = uv_masks().shape_strength if wide == 0.0 else _shape_strength(canonical_mesh().vertices, wide * OPEN_MOUTH_LIPS_CM)
+            self._device["shape_strength"] = strength
+        return strength
+
     def albedo_like(self, frame) -> object:
         """The albedo on the frame's device: uploaded once per source, not once per frame."""
         if not is_device_array(frame):
@@ -238,18 +249,6 @@ def _shape_strength(vertices: np.ndarray, lips_cm: float = 0.0) -> np.ndarray:
     outline = distance_to(FACE_OUTLINE)
     near_outline = OUTLINE_STRENGTH + (1.0 - OUTLINE_STRENGTH) * np.clip(outline / SHAPE_FADE_CM, 0.0, 1.0)
     return (SHAPE_STRENGTH * np.minimum(near_opening, near_outline)).astype(np.float32)
-
-
-def source_shape_strength(source: Mesh3dSource) -> np.ndarray:
-    """(468,) how much of ``source``'s shape each vertex takes: the more open its mouth
-    (``OPEN_MOUTH_FADE``), the more of its lips keep the target's shape, since their outline
-    is then its expression more than who it is. Worked out once per source."""
-    strength = source._device.get("shape_strength")
-    if strength is None:
-        wide = np.clip((_mouth_opening(source.shape) - OPEN_MOUTH_FADE[0]) / (OPEN_MOUTH_FADE[1] - OPEN_MOUTH_FADE[0]), 0.0, 1.0)
-        strength = uv_masks().shape_strength if wide == 0.0 else _shape_strength(canonical_mesh().vertices, wide * OPEN_MOUTH_LIPS_CM)
-        source._device["shape_strength"] = strength
-    return strength
 
 
 @lru_cache(maxsize=2)
@@ -499,7 +498,7 @@ class Mesh3dSwapper:
         the target's neutral shape, both pose-normalised), in the target's pose."""
         shape = pose.normalise(points)
         neutral = self._neutral_shape(track_id, shape)
-        offsets = (source.shape - neutral) * source_shape_strength(source)[:, None]
+        offsets = (source.shape - neutral) * source.shape_strength()[:, None]
         return points + pose.apply_offsets(offsets)
 
     def _neutral_shape(self, track_id: int | None, shape: np.ndarray) -> np.ndarray:

@@ -351,7 +351,7 @@ def texel_visibility(points: np.ndarray, atlas: UvAtlas, scale: float = 1.0, nor
 
 def push_pull_fill(image: np.ndarray, weight: np.ndarray, levels: int = 8) -> np.ndarray:
     """Fill where ``weight`` is 0 from a weighted image pyramid (push-pull): holes take the
-    smooth average of what surrounds them, known pixels stay."""
+    smooth average of what surrounds them, known pixels stay. ``image`` is (H, W, C), any C."""
     image = image.astype(np.float32)
     weight = weight.astype(np.float32)
     pyramid = [(image * weight[..., None], weight)]
@@ -359,7 +359,8 @@ def push_pull_fill(image: np.ndarray, weight: np.ndarray, levels: int = 8) -> np
         values, weights = pyramid[-1]
         if min(weights.shape) <= 2:
             break
-        pyramid.append((cv2.pyrDown(values), cv2.pyrDown(weights)))
+        smaller = cv2.pyrDown(values)  # (one channel comes back without its axis)
+        pyramid.append((smaller.reshape(smaller.shape[0], smaller.shape[1], -1), cv2.pyrDown(weights)))
     values, weights = pyramid[-1]
     filled = values / np.maximum(weights, 1e-6)[..., None]
     for values, weights in reversed(pyramid[:-1]):

@@ -161,8 +161,8 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     # specks of "skin" inside what is not (a fringe's lighter strands, the gaps between
     # strands) go with it: kept, the fill spreads their hair colour as blotches
     confidence = cv2.morphologyEx(confidence, cv2.MORPH_OPEN, _disc(ISLAND_RADIUS, size))
-    # an outlier's neighbours go with it (a strand's soft edges, a shadow's rim)
     confidence = np.minimum(confidence, 1.0 - _under_hair(lightness, confidence, seen) * (1.0 - protected))
+    # an outlier's neighbours go with it (a strand's soft edges, a shadow's rim)
     return cv2.erode(confidence, np.ones((3, 3), np.uint8))
 
 
@@ -180,7 +180,7 @@ def _under_hair(lightness: np.ndarray, confidence: np.ndarray, seen: np.ndarray)
     reach = max(1, int(round(UNDER_HAIR_REACH * size)))
     distance = cv2.distanceTransform((~hair).astype(np.uint8), cv2.DIST_L2, 5)
     clean = (confidence * (distance > reach) * (seen > JUDGED_SEEN[1])).astype(np.float32)
-    expected = push_pull_fill(np.repeat(lightness[..., None], 3, axis=2), clean)[..., 0]
+    expected = push_pull_fill(lightness[..., None], clean)[..., 0]
     near = (distance > 0) & (distance <= reach)
     smooth = cv2.GaussianBlur(lightness, (0, 0), UNDER_HAIR_SIGMA * size)
     return _ramp(expected - smooth, *UNDER_HAIR_DARK) * near * forehead
