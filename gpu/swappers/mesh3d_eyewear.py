@@ -241,7 +241,7 @@ def _fill_with_texture(albedo: np.ndarray, frames: np.ndarray) -> np.ndarray:
     """The frames' texels filled from the skin around them: its smooth average (push-pull)
     plus the fine detail of the skin just above, below and to either side (a smooth strip
     where a rim was reads as a pale ghost of the frame; the sides of a ring run up and down,
-    where the skin above and below is the strip itself). The average is the skin's near
+    where the skin above and below is the strip itself; never the lids' lines). The average is the skin's near
     the frame, and takes nothing from a frame's soft edge (counted by how little frame it
     is, the edge's dark halo drew the rim again, faintly, as two lines along it) nor from
     the eyes and lids (an average over a wider area, eye whites included, left a pale band)."""
@@ -252,7 +252,10 @@ def _fill_with_texture(albedo: np.ndarray, frames: np.ndarray) -> np.ndarray:
     smooth = smooth + (1.0 - supported) * push_pull_fill(albedo, clear_skin)  # a hole wider than the levels reach
     filled = smooth * frames[..., None] + albedo * (1.0 - frames[..., None])
     detail = filled - cv2.GaussianBlur(filled, (0, 0), DETAIL_SIGMA * size)
-    clear = 1.0 - frames
+    # borrowed from skin only: the lids' lines and lashes, copied a shift away, drew a second
+    # crease above each eye (the lids grown by the reach of the detail's high pass)
+    reach = int(np.ceil(DETAIL_SIGMA * size)) + 1
+    clear = (1.0 - frames) * (1.0 - cv2.dilate(_lids(size), np.ones((2 * reach + 1,) * 2, np.uint8)))
     shift = max(1, int(round(DETAIL_SHIFT * size)))
     borrowed, counted = np.zeros_like(detail), np.zeros_like(clear)
     for step, axis in ((shift, 0), (-shift, 0), (shift, 1), (-shift, 1)):
