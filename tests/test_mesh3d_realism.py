@@ -105,6 +105,31 @@ def test_slanted_and_curved_strands_are_not_skin_but_mirrored_slanted_folds_are(
     assert confidence[(folds > 0) & away].mean() > 0.9
 
 
+def test_strands_that_mirror_each_other_on_the_forehead_are_not_skin_but_frown_lines_are():
+    """A parted fringe can put two strands at mirrored places; only near the middle are two
+    mirrored lines running down the forehead the face's own (frown lines, about as deep as
+    each other). The mirrored strands stayed on the code before (confidence 0.90), and the
+    fill copied each into the other's hole."""
+    size = 192
+    rng = np.random.default_rng(5)
+    albedo = np.full((size, size, 3), 1.0, np.float32) * (1.0 + rng.normal(0, 0.03, (size, size, 1))).astype(np.float32)
+    strands, frowns = np.zeros((size, size), np.uint8), np.zeros((size, size), np.uint8)
+    middle = (size - 1) / 2
+    for side in (-1, 1):
+        top, bottom = (middle + side * 0.12 * size, 0.06 * size), (middle + side * 0.15 * size, 0.3 * size)
+        cv2.line(strands, tuple(int(round(v)) for v in top), tuple(int(round(v)) for v in bottom), 1, 2)
+        cv2.line(frowns, (int(round(middle + side * 0.025 * size)), int(0.18 * size)),
+                 (int(round(middle + side * 0.03 * size)), int(0.28 * size)), 1, 1)
+    albedo[strands > 0] *= 0.45
+    albedo[frowns > 0] *= 0.7
+    protected, _ = _regions(size)
+    confidence = skin_confidence(albedo, np.ones((size, size), np.float32))
+    judged = (strands > 0) & (protected < 0.05) & _inside_face(size)
+    assert judged.sum() > 40
+    assert confidence[judged].mean() < 0.2
+    assert confidence[(frowns > 0) & (protected < 0.05)].mean() > 0.9
+
+
 def _inside_face(size: int) -> np.ndarray:
     from gpu.swappers.mesh3d_geometry import uv_face_regions
 

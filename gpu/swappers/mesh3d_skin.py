@@ -24,7 +24,8 @@ statistics of this face alone (no fixed colours):
   running down, straight, slanted or curving (looked for in 12 directions, with a
   minimum length), that the other side of the face does not have at the mirrored place
   and direction: hair falls down, while brows, lids, lips and forehead wrinkles run
-  across, folds come in pairs and a pore or a short wrinkle is not long enough. Judged
+  across, folds come in pairs and a pore or a short wrinkle is not long enough (above the
+  brows only frown lines pair: near the middle, about as deep as their mirror). Judged
   over the brows too (strands cross them), never in the eye openings; grown by two
   texels (a strand's soft sides would draw its outline).
 
@@ -93,7 +94,11 @@ UNDER_HAIR_DARK = (0.05, 0.15)  # ... and darker (log, low-passed) than the clea
 UNDER_HAIR_SIGMA = 0.005  # of the texture: the low pass it is judged on (a shadow is smooth; the skin's grain is not)
 HAIR_VERDICT = 0.2  # confidence below this is hair (or another thing over the face) for the band under it
 STRAND_FOREHEAD_REACH = 0.004  # of the texture: above the brows a line the other side has pairs it only this near
-# the mirrored place (at MIRROR_REACH a fringe's strands on both sides paired each other and stayed)
+# the mirrored place (at MIRROR_REACH a fringe's strands on both sides paired each other and stayed) ...
+FROWN_REACH = (0.06, 0.08)  # ... and only this near the face's middle line (fully / not at all): frown lines; a
+# fringe's strands further out that happen to mirror each other stayed, and each was copied into the other's hole
+STRAND_PAIR_SHARE = (0.4, 0.7)  # ... and only by one at least this share of its depth (a brow's own texture is
+# faint beside a strand over the other brow)
 
 
 def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -191,9 +196,12 @@ def _strands(lightness: np.ndarray, near: np.ndarray, below_brows: np.ndarray) -
     across, that run more down than across and that the other side of the face does not
     have at the mirrored place and direction: strands of hair, straight or curved (brows,
     lids, lips and forehead wrinkles run across; folds and the nose's sides come in pairs;
-    short wrinkles are not long enough). Above the brows a line is paired only by one at
-    nearly the mirrored place: the forehead's lines that run down are frown lines, close
-    to the middle and to their mirror images, and a fringe's strands lie on both sides.
+    short wrinkles are not long enough). Above the brows a line is paired only near the
+    face's middle, by one at nearly the mirrored place and about as deep: the forehead's
+    lines that run down are frown lines, close to the middle and to their mirror images,
+    and a fringe's strands lie on both sides (two that happened to mirror each other stayed,
+    and each was copied into the other's hole; a brow's faint texture paired a strand over
+    the other brow).
     Beside the nose and mouth, where the smile's folds run, a line is paired by one
     farther from the mirrored place and half as deep: a smile is seldom symmetric (a fold
     taken for a strand was filled as a flat patch beside the mouth)."""
@@ -220,14 +228,23 @@ def _strands(lightness: np.ndarray, near: np.ndarray, below_brows: np.ndarray) -
         # the mirror image of a line at this angle runs at the mirrored angle (one step either way allowed)
         mirrored = (STRAND_ANGLES - step) % STRAND_ANGLES
         paired = np.maximum.reduce([responses[(mirrored + d) % STRAND_ANGLES] for d in (-1, 0, 1)])[:, ::-1]
-        pairing = below_brows * cv2.dilate(paired, near) + (1.0 - below_brows) * cv2.dilate(paired, forehead_near)
-        unpaired = 1.0 - _ramp(pairing, *STRAND_DEPTH)
+        below = below_brows * _ramp(cv2.dilate(paired, near), *STRAND_DEPTH)
+        mirrored_here = cv2.dilate(paired, forehead_near)
+        above = _ramp(mirrored_here, *STRAND_DEPTH) * _ramp(mirrored_here / np.maximum(response, 1e-3), *STRAND_PAIR_SHARE)
+        unpaired = 1.0 - below - (1.0 - below_brows) * above * _middle(size)
         # beside the nose and mouth a fold fainter on the other side still pairs it
         relative = cv2.dilate(paired, fold_near) / np.maximum(response, 1e-3)
         unpaired = np.minimum(unpaired, 1.0 - folds * _ramp(relative, *STRAND_FOLD_SHARE))
         strand = np.maximum(strand, _ramp(response, *STRAND_DEPTH) * unpaired * steep)
     # a strand's soft, anti-aliased sides go with it: left in, they draw its outline
     return cv2.dilate(strand, np.ones((5, 5), np.uint8))
+
+
+@lru_cache(maxsize=2)
+def _middle(size: int) -> np.ndarray:
+    """(1, T) float32: 1 near the face's middle line, where frown lines run (``FROWN_REACH``)."""
+    off_centre = np.abs(np.arange(size, dtype=np.float32) - (size - 1) / 2) / size
+    return _ramp(FROWN_REACH[1] - off_centre, 0.0, FROWN_REACH[1] - FROWN_REACH[0])[None, :]
 
 
 @lru_cache(maxsize=2)
