@@ -72,6 +72,7 @@ from gpu.swappers.mesh3d_geometry import (
     uv_polygon_mask,
     vertex_normals,
 )
+from gpu.swappers.mesh3d_channels import channel_reliability, from_reliable_channels
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
 from gpu.swappers.mesh3d_falloff import position_light
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
@@ -304,6 +305,11 @@ def _source_lit(source: Mesh3dSource) -> _SkinLighting:
     return _SkinLighting(source.lighting, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32), empty, empty, typical)
 
 
+def _skin_mean(values: np.ndarray, skin: np.ndarray) -> np.ndarray:
+    """(C,) the mean of per-texel ``values`` (P, C) over the skin (``skin`` (P,) weights)."""
+    return (values * skin[:, None]).sum(0) / max(float(skin.sum()), 1e-6)
+
+
 def _unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
 
@@ -370,9 +376,12 @@ class Mesh3dSwapper:
         lighting = _skin_lighting(points, lambda at: _sample_image(image, at), occlusion=True)
         if lighting is None:
             raise NoFaceError("too little of the source face's skin is visible; use a more frontal photo")
+        skin = visibility * plain_skin_texels(TEXTURE_SIZE)
+        # a channel the photo crushed to black or clipped white holds no picture: the others' detail stands in
+        reliability = channel_reliability(colours)
         shading = np.maximum(lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles)))), 1e-3)
-        shading = shading * position_light(colours / shading, at, visibility * plain_skin_texels(TEXTURE_SIZE))[:, None]
-        albedo = np.clip(colours / shading, 0.0, ALBEDO_MAX)
+        shading = shading * position_light(from_reliable_channels(colours / shading, reliability), at, skin)[:, None]
+        albedo = np.clip(from_reliable_channels(colours / shading, reliability), 0.0, ALBEDO_MAX)
         visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)
         weight_image = atlas.scatter(visibility[:, None])[..., 0]
@@ -389,7 +398,7 @@ class Mesh3dSwapper:
         shape = fit_pose(points).normalise(points)
         return Mesh3dSource(
             albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
-            lighting=lighting.coefficients,
+            lighting=from_reliable_channels(lighting.coefficients, _skin_mean(reliability, skin)),
             shape=shape.astype(np.float32),
             weight=np.clip(weight_image * confidence, 0.0, 1.0).astype(np.float32),
         )
