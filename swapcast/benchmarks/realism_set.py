@@ -2,7 +2,8 @@
 derived from the two sample faces and split in two halves (tune on one, report on the other).
 
 Sources (each person's photo, degraded the ways uploads hurt a swap most):
-grey and sepia prints, colour casts, a face cut small out of a group photo (80-90 px wide,
+grey and sepia prints, colour casts (mild, and strong enough to crush a channel to black or
+clip it white: sodium street light, a red stage light), a face cut small out of a group photo (80-90 px wide,
 JPEG), hair strands drawn over the forehead and a cheek, a dark background with a hard side
 light, lowered lids (looking down, half closed), the photo and its mirror image.
 
@@ -10,9 +11,10 @@ Targets: the other person frontal (as is or mirrored), under warm, cool and side
 turned 30 degrees, a composited group photo (three heads, small, turned and lit warm or
 cool) and a clip of a small 3/4-view face moving (pan or zoom).
 
-The halves share no variant: ``tune`` has the photo, grey, a warm cast, 90 px, one set of
-strands, light from the left, gaze down; ``held`` the mirror image, sepia, a cool cast,
-80 px, other strands on the other side, light from the right, half-closed lids -- and the
+The halves share no variant: ``tune`` has the photo, grey, a warm cast, sodium light, 90 px,
+one set of strands, light from the left, gaze down; ``held`` the mirror image, sepia, a cool
+cast, a red stage light, 80 px, other strands on the other side, light from the right,
+half-closed lids -- and the
 targets likewise (see ``SOURCE_VARIANTS`` and ``TARGET_VARIANTS``). Everything is
 deterministic: the same set every run.
 """
@@ -41,8 +43,8 @@ from swapcast.benchmarks.pose_set import (
 
 HALVES = ("tune", "held")
 SOURCE_VARIANTS = {
-    "tune": ("photo", "grey", "warm_cast", "small90", "hair_a", "dark_side_left", "gaze_down"),
-    "held": ("mirrored", "sepia", "cool_cast", "small80", "hair_b", "dark_side_right", "lids_half"),
+    "tune": ("photo", "grey", "warm_cast", "sodium", "small90", "hair_a", "dark_side_left", "gaze_down"),
+    "held": ("mirrored", "sepia", "cool_cast", "stage_red", "small80", "hair_b", "dark_side_right", "lids_half"),
 }
 TARGET_VARIANTS = {
     "tune": ("frontal", "warm", "side_left", "yaw+30", "group_a"),
@@ -180,6 +182,20 @@ def _cast(gains: tuple[float, float, float]) -> Callable[[np.ndarray], np.ndarra
     return make
 
 
+def _coloured_light(gains: tuple[float, float, float]) -> Callable[[np.ndarray], np.ndarray]:
+    """The photo under light of another colour and strength: ``gains`` on linear RGB,
+    re-encoded to sRGB and clipped (a weak channel crushed to black, a strong one clipped)."""
+
+    def make(photo: np.ndarray) -> np.ndarray:
+        values = photo.astype(np.float32) / 255.0
+        linear = np.where(values <= 0.04045, values / 12.92, ((values + 0.055) / 1.055) ** 2.4)
+        lit = np.clip(linear * np.array(gains, np.float32), 0.0, 1.0)
+        encoded = np.where(lit <= 0.0031308, 12.92 * lit, 1.055 * lit ** (1 / 2.4) - 0.055)
+        return (encoded * 255.0 + 0.5).astype(np.uint8)
+
+    return make
+
+
 def _small(face_width: float) -> Callable[[np.ndarray], np.ndarray]:
     """The photo scaled so its face is ``face_width`` px wide, saved as a middling JPEG:
     a face cut out of a group photo."""
@@ -288,6 +304,8 @@ _SOURCE_MAKERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sepia": _sepia,
     "warm_cast": _cast((1.12, 0.94, 0.66)),
     "cool_cast": _cast((0.78, 0.97, 1.2)),
+    "sodium": _coloured_light((1.0, 0.6, 0.02)),  # the blue crushed to black
+    "stage_red": _coloured_light((1.6, 0.3, 0.15)),  # the red clipped on the lit skin, green and blue dim
     "small90": _small(90.0),
     "small80": _small(80.0),
     "hair_a": _hair(seed=11, right_side=False),
