@@ -10,7 +10,12 @@ import pytest
 from gpu.options import SwapOptions
 from gpu.swappers.base import run_jobs
 from gpu.swappers.mesh3d import Mesh3dSwapper
-from gpu.swappers.mesh3d_channels import channel_reliability, from_reliable_channels
+from gpu.swappers.mesh3d_channels import (
+    STAND_IN_CONTRAST,
+    albedo_from_reliable_channels,
+    channel_reliability,
+    from_reliable_channels,
+)
 from swapcast.benchmarks.realism import face_regions
 
 
@@ -28,6 +33,17 @@ def test_a_dead_channel_takes_its_detail_from_the_channels_beside_it_in_waveleng
     # skin's blue follows its green (red lids and lips stay red, not purple)
     np.testing.assert_allclose(mixed[:, 2], (0.25 * albedo[:, 0] + albedo[:, 1]) / 1.25, rtol=1e-5)
     assert from_reliable_channels(albedo, np.ones(3, np.float32)) is albedo
+
+
+def test_a_clipped_red_takes_greens_detail_softened_as_skins_red_is():
+    """Skin's red is its smoothest channel: in an albedo, red's stand-in is green's detail
+    (log units) at ``STAND_IN_CONTRAST`` of its contrast, not green's own darker wrinkles."""
+    rng = np.random.default_rng(2)
+    albedo = np.exp(rng.normal(0.0, 0.2, (50, 3))).astype(np.float32)
+    clipped_red = np.array([0.0, 1.0, 0.0], np.float32)  # only green holds here
+    mixed = albedo_from_reliable_channels(albedo, clipped_red)
+    np.testing.assert_allclose(mixed[:, 1], albedo[:, 1], rtol=1e-5)
+    np.testing.assert_allclose(np.log(mixed[:, 0]), STAND_IN_CONTRAST[0] * np.log(albedo[:, 1]), atol=1e-5)
 
 
 def _linear(image: np.ndarray) -> np.ndarray:
@@ -61,7 +77,7 @@ def swaps(engine, astronaut_image, grace_image):
 @pytest.mark.parametrize("light", ["sodium", "overexposed"])
 def test_a_colour_cast_source_swaps_like_its_clean_photo(swaps, light):
     """A source's colour is not who it is: the swap from a sodium-lit or an overexposed
-    photo differs from the clean photo's by a mean CIE76 of 2.9 and 2.7 over the skin (on
+    photo differs from the clean photo's by a mean CIE76 of 2.8 and 2.9 over the skin (on
     the code before, 3.4 and 3.7: yellow irises and dark smudges from the crushed blue,
     blue-purple lips from the clipped red)."""
     outputs, regions = swaps
@@ -71,4 +87,4 @@ def test_a_colour_cast_source_swaps_like_its_clean_photo(swaps, light):
 
     skin = regions.skin > 0
     difference = np.linalg.norm((lab(outputs[light]) - lab(outputs["photo"]))[skin], axis=1).mean()
-    assert difference < 3.1
+    assert difference < 3.2

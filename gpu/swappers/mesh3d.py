@@ -72,7 +72,7 @@ from gpu.swappers.mesh3d_geometry import (
     uv_polygon_mask,
     vertex_normals,
 )
-from gpu.swappers.mesh3d_channels import channel_reliability, from_reliable_channels
+from gpu.swappers.mesh3d_channels import albedo_from_reliable_channels, channel_reliability, from_reliable_channels
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
 from gpu.swappers.mesh3d_falloff import position_light
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
@@ -380,8 +380,8 @@ class Mesh3dSwapper:
         # a channel the photo crushed to black or clipped white holds no picture: the others' detail stands in
         reliability = channel_reliability(colours)
         shading = np.maximum(lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles)))), 1e-3)
-        shading = shading * position_light(from_reliable_channels(colours / shading, reliability), at, skin)[:, None]
-        albedo = np.clip(from_reliable_channels(colours / shading, reliability), 0.0, ALBEDO_MAX)
+        shading = shading * position_light(albedo_from_reliable_channels(colours / shading, reliability), at, skin)[:, None]
+        albedo = np.clip(albedo_from_reliable_channels(colours / shading, reliability), 0.0, ALBEDO_MAX)
         visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)
         weight_image = atlas.scatter(visibility[:, None])[..., 0]

@@ -22,6 +22,9 @@ CLIPPED_LEVEL = (0.95, 0.99)  # ... and above which, towards clipped white
 STAND_IN = np.array([[0.0, 1.0, 0.25],  # red's detail taken from green, a little from blue
                      [0.5, 0.0, 0.5],  # green's from red and blue alike
                      [0.25, 1.0, 0.0]], np.float32)  # blue's from green, a little from red
+STAND_IN_CONTRAST = np.array([0.6, 1.0, 1.0], np.float32)  # of the stand-ins' detail (log) each channel takes: skin's
+# red is its smoothest channel (light scatters under the skin), and green's detail in its place drew a clipped-red
+# face's wrinkles and blotches dark and dirty
 
 
 def channel_reliability(colours: np.ndarray) -> np.ndarray:
@@ -40,7 +43,24 @@ def from_reliable_channels(values: np.ndarray, reliability: np.ndarray) -> np.nd
     reliability = np.broadcast_to(reliability, values.shape).astype(np.float32)
     if float(reliability.min()) >= 1.0:
         return values
-    support = reliability @ STAND_IN.T  # per channel: how much of its stand-ins holds
-    stand_in = (values * reliability) @ STAND_IN.T / np.maximum(support, 1e-6)
-    trust = np.maximum(reliability, 1.0 - np.clip(support / 0.5, 0.0, 1.0))  # no stand-in: its own, however poor
+    stand_in, trust = _stand_in(values, reliability)
     return (values * trust + stand_in * (1.0 - trust)).astype(values.dtype)
+
+
+def albedo_from_reliable_channels(albedo: np.ndarray, reliability: np.ndarray) -> np.ndarray:
+    """``from_reliable_channels`` for an albedo (> 0, each channel relative to its own skin):
+    the stand-ins' detail taken in log units, at each channel's ``STAND_IN_CONTRAST``."""
+    reliability = np.broadcast_to(reliability, albedo.shape).astype(np.float32)
+    if float(reliability.min()) >= 1.0:
+        return albedo
+    logs = np.log(np.maximum(albedo, 1e-3))
+    stand_in, trust = _stand_in(logs, reliability)
+    return np.exp(logs * trust + stand_in * STAND_IN_CONTRAST * (1.0 - trust)).astype(albedo.dtype)
+
+
+def _stand_in(values: np.ndarray, reliability: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(what stands in for each channel, how much each keeps its own): where none of its
+    stand-ins holds, a channel keeps its own, however poor."""
+    support = reliability @ STAND_IN.T
+    stand_in = (values * reliability) @ STAND_IN.T / np.maximum(support, 1e-6)
+    return stand_in, np.maximum(reliability, 1.0 - np.clip(support / 0.5, 0.0, 1.0))
