@@ -17,6 +17,7 @@ from gpu.swappers.mesh3d_channels import (
     from_reliable_channels,
 )
 from swapcast.benchmarks.realism import face_regions
+from swapcast.benchmarks.realism_set import _coloured_light
 
 
 def test_a_channel_crushed_to_black_or_clipped_white_does_not_count():
@@ -46,17 +47,6 @@ def test_a_clipped_red_takes_greens_detail_softened_as_skins_red_is():
     np.testing.assert_allclose(np.log(mixed[:, 0]), STAND_IN_CONTRAST[0] * np.log(albedo[:, 1]), atol=1e-5)
 
 
-def _linear(image: np.ndarray) -> np.ndarray:
-    values = image.astype(np.float32) / 255.0
-    return np.where(values <= 0.04045, values / 12.92, ((values + 0.055) / 1.055) ** 2.4)
-
-
-def _srgb(values: np.ndarray) -> np.ndarray:
-    values = np.clip(values, 0.0, 1.0)
-    encoded = np.where(values <= 0.0031308, 12.92 * values, 1.055 * values ** (1 / 2.4) - 0.055)
-    return (encoded * 255.0 + 0.5).astype(np.uint8)
-
-
 @pytest.fixture(scope="module")
 def swaps(engine, astronaut_image, grace_image):
     """The astronaut's photo as it is, under sodium light (blue crushed to black) and
@@ -65,7 +55,7 @@ def swaps(engine, astronaut_image, grace_image):
     face = engine.analyse_image(grace_image)[0]
     outputs = {}
     for name, gains in (("photo", (1.0, 1.0, 1.0)), ("sodium", (1.0, 0.6, 0.02)), ("overexposed", (2.6, 2.2, 2.0))):
-        photo = _srgb(_linear(astronaut_image) * np.array(gains, np.float32))
+        photo = _coloured_light(gains)(astronaut_image)
         source = swapper.register(photo, engine.analyse_image(photo)[0])
         frame = grace_image.copy()
         job = swapper.prepare(frame, face, source, SwapOptions())
