@@ -3,7 +3,8 @@ resume a session without re-running detection: an ``.npz`` archive (no pickle) o
 its identity and the swapper's own data. The mesh texture was cut from 8-bit pixels, so it
 is stored as uint8 without loss (4x smaller); mesh3d's albedo is stored as uint8 too (a step
 of ALBEDO_MAX/255 ~ 0.8 % of the skin's brightness, below what shows), and its per-texel
-weight (what several photos are merged by) as uint8 where it has one."""
+weight (what several photos are merged by) as uint8 where it has one, with how many
+texels a pixel of its photo spanned (what its sharpening on a larger face is sized by)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def encode_source(swapper: str, face: Face, identity: np.ndarray, payload: Any) 
         arrays["shape"] = payload.shape
         if payload.weight is not None:
             arrays["weight"] = np.round(np.clip(payload.weight, 0.0, 1.0) * 255.0).astype(np.uint8)
+        arrays["photo_texels"] = np.array(payload.photo_texels, dtype=np.float32)
     else:
         arrays["latent"] = np.asarray(payload, dtype=np.float32)
     buffer = io.BytesIO()
@@ -81,7 +83,24 @@ def decode_source(data: bytes, swapper: str) -> tuple[Face, np.ndarray, Any]:
         payload = Mesh3dSource(
             albedo=arrays["albedo"].astype(np.float32) * (ALBEDO_MAX / 255.0), lighting=arrays["lighting"], shape=arrays["shape"],
             weight=None if weight is None else weight.astype(np.float32) / 255.0,
+            photo_texels=_photo_texels(arrays.get("photo_texels")),
         )
     else:
         payload = arrays["latent"]
     return face, arrays["identity"], payload
+
+
+MAX_PHOTO_TEXELS = 64.0  # a photo whose pixel spans more of the albedo than this had a face a few pixels wide
+
+
+def _photo_texels(stored: np.ndarray | None) -> float:
+    """The stored source's texels per photo pixel; 0 (never sharpened) for bytes stored before
+    it was kept."""
+    if stored is None:
+        return 0.0
+    if stored.shape != () or not np.issubdtype(stored.dtype, np.floating):
+        raise SourceCodecError("stored source face is damaged: photo_texels is not a number")
+    value = float(stored)
+    if not 0.0 <= value <= MAX_PHOTO_TEXELS:  # NaN fails too
+        raise SourceCodecError(f"stored source face is damaged: photo_texels {value} is outside 0-{MAX_PHOTO_TEXELS:g}")
+    return value

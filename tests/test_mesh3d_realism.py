@@ -295,6 +295,17 @@ def test_a_left_and_a_right_profile_fill_each_others_far_side(profiles):
     assert error(merged) < min(error(left), error(right))
 
 
+def test_merged_photos_are_sharpened_by_their_resolution_averaged_by_what_each_saw():
+    def source(photo_texels: float, seen: float) -> Mesh3dSource:
+        return Mesh3dSource(np.ones((3, 8, 8), np.float32), np.zeros((9, 3), np.float32), np.zeros((468, 3), np.float32),
+                            weight=np.full((8, 8), seen, np.float32), photo_texels=photo_texels)
+
+    assert merge_sources([source(2.0, 0.75), source(4.0, 0.25)]).photo_texels == pytest.approx(2.5)
+    # a photo stored before its resolution was kept does not count
+    assert merge_sources([source(0.0, 0.9), source(4.0, 0.1)]).photo_texels == pytest.approx(4.0)
+    assert merge_sources([source(0.0, 0.5), source(0.0, 0.5)]).photo_texels == 0.0
+
+
 def test_merging_takes_the_shape_and_identity_from_all(profiles):
     faces = [profiles["left"], profiles["right"]]
     merged = merge_source_faces("mesh3d", faces)

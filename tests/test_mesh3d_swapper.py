@@ -248,6 +248,54 @@ def test_a_small_photo_is_not_softened_twice(engine, astronaut_image, grace_imag
     assert 1.6 < spans[0] / spans[1] < 2.4 and spans[0] > 2.5
 
 
+def test_a_small_photo_is_sharpened_on_a_larger_face_and_left_as_it_is_on_one_as_small(engine, swapper, sources, grace_image):
+    """A source photo's pixel blown up over two frame pixels or more (the astronaut's ~95 px
+    face on Grace Hopper's ~190 px one) is blurred over its neighbours: the swap takes that
+    softness back, so its eyes and brows are as crisp as the frame around them. On a face as
+    small as the photo's (Grace Hopper shrunk to the astronaut's size) nothing changes."""
+    import cv2
+
+    small_source = sources["astronaut"]
+    assert small_source.photo_texels > 2.5
+    unknown = replace(small_source, photo_texels=0.0)  # a source stored before the photo's size was kept
+
+    def detail(image: np.ndarray, face: Face) -> float:
+        """The detail a few pixels across (a band-pass) around the face's eyes: their lids' and lashes' edges."""
+        eyes = face.mesh[list(LEFT_EYE_CONTOUR + RIGHT_EYE_CONTOUR)]
+        (x0, y0), (x1, y1) = (eyes.min(0) - 12).astype(int), (eyes.max(0) + 12).astype(int)
+        grey = image[y0:y1, x0:x1].astype(np.float32).mean(2)
+        return float(np.abs(cv2.GaussianBlur(grey, (0, 0), 1.0) - cv2.GaussianBlur(grey, (0, 0), 3.0)).mean())
+
+    large_face = engine.analyse_image(grace_image)[0]
+    sharpened, job = _swap(engine, swapper, small_source, grace_image)
+    plain, plain_job = _swap(engine, swapper, unknown, grace_image)
+    assert job.feeds["albedo"] is not small_source.albedo and plain_job.feeds["albedo"] is unknown.albedo
+    assert detail(sharpened, large_face) > 1.08 * detail(plain, large_face)  # 1.14 when written
+    # the face's colour and light are the same: only its finest detail changed
+    x0, y0, x1, y1 = large_face.box.astype(int)
+    blurred = [cv2.GaussianBlur(image[y0:y1, x0:x1].astype(np.float32), (0, 0), 4.0) for image in (sharpened, plain)]
+    assert np.abs(blurred[0] - blurred[1]).mean() < 1.0
+
+    shrunk = cv2.resize(grace_image, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA)
+    same_size, job = _swap(engine, swapper, small_source, shrunk)
+    assert job.feeds["albedo"] is small_source.albedo
+    np.testing.assert_array_equal(same_size, _swap(engine, swapper, unknown, shrunk)[0])
+
+
+def test_the_sharpening_grows_with_the_blow_up_in_steps_and_is_cached():
+    source = Mesh3dSource(albedo=np.random.default_rng(0).uniform(0.5, 1.5, (3, 32, 32)).astype(np.float32),
+                          lighting=np.zeros((9, 3), np.float32), shape=np.zeros((468, 3), np.float32), photo_texels=3.0)
+    start, full, amount = mesh3d.UPSCALE_SHARPENING
+    amounts = [source.sharpening(3.0 / upscale) for upscale in (0.5, start, (start + full) / 2, full, 4 * full)]
+    assert amounts[0] == amounts[1] == 0.0 and 0.0 < amounts[2] < amounts[3] == amounts[4] == amount
+    assert all(a / mesh3d.SHARPENING_STEP == round(a / mesh3d.SHARPENING_STEP) for a in amounts)
+    assert replace(source, photo_texels=0.0).sharpening(0.5) == 0.0
+    sharp = source.sharpened(amounts[2])
+    assert sharp is source.sharpened(amounts[2]) and sharp.shape == source.albedo.shape
+    assert sharp.std() > source.albedo.std() and 0.0 <= sharp.min() and sharp.max() <= mesh3d.ALBEDO_MAX
+    assert source.albedo_like(np.zeros((4, 4, 3), np.uint8), amounts[2]) is sharp
+
+
 def test_grazing_but_seen_texels_keep_their_detail(engine, sources, grace_image):
     """The cheeks a frontal photo sees at a grazing angle (what a turned target shows
     large) keep their own texture, not a smooth fill: at least half the detail of the

@@ -63,6 +63,7 @@ def test_a_mesh3d_source_is_stored_compactly_and_comes_back():
     np.testing.assert_array_equal(restored.lighting, payload.lighting)
     np.testing.assert_array_equal(restored.shape, payload.shape)
     assert restored.weight is None  # a source stored without per-texel weights: all trusted
+    assert restored.photo_texels == 0.0  # ... and without the photo's resolution: never sharpened
 
 
 def test_a_mesh3d_sources_texel_weights_travel_and_older_bytes_still_decode():
@@ -90,9 +91,40 @@ def test_a_mesh3d_sources_texel_weights_travel_and_older_bytes_still_decode():
     np.savez_compressed(buffer, **older)
     _, _, restored = decode_source(buffer.getvalue(), "mesh3d")
     assert restored.weight is None
+    assert restored.photo_texels == 0.0
     np.testing.assert_allclose(restored.albedo, payload.albedo, atol=2 / 510 + 1e-6)
     with pytest.raises(SourceCodecError, match="prepared for the mesh3d swapper; this node runs mesh"):
         decode_source(data, "mesh")
+
+
+def _mesh3d_bytes(**entries) -> bytes:
+    """A stored mesh3d source whose archive entries are replaced by ``entries``."""
+    import io
+
+    from gpu.source_codec import encode_source
+    from gpu.swappers.mesh3d import Mesh3dSource
+    from gpu.types import Face
+
+    mesh = np.random.default_rng(2).uniform(100, 200, (468, 2)).astype(np.float32)
+    face = Face(box=np.array([100, 100, 200, 200], np.float32), kps=mesh[:5], mesh=mesh)
+    payload = Mesh3dSource(albedo=np.ones((3, 16, 16), np.float32), lighting=np.zeros((9, 3), np.float32),
+                           shape=np.zeros((468, 3), np.float32), photo_texels=3.25)
+    data = encode_source("mesh3d", face, np.zeros(128, np.float32), payload)
+    with np.load(io.BytesIO(data)) as archive:
+        arrays = {name: archive[name] for name in archive.files} | entries
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_a_mesh3d_sources_photo_resolution_travels_and_a_forged_one_is_refused():
+    """How many texels a pixel of the photo spanned sizes the swap's sharpening on a larger
+    face; stored bytes come from the registry, so a value no photo gives is an error."""
+    assert decode_source(_mesh3d_bytes(), "mesh3d")[2].photo_texels == pytest.approx(3.25)
+    for forged in (np.array(np.nan, np.float32), np.array(-1.0), np.array(1e9), np.array([1.0, 2.0]), np.array("3.0"),
+                   np.array(3)):
+        with pytest.raises(SourceCodecError, match="damaged: photo_texels"):
+            decode_source(_mesh3d_bytes(photo_texels=forged), "mesh3d")
 
 
 def test_a_mesh_source_survives_bytes(astronaut_image):

@@ -133,6 +133,13 @@ ANTI_ALIAS_SIGMA = 0.6  # crop pixels: the albedo is low-passed to what the crop
 # bilinearly at ~2 texels a pixel without it, fine detail (wrinkles, the skin's pores) aliases and shimmers as the
 # face moves by fractions of a pixel (Grace Hopper onto the astronaut's clips: flicker 1.08 -> 1.03)
 PHOTO_SOFTNESS = 0.5  # photo pixels: the Gaussian sigma an unwrap by bilinear sampling is as soft as
+UPSCALE_SHARPENING = (1.2, 2.0, 1.0)  # a source photo's pixel spanning from / fully at this many frame pixels of the
+# target (a small photo's face on a larger face) gets its unwrap's softness taken back by an unsharp mask of this
+# amount: each photo pixel is blurred over its neighbours there, and the face read as a blurred patch in a sharp
+# frame (the astronaut's ~95 px face onto Grace Hopper's: d(out, src) 0.384 -> 0.375, eyes and brows crisp).
+# Chosen per frame from the target's face size: sharpening for the crop's size alone made a small photo onto a
+# face as small harsh
+SHARPENING_STEP = 1 / 8  # the amount is rounded to this, one albedo cached per step in use
 SEAM_INSET = 0.008  # the seam runs this far (in UV) inside the mesh outline
 FINE_FEATHER = 0.5  # of the feather option: the blend mask's own fade. The pyramid widens it for the low
 # frequencies (its coarsest level spans 16 crop pixels), so fine detail switches within a few pixels and no band
@@ -167,6 +174,7 @@ class Mesh3dSource:
     lighting: np.ndarray  # (9, 3) float32 SH coefficients of the source photo
     shape: np.ndarray  # (468, 3) float32 canonical-frame shape (pose and size removed)
     weight: np.ndarray | None = None  # (T, T) float32 in [0, 1]: seen (cos^2) x skin confidence; None: all trusted
+    photo_texels: float = 0.0  # albedo texels one pixel of the photo spans (0: not known, never sharpened)
     _device: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # derived copies
 
     def albedo_small(self) -> np.ndarray:
@@ -204,14 +212,38 @@ class Mesh3dSource:
             self._device["shape_strength"] = strength
         return strength
 
-    def albedo_like(self, frame) -> object:
-        """The albedo on the frame's device: uploaded once per source, not once per frame."""
-        if not is_device_array(frame):
+    def sharpening(self, texels_per_frame_pixel: float) -> float:
+        """How much of the photo's softness to take back on a target whose frame pixel
+        spans ``texels_per_frame_pixel`` texels (see ``UPSCALE_SHARPENING``), in steps."""
+        if self.photo_texels <= 0.0 or texels_per_frame_pixel <= 0.0:
+            return 0.0
+        start, full, amount = UPSCALE_SHARPENING
+        upscale = self.photo_texels / texels_per_frame_pixel
+        share = float(np.clip((upscale - start) / (full - start), 0.0, 1.0))
+        return round(amount * share / SHARPENING_STEP) * SHARPENING_STEP
+
+    def sharpened(self, amount: float) -> np.ndarray:
+        """(3, T, T) the albedo with ``amount`` of an unsharp mask as wide as the photo's
+        unwrap is soft (``PHOTO_SOFTNESS`` photo pixels); the albedo itself at 0."""
+        if amount <= 0.0:
             return self.albedo
-        albedo = self._device.get("albedo")
-        if albedo is None:
-            albedo = self._device["albedo"] = array_module(frame).asarray(self.albedo)
-        return albedo
+        sharp = self._device.get(("sharpened", amount))
+        if sharp is None:
+            soft = cv2.GaussianBlur(self.albedo_image(), (0, 0), PHOTO_SOFTNESS * self.photo_texels)
+            sharp = np.clip(self.albedo_image() * (1.0 + amount) - soft * amount, 0.0, ALBEDO_MAX)
+            sharp = self._device[("sharpened", amount)] = np.ascontiguousarray(sharp.transpose(2, 0, 1), dtype=np.float32)
+        return sharp
+
+    def albedo_like(self, frame, sharpening: float = 0.0) -> object:
+        """The albedo (``sharpened`` by ``sharpening``) on the frame's device: uploaded once
+        per source and amount, not once per frame."""
+        albedo = self.sharpened(sharpening)
+        if not is_device_array(frame):
+            return albedo
+        uploaded = self._device.get(("device", sharpening))
+        if uploaded is None:
+            uploaded = self._device[("device", sharpening)] = array_module(frame).asarray(albedo)
+        return uploaded
 
 
 @dataclass(frozen=True)
@@ -394,13 +426,15 @@ class Mesh3dSwapper:
         if _mouth_opening(points) > OPEN_MOUTH:
             filled = closed_lips(filled)
         filled = _smooth_skin_chroma(filled)
-        filled = self._anti_aliased(filled, texels_per_pixel(points, atlas.size))
+        photo_texels = texels_per_pixel(points, atlas.size)
+        filled = self._anti_aliased(filled, photo_texels)
         shape = fit_pose(points).normalise(points)
         return Mesh3dSource(
             albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
             lighting=from_reliable_channels(lighting.coefficients, _skin_mean(reliability, skin)),
             shape=shape.astype(np.float32),
             weight=np.clip(weight_image * confidence, 0.0, 1.0).astype(np.float32),
+            photo_texels=photo_texels,
         )
 
     def _anti_aliased(self, albedo: np.ndarray, photo_texels_per_pixel: float = 0.0) -> np.ndarray:
@@ -452,6 +486,7 @@ class Mesh3dSwapper:
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
         target_planes = xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0
+        texels_per_crop_pixel = TEXELS_PER_CROP_PIXEL * source.albedo.shape[-1] / size
         kept_as_is = openings
         if eye_map is not None:  # the target's eyes, in the source's eye shape
             eyes, target_planes = _target_eyes(host_crop, eye_map, target_planes, xp)
@@ -461,7 +496,7 @@ class Mesh3dSwapper:
         context = {"mask": paste, "target": host_crop, "face": np.minimum(mask, 1.0 - kept_as_is)}
         feeds = {
             "target": target_planes,
-            "albedo": source.albedo_like(frame),
+            "albedo": source.albedo_like(frame, source.sharpening(texels_per_crop_pixel * scale)),
             "shading": xp.asarray(np.ascontiguousarray(shading.transpose(2, 0, 1))),
             "grid": xp.asarray(grid),
             "mask": xp.asarray(mask)[None],
@@ -783,7 +818,8 @@ def merge_sources(sources: Sequence[Mesh3dSource]) -> Mesh3dSource:
     profile fill each other's far side; a frontal photo wins where it sees best), the
     mirrored side and a smooth fill where none saw it; the shape averaged per vertex by
     how well each photo saw it (identity from all); the lighting of the photo that saw the
-    most. One source comes back as it is."""
+    most; the photos' resolution (``photo_texels``) averaged by how much each saw. One
+    source comes back as it is."""
     if not sources:
         raise ValueError("no sources to merge")
     if len(sources) == 1:
@@ -800,12 +836,16 @@ def merge_sources(sources: Sequence[Mesh3dSource]) -> Mesh3dSource:
     at = np.clip(np.round(canonical_mesh().uv * size - 0.5).astype(np.int64), 0, size - 1)
     vertex_weights = weights[:, at[:, 1], at[:, 0]] + 1e-3  # (N, 468): a vertex no photo saw takes the mean
     shape = (np.stack([s.shape for s in sources]) * vertex_weights[..., None]).sum(0) / vertex_weights.sum(0)[:, None]
-    best = int(np.argmax(weights.sum((1, 2))))
+    seen = weights.sum((1, 2))
+    best = int(np.argmax(seen))
+    known = np.array([s.photo_texels > 0.0 for s in sources]) * seen
+    photo_texels = float(np.array([s.photo_texels for s in sources]) @ known / known.sum()) if known.sum() > 0 else 0.0
     return Mesh3dSource(
         albedo=np.ascontiguousarray(filled.transpose(2, 0, 1), dtype=np.float32),
         lighting=sources[best].lighting,
         shape=shape.astype(np.float32),
         weight=np.clip(total, 0.0, 1.0).astype(np.float32),
+        photo_texels=photo_texels,
     )
 
 
