@@ -68,3 +68,55 @@ def test_closed_lips_stay_lips():
     assert away.sum() > 500
     assert np.abs(closed[away] - albedo[away]).max(1).mean() < 0.03
     assert closed[layout.lips].mean(1).min() > 0.6 * albedo[layout.lips].mean(1).min()
+
+
+def _lip_depth(layout, upper: bool) -> np.ndarray:
+    """(SIZE, SIZE): 0 at a lip's outer line, 1 where the lips meet; NaN off its band."""
+    rows = np.arange(SIZE, dtype=np.float32)[:, None]
+    outer = layout.top if upper else layout.bottom
+    depth = np.full((SIZE, SIZE), np.nan, np.float32)
+    depth[:, layout.columns] = (rows - outer[None, :]) / (layout.meet - outer)[None, :]
+    depth[(depth < 0) | (depth > 1) | ~layout.lips] = np.nan
+    return depth
+
+
+def test_a_smiles_thin_pale_lower_lip_closes_as_red_as_the_upper_one():
+    """A smile stretches the lower lip thin and pale over the lower teeth: closed, it takes
+    the lips' colour (its lightness stays the photo's), or the mouth reads as an upper lip alone."""
+    layout = _layout(SIZE)
+    albedo = np.ones((SIZE, SIZE, 3), np.float32)
+    upper, lower = _lip_depth(layout, True), _lip_depth(layout, False)
+    albedo[upper <= 0.6] = (1.3, 0.75, 0.75)
+    albedo[upper > 0.6] = (1.25, 1.25, 1.22)  # upper teeth
+    albedo[lower > 0.25] = (1.25, 1.25, 1.22)  # lower teeth
+    albedo[lower <= 0.25] = (1.05, 0.92, 0.92)  # the lower lip, thin and pale
+    closed = closed_lips(albedo)
+
+    def redness(where: np.ndarray) -> float:
+        return float(np.median(closed[where][:, 0] / closed[where][:, 1:].mean(1)))
+
+    upper_body, lower_body = (upper > 0.4) & (upper < 0.8), (lower > 0.4) & (lower < 0.8)
+    assert redness(lower_body) > 0.9 * redness(upper_body) > 1.4
+    assert redness((lower > 0.0) & (lower < 0.1)) < redness(lower_body)  # faded in from its outer line
+
+
+def test_lips_stretched_column_by_column_show_no_stripes():
+    """Each column's lip ends where its teeth begin, a little further or nearer than its
+    neighbour's, so neighbouring columns are stretched by different amounts: along the
+    mouth the closed lip is as smooth as the photo's lip, not striped."""
+    layout = _layout(SIZE)
+    rng = np.random.default_rng(3)
+    upper = _lip_depth(layout, True)
+    albedo = np.ones((SIZE, SIZE, 3), np.float32)
+    ends = np.full(SIZE, 0.5, np.float32)
+    ends[layout.columns] = rng.uniform(0.3, 0.7, len(layout.columns))  # where each column's teeth begin
+    lip = upper <= ends[None, :]
+    shade = 1.0 - 0.6 * np.nan_to_num(upper / ends[None, :])  # the lip darker inwards: its own profile
+    albedo[lip] = np.array([1.3, 0.75, 0.75], np.float32) * shade[lip][:, None]
+    albedo[(upper > ends[None, :]) & layout.lips] = (1.25, 1.25, 1.22)
+    closed = closed_lips(albedo)
+    body = (upper > 0.3) & (upper < 0.7)
+    body &= np.roll(body, 1, axis=1)
+    steps = np.abs(closed - np.roll(closed, 1, axis=1)).mean(2)[body]
+    assert body.sum() > 300
+    assert float(np.median(steps)) < 0.02

@@ -12,6 +12,14 @@ line to where, going inwards, the teeth or the gap begin) is resampled over the 
 band, so the lip keeps its own colour and texture and meets the other lip at the
 canonical inner line, where closed lips meet (a soft shade is drawn there).
 
+Each column is stretched by its own amount, so neighbouring columns sample different
+rows of the photo: the stretched lips are low-passed along the mouth (not across it,
+where their profile is), or they showed vertical stripes and the teeth's last specks as
+notches. A smile stretches the lower lip thin and pale over the lower teeth; stretched,
+it stayed skin-coloured, and a closed mouth read as an upper lip alone. So each lip's
+colour (its median chromaticity) is moved to that of the lips' reddest texels, faded in
+from its outer line, its lightness left as the photo has it.
+
 Teeth are told from lip by redness (lips are redder than skin, teeth are not) and
 lightness; a grey photo (no redness to tell by) by lightness alone.
 """
@@ -34,6 +42,8 @@ LIP_RED_PERCENTILE = 80  # the lips' red: this percentile of the redness over th
 MIN_LIP = 0.15  # of a lip's band: a lip found thinner than this is taken as this thick
 SMOOTH_COLUMNS = 0.06  # of the lips' width: the found lip edges are median-smoothed over this many columns
 MEET_SHADE = (0.35, 0.012)  # where the lips meet: this much darker, this wide (of the texture)
+ALONG_SIGMA = 0.01  # of the texture: the stretched lips' low pass along the mouth
+COLOUR_FADE = 0.35  # of a lip's band from its outer line: its colour move fades in over this (the border stays soft)
 
 
 def closed_lips(albedo: np.ndarray) -> np.ndarray:
@@ -73,9 +83,47 @@ def closed_lips(albedo: np.ndarray) -> np.ndarray:
             span = span[(span >= 0) & (span < size)]
             map_y[span, column] = outer_line[index] + (span - outer_line[index]) * scale[index]
     stretched = cv2.remap(albedo, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    stretched = _along_the_mouth(stretched, lips, ALONG_SIGMA * size)
+    stretched = _in_the_lips_colour(stretched, _log_chroma(colours[own]).mean(0) if own.any() else None, layout)
     weight = layout.soft_lips[..., None]
     closed = albedo * (1.0 - weight) + stretched * layout.meet_shade * weight
     return closed.astype(np.float32)
+
+
+def _along_the_mouth(image: np.ndarray, lips: np.ndarray, sigma: float) -> np.ndarray:
+    """``image`` (T, T, 3) low-passed along the rows inside ``lips`` (T, T) bool, from the
+    lips' texels alone (the skin beside them does not bleed in)."""
+    weight = lips.astype(np.float32)
+    blurred = cv2.GaussianBlur(image * weight[..., None], (0, 0), sigmaX=sigma, sigmaY=1e-3)
+    support = cv2.GaussianBlur(weight, (0, 0), sigmaX=sigma, sigmaY=1e-3)[..., None]
+    return np.where(lips[..., None], blurred / np.maximum(support, 1e-6), image).astype(np.float32)
+
+
+def _log_chroma(colours: np.ndarray) -> np.ndarray:
+    logs = np.log(np.maximum(colours, 1e-3))
+    return logs - logs.mean(-1, keepdims=True)
+
+
+def _in_the_lips_colour(image: np.ndarray, lip_chroma: np.ndarray | None, layout: "_LipLayout") -> np.ndarray:
+    """``image`` (T, T, 3) with each lip's median log-chromaticity moved to ``lip_chroma``
+    (3,), faded in over ``COLOUR_FADE`` of the lip's band from its outer line; unchanged
+    without one (no texel read as lip)."""
+    if lip_chroma is None:
+        return image
+    logs = np.log(np.maximum(image, 1e-3))
+    chroma = logs - logs.mean(2, keepdims=True)
+    rows = np.arange(image.shape[0], dtype=np.float32)[:, None]
+    for outer_line, upper in ((layout.top, True), (layout.bottom, False)):
+        depth = np.zeros(image.shape[:2], np.float32)  # 0 at the outer line, 1 where the lips meet
+        band = layout.meet - outer_line
+        depth[:, layout.columns] = (rows - outer_line[None, :]) / np.where(np.abs(band) > 1e-3, band, 1.0)[None, :]
+        part = layout.lips & (depth >= 0.0) & ((depth <= 1.0) if upper else (depth < 1.0))  # the meeting row: the upper lip's
+        if part.sum() < 4:
+            continue
+        shift = lip_chroma - np.median(chroma[part], axis=0)
+        fade = np.clip(depth / COLOUR_FADE, 0.0, 1.0) * part
+        logs += fade[..., None] * shift
+    return np.where(layout.lips[..., None], np.exp(logs), image).astype(np.float32)
 
 
 def _lip_edges(odd: np.ndarray, columns: np.ndarray, outer_line: np.ndarray, meet: np.ndarray, upper: bool) -> np.ndarray:
