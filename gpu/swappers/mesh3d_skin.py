@@ -54,7 +54,6 @@ from gpu.swappers.mesh3d_geometry import (
     LEFT_BROW,
     OUTER_LIP_CONTOUR,
     RIGHT_BROW,
-    push_pull_fill,
     uv_face_regions,
     uv_polygon_mask,
 )
@@ -92,6 +91,7 @@ UNDER_HAIR_DARK = (0.05, 0.15)  # ... and darker (log, low-passed) than the clea
 # fully: the hair's shadow and its thin tips (the astronaut's fringe left a band ~12 texels deep, 0.2-0.4 darker than
 # the forehead below it, that every swap drew as a wavy grey line across the forehead)
 UNDER_HAIR_SIGMA = 0.005  # of the texture: the low pass it is judged on (a shadow is smooth; the skin's grain is not)
+NEAREST_LEVEL_SIGMA = 0.01  # of the texture: the low pass of the clean skin's level carried into the band
 HAIR_VERDICT = 0.2  # confidence below this is hair (or another thing over the face) for the band under it
 STRAND_FOREHEAD_REACH = 0.004  # of the texture: above the brows a line the other side has pairs it only this near
 # the mirrored place (at MIRROR_REACH a fringe's strands on both sides paired each other and stayed) ...
@@ -184,11 +184,24 @@ def _under_hair(lightness: np.ndarray, confidence: np.ndarray, seen: np.ndarray)
         return np.zeros_like(lightness)
     reach = max(1, int(round(UNDER_HAIR_REACH * size)))
     distance = cv2.distanceTransform((~hair).astype(np.uint8), cv2.DIST_L2, 5)
-    clean = (confidence * (distance > reach) * (seen > JUDGED_SEEN[1])).astype(np.float32)
-    expected = push_pull_fill(lightness[..., None], clean)[..., 0]
-    near = (distance > 0) & (distance <= reach)
+    clean = confidence * (distance > reach) * (seen > JUDGED_SEEN[1]) > 0.5
     smooth = cv2.GaussianBlur(lightness, (0, 0), UNDER_HAIR_SIGMA * size)
+    expected = _nearest_level(smooth, clean, NEAREST_LEVEL_SIGMA * size)
+    near = (distance > 0) & (distance <= reach)
     return _ramp(expected - smooth, *UNDER_HAIR_DARK) * near * forehead
+
+
+def _nearest_level(values: np.ndarray, known: np.ndarray, sigma: float) -> np.ndarray:
+    """(T, T) each texel's value at the nearest ``known`` texel, low-passed: the level the
+    clean skin beside a band has there. (A push-pull fill of the band tended to the face's
+    mean away from the clean skin, below a brighter forehead's level, so the hair's shadow
+    under a fringe read as no darker than expected and stayed, its ragged edge a line.)"""
+    if not known.any():
+        return values
+    _, labels = cv2.distanceTransformWithLabels((~known).astype(np.uint8), cv2.DIST_L2, 5,
+                                                labelType=cv2.DIST_LABEL_PIXEL)
+    levels = values.ravel()[np.flatnonzero(known)]  # the labels number the known texels in scan order, from 1
+    return cv2.GaussianBlur(levels[labels - 1].astype(np.float32), (0, 0), sigma)
 
 
 def _strands(lightness: np.ndarray, near: np.ndarray, below_brows: np.ndarray) -> np.ndarray:
