@@ -44,31 +44,3 @@ def test_a_turned_photos_far_side_takes_the_other_side_as_it_is():
     far = filled[20:-20, 10:40]
     near_mirror = albedo[:, ::-1][20:-20, 10:40]
     np.testing.assert_allclose(far.mean((0, 1)), near_mirror.mean((0, 1)), rtol=0.03)
-
-
-def test_a_fill_continues_the_skin_at_its_edge():
-    """A fringe over the top of a forehead brighter than the rest of the face (a sheen, a
-    pale brow): neither side of the face has skin there, and the fill met the forehead in
-    a step (the mean of the face around mixed in beside it), drawn along the fringe's ragged
-    outline as a line across every target's forehead. Now the fill beside its edge
-    continues the forehead's level."""
-    from gpu.swappers.mesh3d_geometry import push_pull_fill
-
-    size = 128
-    albedo = np.full((size, size, 3), 0.8, np.float32)  # the face
-    albedo[:48] = 1.5  # the forehead: a band 8 texels deep shows under the fringe
-    confidence = np.ones((size, size), np.float32)
-    rng = np.random.default_rng(1)
-    outline = 40 + np.round(3 * rng.standard_normal(size)).astype(int)  # the fringe's ragged lower edge
-    for column, row in enumerate(outline):
-        albedo[:row, column] = 0.3  # the hair
-        confidence[:row, column] = 0.0
-
-    def step(filled: np.ndarray) -> float:
-        beside = np.concatenate([filled[row - 3:row, column] for column, row in enumerate(outline)])
-        return float(np.abs(beside.mean(1) - 1.5).mean())
-
-    filled = symmetric_fill(albedo, np.ones((size, size), np.float32), confidence)
-    assert step(filled) < 0.06  # 0.02 when written
-    assert step(push_pull_fill(albedo, confidence)) > 0.15  # unanchored: 0.21
-    assert filled[:outline.max()].mean(2).min() > 0.8  # no hair comes back

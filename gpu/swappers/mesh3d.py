@@ -117,9 +117,6 @@ EYE_RED_OVER_SKIN = 0.5  # chromaticity: how much redder than the skin an eye or
 CHROMA_SMOOTHING = 0.8  # how much of the skin's colour detail gives way to its low-passed colour
 CHROMA_SIGMA = 14 / 384  # of the texture: the low pass's sigma (6 kept the red of Grace Hopper's nasolabial folds,
 # ~10 texels wide, which the colour match then drew as red folds on the target)
-FILL_ANCHOR = 16.0  # how much a fill continues the skin at its edge (push_pull_fill's anchor): unanchored, the
-# fill beside a fringe was half the face's mean, and a forehead brighter than that (a sheen, a pale face) met it in a
-# step along the fringe's ragged outline, drawn as a line across every target's forehead
 MIRROR_WEIGHT = 0.8  # soft symmetry: how much the mirrored side counts where the own side is not seen
 BETTER_SEEN = 0.2  # ... and only as far as it is better seen than the own side (cos^2, by this much: fully). Mixing
 # the sides of a frontal photo, equally seen, averaged two different skins into a frontal face's cheeks (cos^2
@@ -890,7 +887,7 @@ def symmetric_fill(albedo: np.ndarray, visibility: np.ndarray, confidence: np.nd
     mixed = (albedo * own[..., None] + other_side * mirrored[..., None]) / combined[..., None]
     # trusted as far as seen, and as far as what the mix came from is the face's own skin
     mixed_confidence = np.where(own + mirrored > 1e-6, (own * confidence + mirrored * confidence[:, ::-1]) / combined, confidence)
-    return push_pull_fill(mixed, seen * mixed_confidence, anchor=FILL_ANCHOR)
+    return push_pull_fill(mixed, seen * mixed_confidence)
 
 
 def _side_level_ratio(albedo: np.ndarray, own: np.ndarray) -> np.ndarray:

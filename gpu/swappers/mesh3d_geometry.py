@@ -349,14 +349,9 @@ def texel_visibility(points: np.ndarray, atlas: UvAtlas, scale: float = 1.0, nor
     return np.where(shares, weight, 0.0).astype(np.float32)
 
 
-def push_pull_fill(image: np.ndarray, weight: np.ndarray, levels: int = 8, anchor: float = 1.0) -> np.ndarray:
+def push_pull_fill(image: np.ndarray, weight: np.ndarray, levels: int = 8) -> np.ndarray:
     """Fill where ``weight`` is 0 from a weighted image pyramid (push-pull): holes take the
-    smooth average of what surrounds them, known pixels stay. ``image`` is (H, W, C), any C.
-    ``anchor``: how strongly a coarser level's average, where it has some support, wins
-    over the still coarser ones (its support times this, at most 1). At 1 a hole's fill
-    beside its edge is about half the mean of everything around it, far and near alike;
-    larger, it continues the values at its edge and only deeper in the hole tends to the
-    mean (the finest level's known pixels are never scaled: partial weights stay partial)."""
+    smooth average of what surrounds them, known pixels stay. ``image`` is (H, W, C), any C."""
     image = image.astype(np.float32)
     weight = weight.astype(np.float32)
     pyramid = [(image * weight[..., None], weight)]
@@ -368,11 +363,10 @@ def push_pull_fill(image: np.ndarray, weight: np.ndarray, levels: int = 8, ancho
         pyramid.append((smaller.reshape(smaller.shape[0], smaller.shape[1], -1), cv2.pyrDown(weights)))
     values, weights = pyramid[-1]
     filled = values / np.maximum(weights, 1e-6)[..., None]
-    for depth in range(len(pyramid) - 2, -1, -1):
-        values, weights = pyramid[depth]
+    for values, weights in reversed(pyramid[:-1]):
         size = (weights.shape[1], weights.shape[0])
         coarse = cv2.resize(filled, size, interpolation=cv2.INTER_LINEAR).reshape(values.shape)
-        known = np.clip(weights * (anchor if depth else 1.0), 0.0, 1.0)[..., None]
+        known = np.clip(weights, 0.0, 1.0)[..., None]
         filled = known * values / np.maximum(weights, 1e-6)[..., None] + (1.0 - known) * coarse
     return filled.astype(np.float32)
 
