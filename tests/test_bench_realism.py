@@ -185,6 +185,10 @@ def test_a_quick_run_puts_the_old_code_beside_the_new(tmp_path, capsys):
     assert len(pictures) == len(sheets and {(f["source"], f["target"].split("#")[0]) for f in new})
     for face in faces:
         assert face["detail"] > 0 and face["lip_red"] is not None
+    # grain per target person: a wrinkled face's and a smooth one's do not average out unseen
+    grains = [f["grain"] for f in new if f["grain"] is not None]
+    assert data["summary"]["new:mesh3d"]["grain_by_target"] == {"grace_hopper": pytest.approx(float(np.mean(grains)))}
+    assert "new:mesh3d grain by target person: grace_hopper" in out
 
 
 def test_a_baseline_that_is_no_checkout_is_bad_input(tmp_path, capsys):

@@ -388,7 +388,15 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
                       for variant in dict.fromkeys(r.source_variant for r in results)},
         "tone_by_source": {variant: mean([r.tone for r in results if r.source_variant == variant])
                            for variant in dict.fromkeys(r.source_variant for r in results)},
+        # per target person: a wrinkled face's low grain and a smooth one's high grain average out in "grain"
+        "grain_by_target": {person: mean([r.grain for r in results if _person(r.target) == person])
+                            for person in dict.fromkeys(_person(r.target) for r in results)},
     }
+
+
+def _person(name: str) -> str:
+    """The person of a set entry's name ("grace_hopper/warm" -> "grace_hopper")."""
+    return name.split("/", 1)[0]
 
 
 def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None:
@@ -419,6 +427,8 @@ def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None
         row = summary[name]
         cells = ", ".join(f"{k} {100 * v:.0f}%/{row['tone_by_source'][k]:.1f}" for k, v in row["by_source"].items() if v is not None)
         print(f"  {name} pass/tone by source: {cells}")
+        grains = ", ".join(f"{person} {value:.2f}" for person, value in row["grain_by_target"].items() if value is not None)
+        print(f"  {name} grain by target person: {grains}")
 
 
 # -- contact sheets --------------------------------------------------------------------------------
