@@ -445,12 +445,16 @@ class Mesh3dSwapper:
         already that soft (its bilinear unwrap, ~half a photo pixel), and only the rest
         of the low pass is applied (the whole of it made a ~100 px source's swap a third
         smoother at the finest scales than the same face unswapped)."""
-        needed = ANTI_ALIAS_SIGMA * TEXELS_PER_CROP_PIXEL * albedo.shape[0] / self.crop_size
+        needed = ANTI_ALIAS_SIGMA * self._texels_per_crop_pixel(albedo.shape[0])
         already = PHOTO_SOFTNESS * photo_texels_per_pixel
         sigma = float(np.sqrt(max(needed**2 - already**2, 0.0)))
         if sigma < 0.2:
             return albedo
         return cv2.GaussianBlur(albedo, (0, 0), sigma).astype(np.float32)
+
+    def _texels_per_crop_pixel(self, texture_size: int) -> float:
+        """How many texels of a ``texture_size`` albedo one crop pixel spans."""
+        return TEXELS_PER_CROP_PIXEL * texture_size / self.crop_size
 
     # -- target ---------------------------------------------------------------------------
 
@@ -486,7 +490,6 @@ class Mesh3dSwapper:
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
         target_planes = xp.ascontiguousarray(crop.transpose(2, 0, 1), dtype=np.float32) / 255.0
-        texels_per_crop_pixel = TEXELS_PER_CROP_PIXEL * source.albedo.shape[-1] / size
         kept_as_is = openings
         if eye_map is not None:  # the target's eyes, in the source's eye shape
             eyes, target_planes = _target_eyes(host_crop, eye_map, target_planes, xp)
@@ -496,7 +499,7 @@ class Mesh3dSwapper:
         context = {"mask": paste, "target": host_crop, "face": np.minimum(mask, 1.0 - kept_as_is)}
         feeds = {
             "target": target_planes,
-            "albedo": source.albedo_like(frame, source.sharpening(texels_per_crop_pixel * scale)),
+            "albedo": source.albedo_like(frame, source.sharpening(self._texels_per_crop_pixel(source.albedo.shape[-1]) * scale)),
             "shading": xp.asarray(np.ascontiguousarray(shading.transpose(2, 0, 1))),
             "grid": xp.asarray(grid),
             "mask": xp.asarray(mask)[None],

@@ -111,7 +111,7 @@ def _in_the_lips_colour(image: np.ndarray, lip_chroma: np.ndarray | None, layout
     if lip_chroma is None:
         return image
     logs = np.log(np.maximum(image, 1e-3))
-    chroma = logs - logs.mean(2, keepdims=True)
+    chroma = _log_chroma(image)
     rows = np.arange(image.shape[0], dtype=np.float32)[:, None]
     for outer_line, upper in ((layout.top, True), (layout.bottom, False)):
         depth = np.zeros(image.shape[:2], np.float32)  # 0 at the outer line, 1 where the lips meet
