@@ -15,7 +15,7 @@ from gpu.models.canonical_mesh import canonical_mesh
 from streamer.media.images import read_image
 from gpu.analysis.landmarks import INNER_LIPS, OUTER_LIPS
 from swapcast.benchmarks.realism import edge_step, face_regions, shading_kept, strands_left, tone_difference
-from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, target_detail_left
+from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, shadow_red, target_detail_left
 from swapcast.benchmarks.realism_fullres import face_tile
 from swapcast.benchmarks.realism_set import (
     SOURCE_VARIANTS,
@@ -63,6 +63,23 @@ def test_grain_reads_one_for_the_targets_own_skin_and_low_for_a_smoothed_face(li
     for row in (105, 135):  # two rims across the face: a few rows of many
         lined[row] = lined[row] // 3
     assert 0.85 < grain(lined, grainy, mesh) < 1.2
+
+
+def test_shadow_red_reads_skins_warm_detail_and_nothing_for_grey_wrinkles(lit_face):
+    """Wrinkles that darken the skin along skin's own colour line (red falls least, blue
+    most) read as real skin does (~0.4); the same wrinkles darkening every channel alike
+    (grey lines: a dirty face) read ~0, the output's and the target's measured each."""
+    image, mesh = lit_face
+    rng = np.random.default_rng(4)
+    darkening = np.clip(rng.normal(0.0, 0.15, image.shape[:2]), -0.4, 0.0).astype(np.float32)
+    darkening = cv2.GaussianBlur(darkening, (0, 0), 0.8)[..., None]
+    skin_line = np.exp(darkening * (1.0 + np.array([-0.45, 0.0, 0.45], np.float32)))
+    warm = np.clip(image * skin_line, 0, 255).astype(np.uint8)
+    grey = np.clip(image * np.exp(darkening), 0, 255).astype(np.uint8)
+    output_red, target_red = shadow_red(grey, warm, mesh)
+    assert 0.3 < target_red < 0.6
+    assert abs(output_red) < 0.1
+    assert shadow_red(warm, warm, mesh) == (pytest.approx(target_red), pytest.approx(target_red))
 
 
 def test_a_grey_flat_mask_reads_as_one(lit_face):
@@ -184,7 +201,7 @@ def test_a_quick_run_puts_the_old_code_beside_the_new(tmp_path, capsys):
     pictures = sorted((report / "fullres").glob("*.png"))
     assert len(pictures) == len(sheets and {(f["source"], f["target"].split("#")[0]) for f in new})
     for face in faces:
-        assert face["detail"] > 0 and face["lip_red"] is not None
+        assert face["detail"] > 0 and face["lip_red"] is not None and face["shadow_red"] is not None
     # grain per target person: a wrinkled face's and a smooth one's do not average out unseen
     grains = [f["grain"] for f in new if f["grain"] is not None]
     assert data["summary"]["new:mesh3d"]["grain_by_target"] == {"grace_hopper": pytest.approx(float(np.mean(grains)))}

@@ -59,7 +59,9 @@ from gpu.runners.base import Runner
 from gpu.swappers.base import FaceJob, KeepMask, keep_mask
 from gpu.swappers.mesh3d_geometry import (
     FACE_OUTLINE,
+    LEFT_BROW,
     OUTER_LIP_CONTOUR,
+    RIGHT_BROW,
     Similarity,
     fit_pose,
     posed,
@@ -78,6 +80,7 @@ from gpu.swappers.mesh3d_falloff import position_light
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
 from gpu.swappers.mesh3d_lips import closed_lips
+from gpu.swappers.mesh3d_shadow_colour import coloured_like_skin
 from gpu.swappers.mesh3d_skin import skin_confidence
 from gpu.types import Face
 
@@ -1024,7 +1027,8 @@ def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
     """The albedo's colour (chromaticity) low-passed over the skin, its luminance untouched:
     skin's colour varies slowly, while a photo's folds and wrinkles carry saturated shadow
     colour (light scattered under the skin) that a colour match towards the target's skin
-    turns into red stripes. (Pulling dark texels all the way to the skin's colour took
+    turns into red stripes. The finest detail then takes the colour skin's own detail has for its
+    darkness (``coloured_like_skin``): smoothed alone, wrinkles were grey lines. (Pulling dark texels all the way to the skin's colour took
     dlib's HOG detector further off the turned faces of the yaw sweep: not done.)
     The eyes and their lids are never far redder than the skin around them: red lid rims
     seen through a pair of glasses' lenses, tired or flash-red eyes read as bloodshot rims
@@ -1035,6 +1039,8 @@ def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
     sigma = CHROMA_SIGMA * albedo.shape[0]  # the lips' red counts for nothing in the skin's low-passed colour
     smooth = cv2.GaussianBlur(chroma * skin, (0, 0), sigma) / np.maximum(cv2.GaussianBlur(skin, (0, 0), sigma), 1e-3)[..., None]
     mixed = chroma + skin * CHROMA_SMOOTHING * (smooth - chroma)
+    plain_skin = 1.0 - _features_mask(albedo.shape[0], (OUTER_LIP_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, LEFT_BROW, RIGHT_BROW))[..., 0]
+    mixed = coloured_like_skin(mixed, luminance[..., 0], plain_skin)
     eyes = _features_mask(albedo.shape[0], (LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR))
     excess = np.maximum(_redness(mixed) - _redness(smooth), 0.0)[..., None]
     kept = EYE_RED_OVER_SKIN * np.tanh(excess / EYE_RED_OVER_SKIN)  # a brown iris (~0.4) stays much as it is

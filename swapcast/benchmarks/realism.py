@@ -19,7 +19,7 @@ measures of how the swapped face sits in the target:
   its swap is darker in fine lightness than the swap of the same person's clean photo by a
   visible step (streaks the hair brought along; 0 = none);
 - **detail kept**, **grain** (the skin as fine-grained as the target's), **target detail left**
-  (a ghost of the target), **teeth on closed lips**,
+  (a ghost of the target), **shadow red** (the skin's detail coloured as skin, not grey), **teeth on closed lips**,
   **lip red** and **mouth kept**: what a contact sheet's small tiles hide (``realism_detail``).
 
 With ``--baseline DIR`` the same swaps are also made by the code of another checkout (the
@@ -49,7 +49,7 @@ from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 from streamer.media.images import write_image
 from swapcast.benchmarks.pose_set import PEOPLE, person_image
-from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, target_detail_left
+from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, shadow_red, target_detail_left
 from swapcast.benchmarks.realism_fullres import write_fullres
 from swapcast.benchmarks.realism_set import (
     _SOURCE_MAKERS,
@@ -102,6 +102,8 @@ class RealismResult:
     detail: float | None = None  # fine detail of the output face over the source face's (1: all kept)
     grain: float | None = None  # the output skin's finest detail over the target skin's (1: as grainy; a mask ~0.5)
     target_detail_left: float | None = None  # of the target's own fine detail, how much shows through (0: none)
+    shadow_red: float | None = None  # how much redder the output's skin detail gets where darker (real skin ~0.4; grey ~0)
+    target_shadow_red: float | None = None  # the same in the target
     teeth_on_closed_lips: float | None = None  # share of a closed target mouth's lips that turned teeth-like
     lip_red: float | None = None  # CIE a* of the output's lips over the skin around them
     target_lip_red: float | None = None  # the same in the target: what the output's lips should come near
@@ -339,13 +341,15 @@ def _measure(scorer, swapper: str, source: RealismSource, source_mesh: np.ndarra
     to_target = identity_distance(identity, scorer.target_identity(target_key, target, face.mesh))
     regions = face_regions(face.mesh, target.shape)
     mouth = mouth_report(output, target, face.mesh)
+    output_shadow_red, target_shadow_red = shadow_red(output, target, face.mesh)
     return RealismResult(
         swapper=swapper, source=source.name, target=target_key, source_variant=source.variant, target_variant=target_variant,
         frontal=frontal, output_to_source=to_source, output_to_target=to_target, passed=passes(to_source, to_target),
         found=scorer.found(output, face.box), tone=tone_difference(output, target, regions),
         edge_step=edge_step(output, target, regions), shading_kept=shading_kept(output, target, regions), ms=ms,
         detail=None if source_mesh is None else detail_kept(output, face.mesh, source.image, source_mesh),
-        grain=grain(output, target, face.mesh), target_detail_left=target_detail_left(output, target, face.mesh), teeth_on_closed_lips=mouth.teeth_on_closed_lips,
+        grain=grain(output, target, face.mesh), target_detail_left=target_detail_left(output, target, face.mesh),
+        shadow_red=output_shadow_red, target_shadow_red=target_shadow_red, teeth_on_closed_lips=mouth.teeth_on_closed_lips,
         lip_red=mouth.lip_red, target_lip_red=mouth.target_lip_red, mouth_kept=mouth.mouth_kept,
         strands_left=None if clean is None else strands_left(output, clean, regions),
         hog_found=scorer.dlib_finds(output, face.box) if scorer.dlib_target(target_key, target, face.box) else None,
@@ -378,6 +382,8 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
         "detail": mean([r.detail for r in results]),
         "grain": mean([r.grain for r in results]),
         "target_detail_left": mean([r.target_detail_left for r in results]),
+        "shadow_red": mean([r.shadow_red for r in results]),
+        "target_shadow_red": mean([r.target_shadow_red for r in results if r.shadow_red is not None]),
         "teeth_on_closed_lips": mean([r.teeth_on_closed_lips for r in results]),
         "lip_red": mean([r.lip_red for r in results]),
         "target_lip_red": mean([r.target_lip_red for r in results if r.lip_red is not None]),
@@ -402,7 +408,7 @@ def _person(name: str) -> str:
 def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None:
     print(f"\nrealism set, {half} half ({'not tuned on' if half == 'held' else 'tuned on'})")
     header = (f"{'':<16}{'faces':>6}{'pass':>8}{'frontal':>9}{'found':>7}{'hog':>9}{'d(o,s)':>8}{'tone':>7}{'>8':>5}{'edge':>7}{'shade':>7}"
-              f"{'detail':>8}{'grain':>7}{'ghost':>7}{'teeth':>7}{'lipred':>7}{'(tgt)':>6}{'mouth':>7}{'hair':>7}{'ms':>7}")
+              f"{'detail':>8}{'grain':>7}{'ghost':>7}{'shadow':>7}{'(tgt)':>6}{'teeth':>7}{'lipred':>7}{'(tgt)':>6}{'mouth':>7}{'hair':>7}{'ms':>7}")
     print(header)
     for name in names:
         row = summary[name]
@@ -413,13 +419,14 @@ def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None
         print(f"{name:<16}{row['faces']:>6}{row['passed']:>5}/{row['faces']:<2}{row['frontal_passed']:>5}/{row['frontal_pairs']:<3}"
               f"{row['found']:>7}{row['hog_found']:>5}/{row['hog_targets']:<3}{num(row['mean_output_to_source']):>8}{num(row['tone'], 1):>7}{row['tone_over_8']:>5}"
               f"{num(row['edge_step'], 1):>7}{num(row['shading_kept']):>7}{num(row['detail']):>8}{num(row['grain']):>7}{num(row['target_detail_left']):>7}"
-              f"{num(row['teeth_on_closed_lips'], 3):>7}{num(row['lip_red'], 1):>7}{num(row['target_lip_red'], 1):>6}{num(row['mouth_kept'], 1):>7}"
+              f"{num(row['shadow_red']):>7}{num(row['target_shadow_red']):>6}{num(row['teeth_on_closed_lips'], 3):>7}{num(row['lip_red'], 1):>7}{num(row['target_lip_red'], 1):>6}{num(row['mouth_kept'], 1):>7}"
               f"{num(row['strands_left'], 3):>7}{num(row['ms_per_frame'], 0):>7}")
     print("pass: d(out,src) < 0.6 and < d(out,tgt); frontal: the same on frontal targets; found: the engine finds the "
           "output face; hog: dlib's HOG detector finds it, of the faces it finds in the target; tone: low-passed CIE76 output vs target on the skin (>8: a mask); edge: colour step across the "
           "outline; shade: target's low-frequency shading kept (1 = all); detail: the source's fine detail kept (1 = all); "
           "grain: the skin's finest detail over the target skin's (1 = as grainy; a mask ~0.5); "
-          "ghost: the target's own fine detail still showing (0 = none); teeth: share of closed lips turned teeth-like; "
+          "ghost: the target's own fine detail still showing (0 = none); shadow: how much redder the skin's fine detail gets where "
+          "darker (real skin ~0.4, grey wrinkles ~0; (tgt): the target's own); teeth: share of closed lips turned teeth-like; "
           "lipred: lips' CIE a* over the skin's (a grey band ~0; (tgt): the target's own); mouth: CIE76 of an open target mouth's inside vs the "
           "target's (0 = kept); hair: share of the skin streaked where the source had hair drawn over it, against the "
           "clean photo's swap (0 = none); ms: median per frame")

@@ -17,6 +17,11 @@ face keeps, and what the swap did to the mouth.
   Gaussian low pass of ``GRAIN_SIGMA`` pixels) on the output's face skin over the same on
   the target's (medians: a glasses rim or a deep fold does not count). 1: as grainy as the
   target's skin, neck and forehead; a smooth, waxy face reads ~0.5 and less (a mask);
+- **shadow red**: how much redder the skin gets where it is darker, in its fine detail
+  (finer than ``SHADOW_SIGMA`` of the face's width): minus the slope of the red
+  log-chromaticity on the log-lightness over the skin, in the output and in the target.
+  Real skin reads ~0.4-0.5 (light scattered under the skin); grey wrinkles drawn on a
+  coloured face read ~0 (dirty, grey skin);
 - **teeth on closed lips**: where the target's mouth is closed, the share of its lips'
   pixels that the output made teeth-like (much brighter than the skin and greyer) -- an
   open-mouthed source's teeth drawn onto closed lips;
@@ -42,6 +47,7 @@ GRAIN_SIGMA = 1.0  # pixels of the target's own frame: the finest detail, what a
 DETAIL_OUTLINE = 0.9  # the skin measured lies inside the outline scaled by this (the seam's band is the edge's business)
 DETAIL_FEATURE_MARGIN = 0.06  # of the face's width: the eyes, brows and mouth grown by this
 MIN_DETAIL_PIXELS = 64
+SHADOW_SIGMA = 1 / 40  # of the face's width: the detail whose colour "shadow red" measures
 CLOSED_MOUTH = 0.04  # gap between the inner lips over the mouth's width: below this a mouth is closed
 TEETH_LIGHTER = 12.0  # CIE L* above the skin's median ...
 TEETH_GREYER = 0.6  # ... and chroma below this share of the skin's: a pixel reads as teeth
@@ -124,6 +130,31 @@ def grain(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> float | N
         return None
     own_level = float(np.median(np.abs(own)))
     return float(np.median(np.abs(swapped))) / own_level if own_level > 1e-6 else None
+
+
+def shadow_red(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> tuple[float | None, float | None]:
+    """(output's, target's) shadow red on the target face's skin (see the module docstring);
+    Nones when too little skin shows or it has no detail."""
+    skin = detail_skin(mesh, target.shape)
+    if skin.sum() < MIN_DETAIL_PIXELS:
+        return None, None
+    sigma = max(SHADOW_SIGMA * float(np.ptp(mesh[:, 0])), 0.5)
+    rows, cols = np.nonzero(skin)
+    pad = int(4 * sigma) + 2
+    y0, y1 = max(0, rows.min() - pad), min(target.shape[0], rows.max() + pad + 1)
+    x0, x1 = max(0, cols.min() - pad), min(target.shape[1], cols.max() + pad + 1)
+    inside = skin[y0:y1, x0:x1]
+
+    def slope(image: np.ndarray) -> float | None:
+        logs = np.log(np.maximum(image[y0:y1, x0:x1].astype(np.float32), 1.0))
+        fine = logs - cv2.GaussianBlur(logs, (0, 0), sigma)
+        lightness = fine.mean(2)[inside]
+        red = fine[..., 0][inside] - lightness
+        lightness = lightness - lightness.mean()
+        spread = float(lightness @ lightness)
+        return -float(lightness @ (red - red.mean())) / spread if spread > 1e-9 else None
+
+    return slope(output), slope(target)
 
 
 def _fine_on_skin(target: np.ndarray, mesh: np.ndarray, sigma: float, *images: np.ndarray) -> tuple:
