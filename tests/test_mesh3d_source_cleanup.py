@@ -319,8 +319,9 @@ def test_red_lid_rims_lose_most_of_their_red_and_a_brown_iris_keeps_its_colour()
 
     assert redness(albedo[rims]) > 1.2 and redness(smoothed[rims]) < 0.55
     assert redness(smoothed[iris]) > 0.8 * redness(albedo[iris])
-    # the lightness stays the photo's
-    np.testing.assert_allclose(smoothed[rims].mean(1), albedo[rims].mean(1), rtol=1e-3)
+    # the lightness stays the photo's (within the skin detail's colour, which keeps it as skin weighs the
+    # channels, not as their plain mean: the rims' outer edge is skin's)
+    np.testing.assert_allclose(smoothed[rims].mean(1), albedo[rims].mean(1), rtol=5e-3)
 
 
 def _with_drawn_glasses(engine, image: np.ndarray, colour: tuple[int, int, int], thickness: float) -> np.ndarray:
