@@ -103,6 +103,26 @@ def test_slanted_and_curved_strands_are_not_skin_but_mirrored_slanted_folds_are(
     assert confidence[(folds > 0) & away].mean() > 0.9
 
 
+def test_a_smiles_fold_on_one_side_only_is_skin_but_a_strand_into_it_is_not():
+    """A smile is seldom symmetric: one nasolabial fold, dark and red in its shadow with no
+    mirror image, is the face's own (it was taken for a strand and filled as a pale bar
+    with hard edges: a scar beside the mouth), while a strand of the same colour hanging
+    from the cheek into the same zone is hair."""
+    size = 192
+    albedo = _grey_skin(size, seed=7) * np.array([1.05, 0.98, 0.95], np.float32)
+    fold, strand = np.zeros((size, size), np.uint8), np.zeros((size, size), np.uint8)
+    cv2.line(fold, (int(0.39 * size), int(0.6 * size)), (int(0.33 * size), int(0.75 * size)), 1, 2)
+    cv2.line(strand, (int(0.74 * size), int(0.3 * size)), (int(0.66 * size), int(0.78 * size)), 1, 2)
+    shadow = np.array([0.72, 0.5, 0.45], np.float32)  # darker, and redder as skin's shadow is
+    albedo[fold > 0] *= shadow
+    albedo[strand > 0] *= shadow
+    confidence = skin_confidence(albedo, np.ones((size, size), np.float32))
+    assert confidence[(fold > 0) & _judged(size)].mean() > 0.9
+    judged_strand = (strand > 0) & _judged(size)
+    assert judged_strand.sum() > 60
+    assert confidence[judged_strand].mean() < 0.2
+
+
 def test_strands_that_mirror_each_other_on_the_forehead_are_not_skin_but_frown_lines_are():
     """A parted fringe can put two strands at mirrored places; only near the middle are two
     mirrored lines running down the forehead the face's own (frown lines, about as deep as

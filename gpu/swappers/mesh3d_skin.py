@@ -31,7 +31,9 @@ statistics of this face alone (no fixed colours):
 
 Then the verdicts are tidied, so that the fill takes no hair colour from what is left
 half-judged: a texel seen too poorly to judge takes the verdict beside it (a fringe's
-grazing top), a partial verdict joined to a sure one above the brows or along a strand
+grazing top), what is judged not skin but lies wholly beside the nose and mouth is a
+fold after all (a smile's, deeper on one side, dark and red in its shadow: hair runs in
+from further out), a partial verdict joined to a sure one above the brows or along a strand
 counts fully (hysteresis; not on the cheeks, where it is mostly a fold deeper on one
 side), specks of skin inside what is not go with it, and above the brows the band
 beside hair that is darker than the clean skin around would have it (the hair's shadow,
@@ -83,6 +85,10 @@ STRAND_DEPTH = (0.12, 0.3)  # ... and this much darker or brighter (log) than wh
 STRAND_FOLD_MARGIN = 0.06  # of the texture: the fold zone reaches this far round the nose and mouth ...
 STRAND_FOLD_REACH = 0.05  # ... where a line the other side has this near the mirrored place pairs it ...
 STRAND_FOLD_SHARE = (0.25, 0.5)  # ... from / fully at this share of the line's depth
+FOLD_TRACE = 0.1  # texels judged not skin above this are traced as one shape: one that lies wholly within
+FOLD_LINE_MARGIN = 0.1  # ... this of the texture round the nose and mouth is a fold, whatever the other side has (a
+# smile deeper on one side: the astronaut's left fold, dark, red in its shadow and unpaired, was filled as a pale bar
+# with hard edges, a scar beside every swap's mouth; it runs ~0.08 out from the mouth); hair runs in from further out
 VERDICT_REACH = 0.03  # of the texture: a texel seen too poorly to judge takes the worst verdict this near
 HYSTERESIS = (0.35, 0.8)  # an outlier above the first joined to one above the second counts fully
 ISLAND_RADIUS = 0.01  # of the texture: skin narrower than twice this between texels that are not skin is taken with them
@@ -151,6 +157,8 @@ def skin_confidence(albedo: np.ndarray, seen: np.ndarray) -> np.ndarray:
     # grazing top of a fringe is hair too (kept, the fill spread its colour over the forehead
     # a target shows above the source's as blotches)
     outlier = np.maximum(outlier, cv2.dilate(outlier, _disc(VERDICT_REACH, size)) * (1.0 - _ramp(seen, *JUDGED_SEEN)))
+    # what lies wholly beside the nose and mouth is a fold, however unlike the other side (a smile's)
+    outlier *= 1.0 - _within(outlier > FOLD_TRACE, _fold_zone(size, FOLD_LINE_MARGIN) > 0.5)
     # hysteresis: above the brows and along strands, a texel partly judged not skin, joined
     # to texels surely not skin, is not skin either (a fringe's paler top, a strand's faint
     # end: half kept, the fill spread them as blotches). Not on the cheeks, where a partial
@@ -253,6 +261,17 @@ def _strands(lightness: np.ndarray, near: np.ndarray, below_brows: np.ndarray) -
     return cv2.dilate(strand, np.ones((5, 5), np.uint8))
 
 
+def _within(lines: np.ndarray, zone: np.ndarray) -> np.ndarray:
+    """(T, T) float32: 1 on the connected parts of ``lines`` (bool) that lie wholly inside
+    ``zone`` (bool)."""
+    count, labels = cv2.connectedComponents(lines.astype(np.uint8), connectivity=8)
+    outside = np.zeros(count, bool)
+    outside[np.unique(labels[lines & ~zone])] = True
+    inside = ~outside
+    inside[0] = False
+    return inside[labels].astype(np.float32)
+
+
 @lru_cache(maxsize=2)
 def _middle(size: int) -> np.ndarray:
     """(1, T) float32: 1 near the face's middle line, where frown lines run (``FROWN_REACH``)."""
@@ -260,14 +279,15 @@ def _middle(size: int) -> np.ndarray:
     return _ramp(FROWN_REACH[1] - off_centre, 0.0, FROWN_REACH[1] - FROWN_REACH[0])[None, :]
 
 
-@lru_cache(maxsize=2)
-def _fold_zone(size: int) -> np.ndarray:
-    """(T, T) float32: the cheeks beside the nose and mouth, where the nasolabial folds run."""
+@lru_cache(maxsize=4)
+def _fold_zone(size: int, margin: float = STRAND_FOLD_MARGIN) -> np.ndarray:
+    """(T, T) float32: the cheeks beside the nose and mouth (``margin`` of the texture
+    round them), where the nasolabial folds run."""
     uv = canonical_mesh().uv
     points = uv[list(NOSE_BOTTOM + OUTER_LIP_CONTOUR)] * size - 0.5
     zone = np.zeros((size, size), np.uint8)
     cv2.fillConvexPoly(zone, cv2.convexHull(np.round(points).astype(np.int32)), 1)
-    zone = cv2.dilate(zone, _disc(STRAND_FOLD_MARGIN, size))
+    zone = cv2.dilate(zone, _disc(margin, size))
     return zone.astype(np.float32)
 
 
