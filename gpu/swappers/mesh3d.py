@@ -1027,9 +1027,10 @@ def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
     """The albedo's colour (chromaticity) low-passed over the skin, its luminance untouched:
     skin's colour varies slowly, while a photo's folds and wrinkles carry saturated shadow
     colour (light scattered under the skin) that a colour match towards the target's skin
-    turns into red stripes. The finest detail then takes the colour skin's own detail has for its
-    darkness (``coloured_like_skin``): smoothed alone, wrinkles were grey lines. (Pulling dark texels all the way to the skin's colour took
-    dlib's HOG detector further off the turned faces of the yaw sweep: not done.)
+    turns into red stripes. The finest detail then takes the colour skin's own detail has
+    for its darkness (``coloured_like_skin``): smoothed alone, wrinkles were grey lines.
+    (Pulling dark texels all the way to the skin's colour took dlib's HOG detector further
+    off the turned faces of the yaw sweep: not done.)
     The eyes and their lids are never far redder than the skin around them: red lid rims
     seen through a pair of glasses' lenses, tired or flash-red eyes read as bloodshot rims
     on the target, not as who the person is."""
@@ -1039,7 +1040,8 @@ def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
     sigma = CHROMA_SIGMA * albedo.shape[0]  # the lips' red counts for nothing in the skin's low-passed colour
     smooth = cv2.GaussianBlur(chroma * skin, (0, 0), sigma) / np.maximum(cv2.GaussianBlur(skin, (0, 0), sigma), 1e-3)[..., None]
     mixed = chroma + skin * CHROMA_SMOOTHING * (smooth - chroma)
-    plain_skin = 1.0 - _features_mask(albedo.shape[0], (OUTER_LIP_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, LEFT_BROW, RIGHT_BROW))[..., 0]
+    features = (OUTER_LIP_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, LEFT_BROW, RIGHT_BROW)
+    plain_skin = 1.0 - _features_mask(albedo.shape[0], features)[..., 0]
     mixed = coloured_like_skin(mixed, luminance[..., 0], plain_skin)
     eyes = _features_mask(albedo.shape[0], (LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR))
     excess = np.maximum(_redness(mixed) - _redness(smooth), 0.0)[..., None]
