@@ -5,7 +5,7 @@ a grey photo."""
 import numpy as np
 import pytest
 
-from gpu.swappers.mesh3d_lips import _layout, closed_lips
+from gpu.swappers.mesh3d_lips import lip_layout, closed_lips
 
 SIZE = 384
 
@@ -13,7 +13,7 @@ SIZE = 384
 def _open_mouth(grey: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Skin (1) with red lips whose inner half of each band is teeth (white) and a dark gap
     along the line where closed lips meet: (albedo, where the teeth are, where the lips' own part is)."""
-    layout = _layout(SIZE)
+    layout = lip_layout(SIZE)
     albedo = np.ones((SIZE, SIZE, 3), np.float32)
     teeth = np.zeros((SIZE, SIZE), bool)
     own = np.zeros((SIZE, SIZE), bool)
@@ -39,13 +39,13 @@ def test_the_teeth_and_the_gap_give_way_to_the_lips_stretched(grey):
     albedo, teeth, own = _open_mouth(grey)
     closed = closed_lips(albedo)
     lip_colour = albedo[own].mean(0)
-    inner = teeth & (np.abs(np.arange(SIZE)[:, None] - _layout(SIZE).meet.mean()) > 4)  # away from where the lips meet
+    inner = teeth & (np.abs(np.arange(SIZE)[:, None] - lip_layout(SIZE).meet.mean()) > 4)  # away from where the lips meet
     assert inner.sum() > 150
     # where the teeth were, the lips' colour (within a tenth), not the teeth's
     assert np.abs(closed[inner] - lip_colour).max(1).mean() < 0.1
     assert np.abs(albedo[inner] - lip_colour).max(1).mean() > 0.3
     # nothing as light as the teeth, nothing as dark as the gap (the shade where the lips meet is milder)
-    lips = _layout(SIZE).lips
+    lips = lip_layout(SIZE).lips
     assert closed[lips].mean(1).max() < 1.05 * lip_colour.mean() + 0.05
     assert closed[lips].mean(1).min() > 0.5 * lip_colour.mean()
     # outside the lips nothing changes
@@ -57,7 +57,7 @@ def test_the_teeth_and_the_gap_give_way_to_the_lips_stretched(grey):
 
 def test_closed_lips_stay_lips():
     """A mouth whose band is all lip (nothing to stretch) keeps its colour, darker only where the lips meet."""
-    layout = _layout(SIZE)
+    layout = lip_layout(SIZE)
     albedo = np.ones((SIZE, SIZE, 3), np.float32)
     albedo[layout.lips] = (1.3, 0.75, 0.75)
     closed = closed_lips(albedo)
@@ -83,7 +83,7 @@ def _lip_depth(layout, upper: bool) -> np.ndarray:
 def test_a_smiles_thin_pale_lower_lip_closes_as_red_as_the_upper_one():
     """A smile stretches the lower lip thin and pale over the lower teeth: closed, it takes
     the lips' colour (its lightness stays the photo's), or the mouth reads as an upper lip alone."""
-    layout = _layout(SIZE)
+    layout = lip_layout(SIZE)
     albedo = np.ones((SIZE, SIZE, 3), np.float32)
     upper, lower = _lip_depth(layout, True), _lip_depth(layout, False)
     albedo[upper <= 0.6] = (1.3, 0.75, 0.75)
@@ -104,7 +104,7 @@ def test_lips_stretched_column_by_column_show_no_stripes():
     """Each column's lip ends where its teeth begin, a little further or nearer than its
     neighbour's, so neighbouring columns are stretched by different amounts: along the
     mouth the closed lip is as smooth as the photo's lip, not striped."""
-    layout = _layout(SIZE)
+    layout = lip_layout(SIZE)
     rng = np.random.default_rng(3)
     upper = _lip_depth(layout, True)
     albedo = np.ones((SIZE, SIZE, 3), np.float32)

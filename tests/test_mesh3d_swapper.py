@@ -13,7 +13,7 @@ from gpu.runners.onnxruntime import OnnxRuntimeRunner
 from gpu.swappers import mesh3d
 from gpu.swappers.base import run_jobs, stack_feeds
 from gpu.swappers.mesh3d import Mesh3dSource, Mesh3dSwapper
-from gpu.swappers.mesh3d_geometry import fit_pose, texel_facing, texel_visibility, uv_atlas
+from gpu.swappers.mesh3d_geometry import OUTER_LIP_CONTOUR, fit_pose, texel_facing, texel_visibility, uv_atlas, uv_polygon_mask
 from gpu.swappers.mesh3d_graph import build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
 from gpu.types import Face
@@ -623,7 +623,9 @@ def test_a_turned_source_fills_its_hidden_side_from_the_mirrored_one(engine, swa
     points = np.concatenate([face.mesh, face.depth[:, None]], axis=1).astype(np.float64)
     hidden = texel_visibility(points, atlas) < 0.02
     skin = np.abs(atlas.interpolate(canonical_mesh().uv)[:, 1] - 0.55) < 0.15  # cheeks, nose, mouth band
-    region = hidden & skin
+    # not the lips: a smile's are closed at registration with the same drawn shade in both, which is not the fill's
+    lips = uv_polygon_mask(mesh3d.TEXTURE_SIZE, OUTER_LIP_CONTOUR)[atlas.texels] > 0
+    region = hidden & skin & ~lips
     assert region.sum() > 500
     rows, cols = atlas.texels[0][region], atlas.texels[1][region]
     truth = sources["astronaut"].albedo[:, rows, cols].mean(0)  # the same texels, seen in the frontal photo
@@ -631,6 +633,5 @@ def test_a_turned_source_fills_its_hidden_side_from_the_mirrored_one(engine, swa
     # the fill carries the face's structure (brows, nose side, lip corner), not a smooth
     # average: it follows what the frontal photo shows there (the render's own light and
     # colour differ, so the match is in shape, not in level). A smooth fill alone correlates
-    # ~0.03; the mirrored side ~0.37 (0.44 before the skin confidence smoothed the few
-    # texels of the render's near side it judges not skin)
-    assert np.corrcoef(filled, truth)[0, 1] > 0.3
+    # ~0.03; the mirrored side ~0.30
+    assert np.corrcoef(filled, truth)[0, 1] > 0.25

@@ -80,6 +80,7 @@ from gpu.swappers.mesh3d_falloff import position_light
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
 from gpu.swappers.mesh3d_lips import closed_lips
+from gpu.swappers.mesh3d_mouth_line import meeting_line, on_the_meeting_line
 from gpu.swappers.mesh3d_shadow_colour import coloured_like_skin
 from gpu.swappers.mesh3d_skin import skin_confidence
 from gpu.types import Face
@@ -483,6 +484,8 @@ class Mesh3dSwapper:
         uv, rendered, holes, grid, eye_map = self._render(moved, options.eyes == "target", target)
         if _mouth_opening(target) > OPEN_TARGET_MOUTH:
             rendered, holes = _with_mouth_interior(host_crop, target, rendered, holes)
+        else:  # closed: the lips meet in a thin line, along the landmarks' curve
+            grid = on_the_meeting_line(grid, meeting_line(moved))
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)

@@ -10,7 +10,8 @@ in the lips' colour that band read as a pale slab with a grey blob on a closed t
 mouth. Here each column of each lip is **stretched** instead: the real lip (from the outer
 line to where, going inwards, the teeth or the gap begin) is resampled over the whole
 band, so the lip keeps its own colour and texture and meets the other lip at the
-canonical inner line, where closed lips meet (a soft shade is drawn there).
+canonical inner line, where closed lips meet (a thin shade is drawn there, which
+``mesh3d_mouth_line`` lays where the target's lips meet).
 
 Each column is stretched by its own amount, so neighbouring columns sample different
 rows of the photo: the stretched lips are low-passed along the mouth (not across it,
@@ -41,7 +42,8 @@ GREY_REDNESS = 0.03  # lips no redder than the skin by this much: a grey photo (
 LIP_RED_PERCENTILE = 80  # the lips' red: this percentile of the redness over their band
 MIN_LIP = 0.15  # of a lip's band: a lip found thinner than this is taken as this thick
 SMOOTH_COLUMNS = 0.06  # of the lips' width: the found lip edges are median-smoothed over this many columns
-MEET_SHADE = (0.35, 0.012)  # where the lips meet: this much darker, this wide (of the texture)
+MEET_SHADE = (0.35, 0.004)  # where the lips meet: this much darker, this wide (of the texture): thin, since a closed
+# target mouth reads it at the crop's own scale (``mesh3d_mouth_line``); drawn wide (0.012) it was a soft smear
 ALONG_SIGMA = 0.01  # of the texture: the stretched lips' low pass along the mouth
 COLOUR_FADE = 0.35  # of a lip's band from its outer line: its colour move fades in over this (the border stays soft)
 
@@ -49,7 +51,7 @@ COLOUR_FADE = 0.35  # of a lip's band from its outer line: its colour move fades
 def closed_lips(albedo: np.ndarray) -> np.ndarray:
     """(T, T, 3) albedo -> the same with each lip's real part stretched over its band."""
     size = albedo.shape[0]
-    layout = _layout(size)
+    layout = lip_layout(size)
     lips = layout.lips
     if not lips.any():
         return albedo
@@ -155,26 +157,37 @@ class _LipLayout:
     def __init__(self, size: int) -> None:
         uv = canonical_mesh().uv * size - 0.5
         outer = uv[list(OUTER_LIP_CONTOUR)]
-        inner = uv[list(INNER_LIP_CONTOUR)]
         self.lips = uv_polygon_mask(size, OUTER_LIP_CONTOUR) > 0.5
         cols = np.nonzero(self.lips.any(0))[0]
         rows_of = [np.nonzero(self.lips[:, c])[0] for c in cols]
         self.columns = cols
         self.top = np.array([r.min() for r in rows_of], np.float32)
         self.bottom = np.array([r.max() for r in rows_of], np.float32)
-        order = np.argsort(inner[:, 0])
-        meet = np.interp(cols, inner[order, 0], inner[order, 1])
-        self.meet = np.clip(meet, self.top + 1, self.bottom - 1).astype(np.float32)
+        # closed lips meet halfway between the canonical upper and lower inner lines (a texel apart)
+        upper_inner, lower_inner = (np.interp(cols, *uv[line].T) for line in inner_lip_lines())
+        self.meet = np.clip((upper_inner + lower_inner) / 2, self.top + 1, self.bottom - 1).astype(np.float32)
         self.soft_lips = cv2.GaussianBlur(self.lips.astype(np.float32), (0, 0), 1.0)
         rows = np.arange(size, dtype=np.float32)[:, None]
         middle = np.full(size, -1e6, np.float32)
         middle[cols] = self.meet
+        gap = np.zeros(size, np.float32)  # the shade is whole between the two inner lines
+        gap[cols] = np.abs(lower_inner - upper_inner) / 2
         left, right = float(outer[:, 0].min()), float(outer[:, 0].max())
         along = np.clip(1.0 - np.abs(np.arange(size) - (left + right) / 2) / max((right - left) / 2, 1.0), 0.0, 1.0) ** 0.5
-        across = np.exp(-(((rows - middle[None, :]) / (MEET_SHADE[1] * size)) ** 2))
+        beyond_gap = np.maximum(np.abs(rows - middle[None, :]) - gap[None, :], 0.0)
+        across = np.exp(-((beyond_gap / (MEET_SHADE[1] * size)) ** 2))
         self.meet_shade = (1.0 - MEET_SHADE[0] * along[None, :] * across)[..., None].astype(np.float32)
 
 
+@lru_cache(maxsize=1)
+def inner_lip_lines() -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the inner lip contour's points, corner to corner: the upper lip's line
+    and the lower lip's, opposite point for opposite point (the corners in both)."""
+    ring = list(INNER_LIP_CONTOUR)
+    half = len(ring) // 2  # the contour runs from one corner along the lower lip to the other, back along the upper
+    return np.array([ring[0]] + ring[half:][::-1]), np.array(ring[: half + 1])
+
+
 @lru_cache(maxsize=2)
-def _layout(size: int) -> _LipLayout:
+def lip_layout(size: int) -> _LipLayout:
     return _LipLayout(size)
