@@ -52,23 +52,28 @@ def _mouth_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return grid, to_grid(meet), line
 
 
-def test_pixels_near_where_the_lips_meet_read_across_the_line_by_their_distance():
+@pytest.mark.parametrize("crop_per_frame_pixel", [0.8, 2.0])
+def test_pixels_near_where_the_lips_meet_read_across_the_line_by_their_distance(crop_per_frame_pixel):
+    """On a large face (a frame pixel under a crop pixel) the line spans its crop pixels;
+    on a small one (a frame pixel over two crop pixels) as many frame pixels, so it is
+    read half as fast over twice the reach."""
     grid, meet, line = _mouth_grid()
-    moved = on_the_meeting_line(grid, line)
+    moved = on_the_meeting_line(grid, line, crop_per_frame_pixel)
+    widening = max(1.0, crop_per_frame_pixel)
     rows = np.arange(SIZE, dtype=np.float32)
     texels = lambda grid_rows: (grid_rows + 1.0) * LAYOUT_SIZE / 2.0  # noqa: E731
     for column in range(12, SIZE - 12, 7):
         y = float(np.interp(column, line[:, 0], line[:, 1]))
         before = texels(grid[:, column, 1]) - texels(meet[column])
         after = texels(moved[:, column, 1]) - texels(meet[column])
-        near = np.abs(rows - y) <= LINE_REACH - 0.5
+        near = np.abs(rows - y) <= LINE_REACH * widening - 0.5
         # the meeting row is crossed where the landmarks say, to the sub-pixel, at TEXELS_PER_PIXEL a pixel
         crossing = float(np.interp(0.0, after[near], rows[near]))
         assert crossing == pytest.approx(y, abs=0.05)
-        assert np.allclose(np.diff(after[near]), TEXELS_PER_PIXEL, atol=0.05)
+        assert np.allclose(np.diff(after[near]), TEXELS_PER_PIXEL / widening, atol=0.05)
         # the staircase never read the line itself: it jumped over it by 8 texels
         assert np.abs(before).min() >= 4.0 - 1e-3
-        far = np.abs(rows - y) > LINE_REACH + 1.5
+        far = np.abs(rows - y) > LINE_REACH * widening + 1.5
         assert np.array_equal(moved[far, column], grid[far, column])
     assert np.array_equal(moved[..., 0], grid[..., 0])  # the column is each pixel's own
 

@@ -485,7 +485,7 @@ class Mesh3dSwapper:
         if _mouth_opening(target) > OPEN_TARGET_MOUTH:
             rendered, holes = _with_mouth_interior(host_crop, target, rendered, holes)
         else:  # closed: the lips meet in a thin line, along the landmarks' curve
-            grid = on_the_meeting_line(grid, meeting_line(moved))
+            grid = on_the_meeting_line(grid, meeting_line(moved), scale)
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
