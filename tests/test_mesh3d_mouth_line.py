@@ -88,26 +88,29 @@ def test_nothing_moves_past_the_corners_or_when_the_mouth_is_out_of_the_crop():
     assert on_the_meeting_line(grid, line + np.float32(3 * SIZE)) is grid
 
 
-def test_a_smiling_source_on_a_closed_mouth_draws_one_thin_line_where_the_lips_meet(engine, astronaut_image, grace_image):
-    """The astronaut's open smile, closed onto Grace Hopper's closed mouth: along the middle
-    60 % of the mouth the darkest pixel near the target's meeting line lies on it (within
-    a pixel; the raster's staircase put it up to 2.5 pixels off, a stepped line), clearly
-    darker than the lips either side."""
+@pytest.mark.parametrize("turned, least", [(False, 20.0), (True, 8.0)])
+def test_a_smiling_source_on_a_closed_mouth_draws_a_dark_line_where_the_lips_meet(engine, astronaut_image, grace_image,
+                                                                                  turned, least):
+    """The astronaut's open smile, closed onto Grace Hopper's closed mouth, frontal or turned
+    30 degrees: along the middle 60 % of the mouth, within a pixel of the target's meeting
+    line, the swap is darker than the lips 3 pixels above and below it. (The raster's
+    staircase put the line up to 2.5 pixels off it, contrast there down to 10; a turned
+    closed mouth was taken for an open one and kept a pale line between the lips, -41.)"""
+    from swapcast.benchmarks.realism_set import _target
+
+    target = _target(grace_image, "yaw-30", seed=3)[0] if turned else grace_image
     swapper = Mesh3dSwapper()
     source = swapper.register(astronaut_image, engine.analyse_image(astronaut_image)[0])
-    face = engine.analyse_image(grace_image)[0]
-    frame = grace_image.copy()
+    face = engine.analyse_image(target)[0]
+    frame = target.copy()
     job = swapper.prepare(frame, face, source, SwapOptions())
     swapper.finish(frame, job, run_jobs(swapper.runner, [job])[0])
     line = meeting_line(face.mesh)
     luma = frame.astype(np.float32).mean(2)
     width = float(np.ptp(line[:, 0]))
-    offsets, contrasts = [], []
+    contrasts = []
     for x in range(int(line[0, 0] + 0.2 * width), int(line[0, 0] + 0.8 * width)):
-        y = float(np.interp(x, line[:, 0], line[:, 1]))
-        rows = np.arange(int(round(y)) - 4, int(round(y)) + 5)
-        darkest = rows[int(np.argmin(luma[rows, x]))]
-        offsets.append(abs(darkest - y))
-        contrasts.append((luma[darkest - 3, x] + luma[darkest + 3, x]) / 2 - luma[darkest, x])
-    assert max(offsets) < 1.0 and float(np.mean(offsets)) < 0.6
-    assert min(contrasts) > 15.0
+        y = int(round(float(np.interp(x, line[:, 0], line[:, 1]))))
+        contrasts.append(max((luma[row - 3, x] + luma[row + 3, x]) / 2 - luma[row, x] for row in (y - 1, y, y + 1)))
+    assert len(contrasts) > 20
+    assert min(contrasts) > least

@@ -105,7 +105,10 @@ TRUSTED_WEIGHT = (0.03, 0.12)  # a texel seen at cos^2 below the first is filled
 # range blurred the near cheek at 45-60 deg; on the yaw sweep the face's Laplacian energy +8 %)
 GRAZING_OUTLIER = (0.25, 0.6)  # |log albedo / skin| (worst channel) from which a texel starts to / stops counting ...
 GRAZING_BELOW = 0.5  # ... where it is seen at cos^2 below this (fully at 0): hair or shadow beside a frontal face
-OPEN_TARGET_MOUTH = 0.03  # a target's mouth this open (gap over width) keeps its teeth and gap, found by colour
+OPEN_TARGET_MOUTH = 0.06  # a target's mouth this open (gap over width) keeps its teeth and gap, found by colour; a
+# less open one is closed: its lips meet in the source's line. Closed mouths read up to 0.032 (a turned head's: the
+# landmarks part a little), smiles 0.16 and more; at 0.03 a turned closed mouth's lip highlight was taken for teeth
+# and kept, a pale line between the lips
 MOUTH_LIPS_RING = 0.8  # the lips' outer part (outside their outline shrunk to this) is lips whatever a smile's landmarks say
 MOUTH_TEETH = (1.08, 0.5)  # teeth: this much brighter than the lips, and redder than grey by less than this share of the lips' red
 MOUTH_GAP = 0.55  # the mouth's dark gap: darker than this share of the lips
