@@ -295,6 +295,26 @@ def test_a_grey_source_takes_the_targets_skin_tone_and_shading(engine, swapper, 
     assert chroma(matched) > 0.7 * chroma(target)  # coloured like the target's skin, not grey
 
 
+def test_a_smooth_face_on_a_grainy_photo_gets_the_photos_grain_but_not_its_wrinkles(engine, swapper, grace_image,
+                                                                                   monkeypatch):
+    """The astronaut onto Grace Hopper's full-size photo: the crop holds her face at less
+    than the photo's resolution, so without the paste's grain the swapped skin is far
+    smoother than the skin round it (a mask). With it, the skin is about as fine-grained,
+    and her own wrinkles show through no more than without it."""
+    from swapcast.benchmarks.pose_set import person_image
+    from swapcast.benchmarks.realism_detail import grain, target_detail_left
+
+    photo = person_image("astronaut")
+    source = swapper.register(photo, engine.analyse_image(photo)[0])
+    grainy, face = _swap(engine, swapper, source, grace_image)
+    smooth_swapper = Mesh3dSwapper(runner=swapper.runner)
+    monkeypatch.setattr(smooth_swapper, "_grain", None)  # the paste as it was without the grain
+    smooth, _ = _swap(engine, smooth_swapper, source, grace_image)
+    assert grain(smooth, grace_image, face.mesh) < 0.4
+    assert grain(grainy, grace_image, face.mesh) > 0.6
+    assert target_detail_left(grainy, grace_image, face.mesh) < target_detail_left(smooth, grace_image, face.mesh) + 0.02
+
+
 # -- several photos of one person --------------------------------------------------------------------
 
 

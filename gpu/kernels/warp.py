@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from gpu.kernels.grain import GrainTile, add_grain
+
 
 def crop_faces(frames: Sequence[np.ndarray], matrices: np.ndarray, size: int) -> np.ndarray:
     """Warp one aligned ``size``x``size`` crop per face.
@@ -47,13 +49,14 @@ def paste_back(frame: np.ndarray, crop: np.ndarray, mask: np.ndarray, matrix: np
 
 
 def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: np.ndarray, mask: np.ndarray,
-                              face: np.ndarray, matrix: np.ndarray) -> None:
+                              face: np.ndarray, matrix: np.ndarray, grain: GrainTile | None = None) -> None:
     """``paste_back``, and the frame's own detail that its round trip through the crop lost
     (the frame minus its crop warped back: each bilinear resampling softens) put back
     where the crop is the target's own (``face`` (S, S) in [0, 1]: 0 there, 1 where the
     face was replaced): the frame around the swap comes back unchanged, not softened in a
     band round the face, while the face itself is the crop's (the swapper gave it the
-    target's grain at the crop's resolution)."""
+    target's grain at the crop's resolution). ``grain``: the face also gets the noise its
+    finest band lacks against the frame's (see ``gpu.kernels.grain``)."""
     roi = paste_region(mask, matrix, frame.shape[:2])
     if roi is None:
         return
@@ -72,6 +75,9 @@ def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: 
     blended = cv2.blendLinear(face_pixels, region, alpha, 1.0 - alpha)
     lost = cv2.subtract(region, target, dtype=cv2.CV_16S)
     region[...] = cv2.add(blended, cv2.multiply(lost, cv2.merge([back, back, back]), dtype=cv2.CV_32F), dtype=cv2.CV_8U)
+    if grain is not None:
+        lost_luma = cv2.cvtColor(lost.astype(np.float32), cv2.COLOR_RGB2GRAY)
+        add_grain(region, lost_luma, alpha - back, roi_to_crop, (crop, target_crop), mask * np.asarray(face, np.float32), grain)
 
 
 def paste_faces(

@@ -46,6 +46,7 @@ from gpu.align import ARCFACE_TEMPLATE_112, estimate_similarity, transform_point
 from gpu.device import array_module, is_device_array, to_host
 from gpu.errors import NoFaceError
 from gpu.kernels.ops import crop_faces
+from gpu.kernels.grain import GrainTile
 from gpu.kernels.warp import paste_back_keeping_detail, paste_region
 from gpu.models.canonical_mesh import (
     INNER_LIP_CONTOUR,
@@ -395,6 +396,7 @@ class Mesh3dSwapper:
         self._template = _CROP_TEMPLATE * crop_size
         self._neutral: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
         self._neutral_lock = threading.Lock()
+        self._grain = GrainTile()
 
     def alignment(self, face: Face) -> np.ndarray:
         """Frame pixels -> aligned crop pixels for this face."""
@@ -530,7 +532,7 @@ class Mesh3dSwapper:
 
         def paste(image: np.ndarray, matrix: np.ndarray) -> None:
             paste_back_keeping_detail(image, to_host(swapped.astype(np.uint8)), job.context["target"], job.context["mask"],
-                                      job.context["face"], matrix)
+                                      job.context["face"], matrix, self._grain)
 
         if xp is np:
             paste(frame, job.matrix)
