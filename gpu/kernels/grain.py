@@ -54,14 +54,17 @@ class GrainTile:
 
 
 def band_level(band: np.ndarray, weight: np.ndarray) -> float | None:
-    """The typical energy (8-bit units squared) of a finest ``band`` (H, W) float32 over
-    the face (``weight`` (H, W) in [0, 1]), or None where too little face shows."""
+    """The typical energy (8-bit units squared) of a finest ``band`` over the face
+    (``weight`` (H, W) in [0, 1]), or None where too little face shows. ``band``: (H, W)
+    float32, or (H, W, 3) int16 RGB whose luma is taken (on the pixels read alone)."""
     half = ((weight.shape[1] + 1) // 2, (weight.shape[0] + 1) // 2)
     weight = cv2.resize(weight, half, interpolation=cv2.INTER_NEAREST)  # every other pixel (OpenCV's copy: fast)
     total = float(weight.sum())
     if total < MIN_WEIGHT / 4:
         return None
     every_other = cv2.resize(band, half, interpolation=cv2.INTER_NEAREST)
+    if every_other.ndim == 3:  # the channels' sum in int16 (exact), then their mean
+        every_other = cv2.transform(every_other, np.ones((1, 3), np.float32)).astype(np.float32) * np.float32(1 / 3)
     local = cv2.blur(every_other * every_other, (LOCAL_AREA, LOCAL_AREA))
     local += ENERGY_FLOOR
     return float(np.exp(float(cv2.log(local).ravel() @ weight.ravel()) / total))
@@ -70,7 +73,7 @@ def band_level(band: np.ndarray, weight: np.ndarray) -> float | None:
 def add_grain(region: np.ndarray, lost: np.ndarray, weight: np.ndarray, to_crop: np.ndarray, crops: tuple[np.ndarray, np.ndarray],
               crop_weight: np.ndarray, tile: GrainTile) -> None:
     """Add to the pasted ``region`` (H, W, 3) uint8, in place, noise with the energy of the
-    frame's ``lost`` band (H, W) float32 (what the crop could not hold) over the face, times
+    frame's ``lost`` band (H, W, 3) int16 (what the crop could not hold) over the face, times
     the share of the target's finest band the swapped face lacks, both measured in the crops
     (``crops``: swapped and target (S, S, 3) uint8, ``crop_weight`` (S, S) the face there),
     through ``weight`` (H, W) float32 (the face's share of each frame pixel); ``to_crop``

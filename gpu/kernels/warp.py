@@ -76,8 +76,7 @@ def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: 
     lost = cv2.subtract(region, target, dtype=cv2.CV_16S)
     region[...] = cv2.add(blended, cv2.multiply(lost, cv2.merge([back, back, back]), dtype=cv2.CV_32F), dtype=cv2.CV_8U)
     if grain is not None:
-        lost_luma = cv2.cvtColor(lost.astype(np.float32), cv2.COLOR_RGB2GRAY)
-        add_grain(region, lost_luma, alpha - back, roi_to_crop, (crop, target_crop), mask * np.asarray(face, np.float32), grain)
+        add_grain(region, lost, alpha - back, roi_to_crop, (crop, target_crop), mask * np.asarray(face, np.float32), grain)
 
 
 def paste_faces(
