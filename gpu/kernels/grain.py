@@ -26,6 +26,7 @@ LOCAL_AREA = 4  # every other pixel's, a side (~8 pixels): the neighbourhood who
 # quarter of the pixels gives it for a quarter of the time
 ENERGY_FLOOR = 0.07  # 8-bit units squared: a flat, clipped patch counts as ~8-bit rounding's energy, not as nothing
 MIN_WEIGHT = 64.0  # pixels of face the band's level needs, or no grain is added
+MIN_AMPLITUDE = 0.25  # 8-bit levels: fainter grain would round away (mostly); none is added
 
 
 def finest_band(image: np.ndarray) -> np.ndarray:
@@ -70,23 +71,24 @@ def band_level(band: np.ndarray, weight: np.ndarray) -> float | None:
     return float(np.exp(float(cv2.log(local).ravel() @ weight.ravel()) / total))
 
 
-def add_grain(region: np.ndarray, lost: np.ndarray, weight: np.ndarray, to_crop: np.ndarray, crops: tuple[np.ndarray, np.ndarray],
-              crop_weight: np.ndarray, tile: GrainTile) -> None:
-    """Add to the pasted ``region`` (H, W, 3) uint8, in place, noise with the energy of the
-    frame's ``lost`` band (H, W, 3) int16 (what the crop could not hold) over the face, times
-    the share of the target's finest band the swapped face lacks, both measured in the crops
-    (``crops``: swapped and target (S, S, 3) uint8, ``crop_weight`` (S, S) the face there),
-    through ``weight`` (H, W) float32 (the face's share of each frame pixel); ``to_crop``
-    maps the region's pixels to the crop."""
-    level = band_level(lost, weight)
+def grain_noise(lost: np.ndarray, weight: np.ndarray, to_crop: np.ndarray, crops: tuple[np.ndarray, np.ndarray],
+                crop_weight: np.ndarray, tile: GrainTile) -> np.ndarray | None:
+    """(H, W) float32 noise to add to a pasted region's channels, or None for none: the
+    energy of the frame's ``lost`` band (H, W, 3) int16 (what the crop could not hold) over
+    the face, times the share of the target's finest band the swapped face lacks, both
+    measured in the crops (``crops``: swapped and target (S, S, 3) uint8, ``crop_weight``
+    (S, S) the face there), through ``weight`` (H, W) float32 (the face's share of each
+    frame pixel); ``to_crop`` maps the region's pixels to the crop. The crops are read
+    first: where the face lacks nothing, nothing of the frame's size is read."""
     swapped, target = crops
     wanted = band_level(finest_band(target), crop_weight)
-    if level is None or wanted is None:
-        return
+    if wanted is None:
+        return None
     lacking = 1.0 - band_level(finest_band(swapped), crop_weight) / wanted
-    if lacking <= 0.0:
-        return
+    level = band_level(lost, weight) if lacking > 0.0 else None
+    if level is None or (amplitude := float(np.sqrt(lacking * level))) < MIN_AMPLITUDE:
+        return None
     noise = tile.patch(*weight.shape, to_crop)
     noise *= weight
-    noise *= float(np.sqrt(lacking * level))
-    region[...] = cv2.add(region, cv2.merge([noise, noise, noise]), dtype=cv2.CV_8U)
+    noise *= amplitude
+    return noise

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from gpu.kernels.grain import GrainTile, add_grain
+from gpu.kernels.grain import GrainTile, grain_noise
 
 
 def crop_faces(frames: Sequence[np.ndarray], matrices: np.ndarray, size: int) -> np.ndarray:
@@ -74,9 +74,12 @@ def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: 
     # of the time of the same in float32 NumPy)
     blended = cv2.blendLinear(face_pixels, region, alpha, 1.0 - alpha)
     lost = cv2.subtract(region, target, dtype=cv2.CV_16S)
-    region[...] = cv2.add(blended, cv2.multiply(lost, cv2.merge([back, back, back]), dtype=cv2.CV_32F), dtype=cv2.CV_8U)
+    change = cv2.multiply(lost, cv2.merge([back, back, back]), dtype=cv2.CV_32F)
     if grain is not None:
-        add_grain(region, lost, alpha - back, roi_to_crop, (crop, target_crop), mask * np.asarray(face, np.float32), grain)
+        noise = grain_noise(lost, alpha - back, roi_to_crop, (crop, target_crop), mask * np.asarray(face, np.float32), grain)
+        if noise is not None:
+            cv2.add(change, cv2.merge([noise, noise, noise]), dst=change)
+    region[...] = cv2.add(blended, change, dtype=cv2.CV_8U)
 
 
 def paste_faces(
