@@ -74,7 +74,7 @@ def test_the_noise_has_the_lost_bands_energy_as_far_as_the_swapped_face_lacks_gr
     target_crop, crop_weight = _grainy(96, 4.0, 1), np.ones((96, 96), np.float32)
 
     def added(swapped_crop: np.ndarray) -> np.ndarray:
-        noise = grain_noise(lost, weight, _shrink(0.5), (swapped_crop, target_crop), crop_weight, GrainTile())
+        noise = grain_noise(lost, weight, weight, _shrink(0.5), (swapped_crop, target_crop), crop_weight, GrainTile())
         return np.zeros((160, 160), np.float32) if noise is None else noise
 
     smooth = added(np.full((96, 96, 3), 128, np.uint8))
@@ -84,6 +84,23 @@ def test_the_noise_has_the_lost_bands_energy_as_far_as_the_swapped_face_lacks_gr
     half = added(_grainy(96, 4.0 / np.sqrt(2), 2))  # a face with half the target's grain energy gets half of it
     assert 0.35 < float(half[:, :80].std() / smooth[:, :80].std()) ** 2 < 0.65
     assert not added(_grainy(96, 5.0, 3)).any()  # a face grainier than the target's gets none
+
+
+def test_the_noise_is_the_cameras_grain_not_the_target_skins_texture():
+    """An old face's skin is finely textured beyond the camera's grain: the frame round the
+    face (here half as grainy) gives the level, so the source's face does not take on the
+    target's skin."""
+    rng = np.random.default_rng(6)
+    lost = 2.0 * rng.standard_normal((160, 160)).astype(np.float32)
+    lost[:, :80] *= 2.0  # the face's skin: twice the grain round it
+    face = np.zeros((160, 160), np.float32)
+    face[:, :80] = 1.0
+    crops = (np.full((96, 96, 3), 128, np.uint8), _grainy(96, 4.0, 1))
+    tile = GrainTile()
+    within = grain_noise(lost, face, face, _shrink(0.5), crops, np.ones((96, 96), np.float32), tile)
+    assert 0.7 * 2.0 < float(_finest(within[:, :80]).std()) < 1.3 * 2.0
+    alone = grain_noise(lost, face, np.ones_like(face), _shrink(0.5), crops, np.ones((96, 96), np.float32), tile)
+    assert 0.7 * 4.0 < float(_finest(alone[:, :80]).std()) < 1.3 * 4.0  # no frame round it: the face's own level
 
 
 def test_a_smooth_face_pasted_into_a_grainy_frame_is_as_grainy_as_the_frame():
