@@ -61,17 +61,30 @@ def band_level(band: np.ndarray, weight: np.ndarray) -> float | None:
     """The typical energy (8-bit units squared) of a finest ``band`` over the face
     (``weight`` (H, W) in [0, 1]), or None where too little face shows. ``band``: (H, W)
     float32, or (H, W, 3) int16 RGB whose luma is taken (on the pixels read alone)."""
-    half = ((weight.shape[1] + 1) // 2, (weight.shape[0] + 1) // 2)
-    weight = cv2.resize(weight, half, interpolation=cv2.INTER_NEAREST)  # every other pixel (OpenCV's copy: fast)
-    total = float(weight.sum())
-    if total < MIN_WEIGHT / 4:
-        return None
-    every_other = cv2.resize(band, half, interpolation=cv2.INTER_NEAREST)
+    return _typical(_log_local_energy(band), _every_other(weight))
+
+
+def _every_other(image: np.ndarray) -> np.ndarray:
+    """Every other pixel of every other row (OpenCV's copy: fast)."""
+    return cv2.resize(image, ((image.shape[1] + 1) // 2, (image.shape[0] + 1) // 2), interpolation=cv2.INTER_NEAREST)
+
+
+def _log_local_energy(band: np.ndarray) -> np.ndarray:
+    """The log of the local energy of ``band`` (see ``band_level``) on every other pixel."""
+    every_other = _every_other(band)
     if every_other.ndim == 3:  # the channels' sum in int16 (exact), then their mean
         every_other = cv2.transform(every_other, np.ones((1, 3), np.float32)).astype(np.float32) * np.float32(1 / 3)
     local = cv2.blur(every_other * every_other, (LOCAL_AREA, LOCAL_AREA))
     local += ENERGY_FLOOR
-    return float(np.exp(float(cv2.log(local).ravel() @ weight.ravel()) / total))
+    return cv2.log(local)
+
+
+def _typical(log_local: np.ndarray, weight: np.ndarray) -> float | None:
+    """The geometric mean of the local energy over ``weight`` (both on every other pixel)."""
+    total = float(weight.sum())
+    if total < MIN_WEIGHT / 4:
+        return None
+    return float(np.exp(float(log_local.ravel() @ weight.ravel()) / total))
 
 
 def grain_noise(lost: np.ndarray, weight: np.ndarray, outline: np.ndarray, to_crop: np.ndarray,
@@ -89,10 +102,13 @@ def grain_noise(lost: np.ndarray, weight: np.ndarray, outline: np.ndarray, to_cr
     if wanted is None:
         return None
     lacking = 1.0 - band_level(finest_band(swapped), crop_weight) / wanted
-    level = band_level(lost, weight) if lacking > 0.0 else None
+    if lacking <= 0.0:
+        return None
+    log_local = _log_local_energy(lost)  # read once for the face and for the frame round it
+    level = _typical(log_local, _every_other(weight))
     if level is None:
         return None
-    around = band_level(lost, 1.0 - outline)  # the camera's grain, where the target's skin is not
+    around = _typical(log_local, _every_other(1.0 - outline))  # the camera's grain, where the target's skin is not
     if around is not None:
         level = min(level, around)
     if (amplitude := float(np.sqrt(lacking * level))) < MIN_AMPLITUDE:
