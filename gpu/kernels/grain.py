@@ -10,14 +10,17 @@ detail the swapped face lacks in the crop (none where the source brings grain en
 its own: a wrinkled photo on a smooth face). The energy is the lower of the face's and the
 frame's round it: the camera's grain, not the target's skin (an old face's fine texture,
 which pulled the swap's identity towards the target: on the tune half the closest frontal
-pair's margin 0.078 -> 0.067 with the face's level, 0.070 with the lower one). The noise is a fixed
-high-passed tile laid on the face: it moves and turns with the face at the frame's own
-pixel size (sampled nearest, so its strength does not change with the sub-pixel phase),
-so a still face keeps still grain and a moving one does not sizzle (fresh noise each
-frame, on the face alone, shimmered where the frame round it was calm).
+pair's margin 0.078 -> 0.067 with the face's level, 0.070 with the lower one). The noise
+is a fixed high-passed tile laid on the face: it moves and turns with the face at the
+frame's own pixel size (sampled nearest, so its strength does not change with the
+sub-pixel phase), so a still face keeps still grain and a moving one does not sizzle
+(fresh noise each frame, on the face alone, shimmered where the frame round it was calm).
+The tile is the same for every face and read only, so one is built per process.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import cv2
 import numpy as np
@@ -55,6 +58,12 @@ class GrainTile:
         to_tile = np.asarray(to_crop, np.float64) / max(scale, 1e-6)
         return cv2.warpAffine(self._tile, to_tile, (width, height), flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
                               borderMode=cv2.BORDER_WRAP)
+
+
+@lru_cache(maxsize=1)
+def shared_tile() -> GrainTile:
+    """The process's one tile (building it takes ~60 ms)."""
+    return GrainTile()
 
 
 def band_level(band: np.ndarray, weight: np.ndarray) -> float | None:

@@ -76,7 +76,8 @@ def paste_back_keeping_detail(frame: np.ndarray, crop: np.ndarray, target_crop: 
     lost = cv2.subtract(region, target, dtype=cv2.CV_16S)
     change = cv2.multiply(lost, cv2.merge([back, back, back]), dtype=cv2.CV_32F)
     if grain is not None:
-        noise = grain_noise(lost, alpha - back, alpha, roi_to_crop, (crop, target_crop), mask * np.asarray(face, np.float32), grain)
+        replaced = mask * np.asarray(face, np.float32)
+        noise = grain_noise(lost, alpha - back, alpha, roi_to_crop, (crop, target_crop), replaced, grain)
         if noise is not None:
             cv2.add(change, cv2.merge([noise, noise, noise]), dst=change)
     region[...] = cv2.add(blended, change, dtype=cv2.CV_8U)

@@ -46,7 +46,7 @@ from gpu.align import ARCFACE_TEMPLATE_112, estimate_similarity, transform_point
 from gpu.device import array_module, is_device_array, to_host
 from gpu.errors import NoFaceError
 from gpu.kernels.ops import crop_faces
-from gpu.kernels.grain import GrainTile
+from gpu.kernels.grain import shared_tile
 from gpu.kernels.warp import paste_back_keeping_detail, paste_region
 from gpu.models.canonical_mesh import (
     INNER_LIP_CONTOUR,
@@ -396,7 +396,7 @@ class Mesh3dSwapper:
         self._template = _CROP_TEMPLATE * crop_size
         self._neutral: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
         self._neutral_lock = threading.Lock()
-        self._grain = GrainTile()
+        self._grain = shared_tile()
 
     def alignment(self, face: Face) -> np.ndarray:
         """Frame pixels -> aligned crop pixels for this face."""
