@@ -88,14 +88,16 @@ def test_nothing_moves_past_the_corners_or_when_the_mouth_is_out_of_the_crop():
     assert on_the_meeting_line(grid, line + np.float32(3 * SIZE)) is grid
 
 
-@pytest.mark.parametrize("turned, least", [(False, 20.0), (True, 8.0)])
+@pytest.mark.parametrize("turned, least", [(False, 20.0), (True, 12.0)])
 def test_a_smiling_source_on_a_closed_mouth_draws_a_dark_line_where_the_lips_meet(engine, astronaut_image, grace_image,
                                                                                   turned, least):
     """The astronaut's open smile, closed onto Grace Hopper's closed mouth, frontal or turned
     30 degrees: along the middle 60 % of the mouth, within a pixel of the target's meeting
-    line, the swap is darker than the lips 3 pixels above and below it. (The raster's
-    staircase put the line up to 2.5 pixels off it, contrast there down to 10; a turned
-    closed mouth was taken for an open one and kept a pale line between the lips, -41.)"""
+    line, the swap is darker than the lower lip 3 pixels below it. (The raster's staircase
+    put the line up to 2.5 pixels off it, contrast there down to 10; a turned closed mouth
+    was taken for an open one and kept a pale line between the lips, -41.) The upper lip
+    is not the measure: it is in the target's shade (``mesh3d_lip_light``), as in her own
+    mouth, whose upper lip is darker than the line in places."""
     from swapcast.benchmarks.realism_set import _target
 
     target = _target(grace_image, "yaw-30", seed=3)[0] if turned else grace_image
@@ -111,6 +113,6 @@ def test_a_smiling_source_on_a_closed_mouth_draws_a_dark_line_where_the_lips_mee
     contrasts = []
     for x in range(int(line[0, 0] + 0.2 * width), int(line[0, 0] + 0.8 * width)):
         y = int(round(float(np.interp(x, line[:, 0], line[:, 1]))))
-        contrasts.append(max((luma[row - 3, x] + luma[row + 3, x]) / 2 - luma[row, x] for row in (y - 1, y, y + 1)))
+        contrasts.append(max(luma[row + 3, x] - luma[row, x] for row in (y - 1, y, y + 1)))
     assert len(contrasts) > 20
     assert min(contrasts) > least

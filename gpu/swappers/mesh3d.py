@@ -80,6 +80,7 @@ from gpu.swappers.mesh3d_eyewear import remove_eyewear
 from gpu.swappers.mesh3d_falloff import position_light
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
 from gpu.swappers.mesh3d_lighting import fit_sh, shade
+from gpu.swappers.mesh3d_lip_light import LipGeometry, relight_closed_lips
 from gpu.swappers.mesh3d_lips import closed_lips
 from gpu.swappers.mesh3d_mouth_line import meeting_line, on_the_meeting_line
 from gpu.swappers.mesh3d_shadow_colour import coloured_like_skin
@@ -497,6 +498,8 @@ class Mesh3dSwapper:
         if options.colour_match:
             shading *= _tone_ratio(host_crop, uv, rendered, shading, source, occluded, float(np.ptp(target[:, 0])))
             _tint_lips(shading, host_crop, target, uv, rendered, source)
+            if _mouth_opening(target) <= OPEN_TARGET_MOUTH:
+                _relight_closed_lips(shading, host_crop, target, moved, uv, rendered, source)
         mask, openings = self._mask(uv, rendered, holes, options.mouth_mask, options.feather)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
@@ -808,6 +811,30 @@ def _tint_lips(shading: np.ndarray, crop: np.ndarray, points: np.ndarray, uv: np
     gain = np.clip(over_skin(target) / np.maximum(over_skin(face), 1e-3), *LIP_TINT_RANGE)
     weight = cv2.GaussianBlur(polygon(OUTER_LIP_CONTOUR), (0, 0), 1.0) * drawn
     shading[y0:y1, x0:x1] *= 1.0 + weight[..., None] * (gain - 1.0)
+
+
+def _relight_closed_lips(shading: np.ndarray, crop: np.ndarray, target: np.ndarray, moved: np.ndarray, uv: np.ndarray,
+                         rendered: np.ndarray, source: Mesh3dSource) -> None:
+    """Give the re-lit face's closed lips (``shading``, S/2 x S/2, in place) the target's
+    light across its lips (``mesh3d_lip_light``): the target read in its own lip geometry,
+    the face in the ``moved`` mesh's."""
+    albedo = source.albedo_image()
+    size = albedo.shape[0]
+
+    def at(image: np.ndarray, points: np.ndarray) -> np.ndarray:
+        coords = points.astype(np.float32).reshape(-1, 1, 2)
+        return cv2.remap(image, coords[..., 0], coords[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+    def target_lightness(points: np.ndarray) -> np.ndarray:  # half-resolution pixels read in the crop
+        return at(crop, points * 2.0 + 0.5).reshape(-1, 3).astype(np.float32).mean(1) + 1.0
+
+    def face_lightness(points: np.ndarray) -> np.ndarray:
+        texel = at(uv, points) * size - 0.5
+        colour = cv2.remap(albedo, texel[..., 0], texel[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        return (colour * at(shading, points)).reshape(-1, 3).mean(1)
+
+    relight_closed_lips(shading, target_lightness, face_lightness,
+                        LipGeometry(target[:, :2] * 0.5 - 0.25), LipGeometry(moved[:, :2] * 0.5 - 0.25), rendered)
 
 
 def _masked_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
