@@ -47,6 +47,7 @@ from gpu.device import array_module, is_device_array, to_host
 from gpu.errors import NoFaceError
 from gpu.kernels.ops import crop_faces
 from gpu.kernels.grain import shared_tile
+from gpu.kernels.softness import SofteningPerTrack, soften_like_frame
 from gpu.kernels.warp import paste_back_keeping_detail, paste_region
 from gpu.models.canonical_mesh import (
     INNER_LIP_CONTOUR,
@@ -398,6 +399,7 @@ class Mesh3dSwapper:
         self._neutral: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
         self._neutral_lock = threading.Lock()
         self._grain = shared_tile()
+        self._softening = SofteningPerTrack(MAX_TRACKS)
 
     def alignment(self, face: Face) -> np.ndarray:
         """Frame pixels -> aligned crop pixels for this face."""
@@ -510,7 +512,8 @@ class Mesh3dSwapper:
             kept_as_is = openings * (1.0 - eyes)
         paste = self._paste_mask(mask) * (1.0 - kept_as_is)  # kept pixels stay the frame's own, not resampled ones
         # the frame's own detail the crop's round trip loses comes back (see paste_back_keeping_detail)
-        context = {"mask": paste, "target": host_crop, "face": np.minimum(mask, 1.0 - kept_as_is)}
+        context = {"mask": paste, "target": host_crop, "face": np.minimum(mask, 1.0 - kept_as_is), "track": face.track_id,
+                   "scale": scale}
         feeds = {
             "target": target_planes,
             "albedo": source.albedo_like(frame, source.sharpening(self._texels_per_crop_pixel(source.albedo.shape[-1]) * scale)),
@@ -533,9 +536,14 @@ class Mesh3dSwapper:
         swapped += 0.5
         xp.clip(swapped, 0, 255, out=swapped)
 
+        # as soft as the frame round it (a crisp photo on a webcam's soft face read as a mask)
+        context = job.context
+        swapped = soften_like_frame(to_host(swapped.astype(np.uint8)), context["target"], context["face"], context["scale"],
+                                    context["track"], self._softening)
+
         def paste(image: np.ndarray, matrix: np.ndarray) -> None:
-            paste_back_keeping_detail(image, to_host(swapped.astype(np.uint8)), job.context["target"], job.context["mask"],
-                                      job.context["face"], matrix, self._grain)
+            paste_back_keeping_detail(image, swapped, context["target"], context["mask"], context["face"], matrix,
+                                      self._grain)
 
         if xp is np:
             paste(frame, job.matrix)
