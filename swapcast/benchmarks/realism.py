@@ -49,7 +49,7 @@ from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 from streamer.media.images import write_image
 from swapcast.benchmarks.pose_set import PEOPLE, person_image
-from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, shadow_red, target_detail_left
+from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, shadow_red, target_detail_left, too_sharp
 from swapcast.benchmarks.realism_fullres import write_fullres
 from swapcast.benchmarks.realism_set import (
     _SOURCE_MAKERS,
@@ -108,6 +108,7 @@ class RealismResult:
     lip_red: float | None = None  # CIE a* of the output's lips over the skin around them
     target_lip_red: float | None = None  # the same in the target: what the output's lips should come near
     mouth_kept: float | None = None  # CIE76 of an open target mouth's inside, output vs target
+    too_sharp: float | None = None  # target pixels of blur the output face lacks against the target's (0: as soft)
     strands_left: float | None = None  # hair sources: share of the skin streaked unlike the clean photo's swap
     hog_found: bool | None = None  # dlib's HOG detector finds the output face (None: it does not find the target's)
 
@@ -351,6 +352,7 @@ def _measure(scorer, swapper: str, source: RealismSource, source_mesh: np.ndarra
         grain=grain(output, target, face.mesh), target_detail_left=target_detail_left(output, target, face.mesh),
         shadow_red=output_shadow_red, target_shadow_red=target_shadow_red, teeth_on_closed_lips=mouth.teeth_on_closed_lips,
         lip_red=mouth.lip_red, target_lip_red=mouth.target_lip_red, mouth_kept=mouth.mouth_kept,
+        too_sharp=too_sharp(output, target, face.mesh),
         strands_left=None if clean is None else strands_left(output, clean, regions),
         hog_found=scorer.dlib_finds(output, face.box) if scorer.dlib_target(target_key, target, face.box) else None,
     )
@@ -388,6 +390,7 @@ def _summarise(results: list[RealismResult]) -> dict[str, Any]:
         "lip_red": mean([r.lip_red for r in results]),
         "target_lip_red": mean([r.target_lip_red for r in results if r.lip_red is not None]),
         "mouth_kept": mean([r.mouth_kept for r in results]),
+        "too_sharp": mean([r.too_sharp for r in results]),
         "strands_left": mean([r.strands_left for r in results]),
         "ms_per_frame": float(np.median(ms)) if ms else None,
         "by_source": {variant: mean([float(r.passed) for r in results if r.source_variant == variant])
@@ -408,7 +411,7 @@ def _person(name: str) -> str:
 def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None:
     print(f"\nrealism set, {half} half ({'not tuned on' if half == 'held' else 'tuned on'})")
     header = (f"{'':<16}{'faces':>6}{'pass':>8}{'frontal':>9}{'found':>7}{'hog':>9}{'d(o,s)':>8}{'tone':>7}{'>8':>5}{'edge':>7}{'shade':>7}"
-              f"{'detail':>8}{'grain':>7}{'ghost':>7}{'shadow':>7}{'(tgt)':>6}{'teeth':>7}{'lipred':>7}{'(tgt)':>6}{'mouth':>7}{'hair':>7}{'ms':>7}")
+              f"{'detail':>8}{'grain':>7}{'ghost':>7}{'shadow':>7}{'(tgt)':>6}{'teeth':>7}{'lipred':>7}{'(tgt)':>6}{'mouth':>7}{'sharp':>7}{'hair':>7}{'ms':>7}")
     print(header)
     for name in names:
         row = summary[name]
@@ -420,7 +423,7 @@ def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None
               f"{row['found']:>7}{row['hog_found']:>5}/{row['hog_targets']:<3}{num(row['mean_output_to_source']):>8}{num(row['tone'], 1):>7}{row['tone_over_8']:>5}"
               f"{num(row['edge_step'], 1):>7}{num(row['shading_kept']):>7}{num(row['detail']):>8}{num(row['grain']):>7}{num(row['target_detail_left']):>7}"
               f"{num(row['shadow_red']):>7}{num(row['target_shadow_red']):>6}{num(row['teeth_on_closed_lips'], 3):>7}{num(row['lip_red'], 1):>7}{num(row['target_lip_red'], 1):>6}{num(row['mouth_kept'], 1):>7}"
-              f"{num(row['strands_left'], 3):>7}{num(row['ms_per_frame'], 0):>7}")
+              f"{num(row['too_sharp']):>7}{num(row['strands_left'], 3):>7}{num(row['ms_per_frame'], 0):>7}")
     print("pass: d(out,src) < 0.6 and < d(out,tgt); frontal: the same on frontal targets; found: the engine finds the "
           "output face; hog: dlib's HOG detector finds it, of the faces it finds in the target; tone: low-passed CIE76 output vs target on the skin (>8: a mask); edge: colour step across the "
           "outline; shade: target's low-frequency shading kept (1 = all); detail: the source's fine detail kept (1 = all); "
@@ -428,7 +431,7 @@ def _print_summary(summary: dict[str, Any], names: list[str], half: str) -> None
           "ghost: the target's own fine detail still showing (0 = none); shadow: how much redder the skin's fine detail gets where "
           "darker (real skin ~0.4, grey wrinkles ~0; (tgt): the target's own); teeth: share of closed lips turned teeth-like; "
           "lipred: lips' CIE a* over the skin's (a grey band ~0; (tgt): the target's own); mouth: CIE76 of an open target mouth's inside vs the "
-          "target's (0 = kept); hair: share of the skin streaked where the source had hair drawn over it, against the "
+          "target's (0 = kept); sharp: px of blur the output face lacks against the target face's (0 = as soft); hair: share of the skin streaked where the source had hair drawn over it, against the "
           "clean photo's swap (0 = none); ms: median per frame")
     for name in names:
         row = summary[name]

@@ -28,7 +28,10 @@ face keeps, and what the swap did to the mouth.
 - **lip red**: the lips' redness over the skin around them (CIE a*, lips minus skin): lips
   read as lips from ~4; a grey band reads ~0 or below;
 - **mouth kept**: where the target's mouth is open, how far the output's mouth opening is
-  from the target's own (mean CIE76): its teeth and tongue stay its own (0).
+  from the target's own (mean CIE76): its teeth and tongue stay its own (0);
+- **too sharp**: how much sharper the output face's strongest edges (its features) are than
+  the target face's, in the target's pixels (the Gaussian sigma the output lacks, 0 when it
+  is as soft or softer): a crisp photo on a webcam's soft face reads as a mask.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import cv2
 import numpy as np
 
 from gpu.analysis.landmarks import FACE_OVAL, INNER_LIPS, OUTER_LIPS
+from gpu.kernels.softness import grey, softness
 from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 
@@ -130,6 +134,25 @@ def grain(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> float | N
         return None
     own_level = float(np.median(np.abs(own)))
     return float(np.median(np.abs(swapped))) / own_level if own_level > 1e-6 else None
+
+
+def too_sharp(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> float | None:
+    """The Gaussian sigma (target pixels) the output face lacks to be as soft as the target
+    face, at their strongest edges inside the outline; None where too few edges show."""
+    height, width = target.shape[:2]
+    hull = cv2.convexHull(np.round(mesh[:, :2]).astype(np.int32))
+    x, y, w, h = cv2.boundingRect(hull)
+    x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + w, width), min(y + h, height)
+    if x1 - x0 < 16 or y1 - y0 < 16:
+        return None
+    region = np.zeros((y1 - y0, x1 - x0), np.uint8)
+    cv2.fillConvexPoly(region, hull - (x0, y0), 1)
+    region = region.astype(bool)
+    own = softness(grey(np.ascontiguousarray(target[y0:y1, x0:x1])), region)
+    swapped = softness(grey(np.ascontiguousarray(output[y0:y1, x0:x1])), region)
+    if own is None or swapped is None:
+        return None
+    return float(np.sqrt(max(own**2 - swapped**2, 0.0)))
 
 
 def shadow_red(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> tuple[float | None, float | None]:

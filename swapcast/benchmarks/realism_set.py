@@ -8,6 +8,7 @@ JPEG), hair strands drawn over the forehead and a cheek, a dark background with 
 light, lowered lids (looking down, half closed), the photo and its mirror image.
 
 Targets: the other person frontal (as is or mirrored), under warm, cool and side light,
+soft as a webcam's picture (blurred and JPEG-compressed, or half resolution blown up),
 turned 30 degrees, a composited group photo (three heads, small, turned and lit warm or
 cool) and a clip of a small 3/4-view face moving (pan or zoom).
 
@@ -47,10 +48,10 @@ SOURCE_VARIANTS = {
     "held": ("mirrored", "sepia", "cool_cast", "stage_red", "small80", "hair_b", "dark_side_right", "lids_half"),
 }
 TARGET_VARIANTS = {
-    "tune": ("frontal", "warm", "side_left", "yaw+30", "group_a"),
-    "held": ("mirrored", "cool", "side_right", "yaw-30", "group_b"),
+    "tune": ("frontal", "warm", "side_left", "soft", "yaw+30", "group_a"),
+    "held": ("mirrored", "cool", "side_right", "webcam", "yaw-30", "group_b"),
 }
-FRONTAL_TARGETS = ("frontal", "mirrored", "warm", "cool", "side_left", "side_right")
+FRONTAL_TARGETS = ("frontal", "mirrored", "warm", "cool", "side_left", "side_right", "soft", "webcam")
 CLIP_FRAMES = 24
 
 
@@ -203,10 +204,15 @@ def _small(face_width: float) -> Callable[[np.ndarray], np.ndarray]:
     def make(photo: np.ndarray) -> np.ndarray:
         scale = face_width / float(np.ptp(_photo_mesh(photo)[:, 0]))
         small = cv2.resize(photo, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
-        ok, data = cv2.imencode(".jpg", small[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, 70])
-        return np.ascontiguousarray(cv2.imdecode(data, cv2.IMREAD_COLOR)[..., ::-1])
+        return _jpeg(small, 70)
 
     return make
+
+
+def _jpeg(image: np.ndarray, quality: int) -> np.ndarray:
+    """``image`` (RGB) saved as a JPEG of ``quality`` and read back."""
+    _, data = cv2.imencode(".jpg", image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
+    return np.ascontiguousarray(cv2.imdecode(data, cv2.IMREAD_COLOR)[..., ::-1])
 
 
 def _hair(seed: int, right_side: bool) -> Callable[[np.ndarray], np.ndarray]:
@@ -332,6 +338,8 @@ def _target(photo: np.ndarray, variant: str, seed: int) -> tuple[np.ndarray, tup
     if variant in ("side_left", "side_right"):
         lit = _side_light(photo, mesh, variant == "side_right", dark=0.3, bright=1.15)
         return np.clip(lit + 0.5, 0, 255).astype(np.uint8), (TargetFace(mesh.copy(), 0.0),)
+    if variant in ("soft", "webcam"):
+        return _softened(photo, variant), (TargetFace(mesh.copy(), 0.0),)
     if variant.startswith("yaw"):
         yaw = float(variant[3:])
         image, turned = render_pose_with_mesh(photo, yaw)
@@ -339,6 +347,18 @@ def _target(photo: np.ndarray, variant: str, seed: int) -> tuple[np.ndarray, tup
     if variant in ("group_a", "group_b"):
         return _group(photo, variant, seed)
     raise ValueError(f"unknown target variant {variant!r}")
+
+
+def _softened(photo: np.ndarray, variant: str) -> np.ndarray:
+    """A webcam's soft picture: ``soft`` blurred (sigma 1.5 px) and JPEG-compressed at quality
+    70; ``webcam`` taken at half resolution, blown back up and compressed at quality 60."""
+    if variant == "soft":
+        soft, quality = cv2.GaussianBlur(photo, (0, 0), 1.5), 70
+    else:
+        height, width = photo.shape[:2]
+        half = cv2.resize(photo, (width // 2, height // 2), interpolation=cv2.INTER_AREA)
+        soft, quality = cv2.resize(half, (width, height), interpolation=cv2.INTER_LINEAR), 60
+    return _jpeg(soft, quality)
 
 
 # (yaw, face width, centre as fractions of the canvas) per head of a group photo, and its light
