@@ -30,7 +30,8 @@ LEEWAY = 0.8  # frame pixels: a face this much sharper than its frame is left so
 # astronaut pairs the closest margin of the identity rule was 0.118 unsoftened, 0.021 with 0.6 px left, 0.039 with
 # 0.8, 0.045 with 1.0, 0.088 with 1.3 (which left her wrinkles visibly crisper than the soft frame)
 MIN_BLUR = 0.3  # crop pixels: a smaller blur changes next to nothing and is skipped
-TRACK_SMOOTHING = 0.2  # of each new reading a track's softening takes (about five frames' memory)
+READ_EVERY = 4  # frames: how often a video track's softness is read
+TRACK_SMOOTHING = 0.4  # of each new reading a track's softening takes (about ten frames' memory)
 
 
 def softness(grey: np.ndarray, region: np.ndarray) -> float | None:
@@ -72,21 +73,35 @@ def _gradient(image: np.ndarray) -> np.ndarray:
 
 
 class SofteningPerTrack:
-    """The softening of each video track's face, smoothed over frames (a blur that changed
-    with each frame's reading would pulse); a still (no track) takes its own reading."""
+    """The softening of each video track's face, read every ``READ_EVERY`` frames and
+    smoothed over its readings (a blur that changed with each frame's reading would pulse;
+    the readings take ~0.8 ms a face); a still (no track) takes its own reading."""
 
     def __init__(self, max_tracks: int = 64) -> None:
-        self._levels: OrderedDict[int, float] = OrderedDict()
+        self._levels: OrderedDict[int, tuple[float, int]] = OrderedDict()  # track -> (level, frames since read)
         self._lock = threading.Lock()
         self._max_tracks = max_tracks
 
+    def known(self, track_id: int | None) -> float | None:
+        """The track's level while no reading is due (counting this frame), else None."""
+        if track_id is None or track_id < 0:
+            return None
+        with self._lock:
+            level, frames = self._levels.get(track_id, (0.0, READ_EVERY))
+            if frames + 1 >= READ_EVERY:
+                return None
+            self._levels[track_id] = (level, frames + 1)
+            self._levels.move_to_end(track_id)
+            return level
+
     def level(self, track_id: int | None, reading: float) -> float:
+        """The track's level with this frame's ``reading`` taken in."""
         if track_id is None or track_id < 0:
             return reading
         with self._lock:
-            level = self._levels.pop(track_id, reading)
+            level = self._levels.pop(track_id, (reading, 0))[0]
             level += TRACK_SMOOTHING * (reading - level)
-            self._levels[track_id] = level
+            self._levels[track_id] = (level, 0)
             while len(self._levels) > self._max_tracks:
                 self._levels.popitem(last=False)
         return level
@@ -97,14 +112,16 @@ def soften_like_frame(swapped: np.ndarray, target_crop: np.ndarray, face: np.nda
     """``swapped`` (S, S, 3) uint8, blurred to the softness of ``target_crop`` (the frame's
     crop, ``crop_per_frame_pixel`` of its pixels to one of the frame's) where the ``face``
     (S, S) in [0, 1] was replaced, but for ``LEEWAY``; itself when it is that soft."""
-    region = np.asarray(face) > 0.5
-    rows, columns = np.nonzero(region.any(1))[0], np.nonzero(region.any(0))[0]
-    if not len(rows):
-        return swapped
-    box = np.s_[rows[0]:rows[-1] + 1, columns[0]:columns[-1] + 1]  # the face's box: what the readings need
-    reading = softening(softness(grey(target_crop[box]), region[box]), softness(grey(swapped[box]), region[box]),
-                        LEEWAY * crop_per_frame_pixel)
-    sigma = tracks.level(track_id, reading)
+    sigma = tracks.known(track_id)
+    if sigma is None:
+        region = np.asarray(face) > 0.5
+        rows, columns = np.nonzero(region.any(1))[0], np.nonzero(region.any(0))[0]
+        if not len(rows):
+            return swapped
+        box = np.s_[rows[0]:rows[-1] + 1, columns[0]:columns[-1] + 1]  # the face's box: what the readings need
+        reading = softening(softness(grey(target_crop[box]), region[box]), softness(grey(swapped[box]), region[box]),
+                            LEEWAY * crop_per_frame_pixel)
+        sigma = tracks.level(track_id, reading)
     if sigma < MIN_BLUR:
         return swapped
     return cv2.GaussianBlur(swapped, (0, 0), sigma)
