@@ -490,17 +490,18 @@ class Mesh3dSwapper:
         occluded = keep_mask(keep, crop, face, matrix)
         lighting = _skin_lighting(target, lambda at: _sample_crop(crop, at), occlusion=False, kept=occluded) or _source_lit(source)
         uv, rendered, holes, grid, eye_map = self._render(moved, options.eyes == "target", target)
-        if _mouth_opening(target) > OPEN_TARGET_MOUTH:
-            rendered, holes = _with_mouth_interior(host_crop, target, rendered, holes)
-        else:  # closed: the lips meet in a thin line, along the landmarks' curve
+        closed_mouth = _mouth_opening(target) <= OPEN_TARGET_MOUTH
+        if closed_mouth:  # the lips meet in a thin line, along the landmarks' curve
             grid = on_the_meeting_line(grid, meeting_line(moved), scale)
+        else:
+            rendered, holes = _with_mouth_interior(host_crop, target, rendered, holes)
         shading_map = self._shading(moved, lighting, source, options.colour_match)
         shading = cv2.remap(shading_map, uv[..., 0] * LIGHTING_SIZE - 0.5, uv[..., 1] * LIGHTING_SIZE - 0.5,
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if options.colour_match:
             shading *= _tone_ratio(host_crop, uv, rendered, shading, source, occluded, float(np.ptp(target[:, 0])))
             _tint_lips(shading, host_crop, target, uv, rendered, source)
-            if _mouth_opening(target) <= OPEN_TARGET_MOUTH:
+            if closed_mouth:
                 _relight_closed_lips(shading, host_crop, target, moved, uv, rendered, source)
         mask, openings = self._mask(uv, rendered, holes, options.mouth_mask, options.feather)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
