@@ -42,7 +42,7 @@ import cv2
 import numpy as np
 
 from gpu.analysis.landmarks import FACE_OVAL, INNER_LIPS, OUTER_LIPS
-from gpu.kernels.softness import grey, softness
+from gpu.kernels.softness import grey, softening, softness
 from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from gpu.swappers.mesh3d_geometry import LEFT_BROW, RIGHT_BROW
 
@@ -152,7 +152,7 @@ def too_sharp(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> float
     swapped = softness(grey(np.ascontiguousarray(output[y0:y1, x0:x1])), region)
     if own is None or swapped is None:
         return None
-    return float(np.sqrt(max(own**2 - swapped**2, 0.0)))
+    return softening(own, swapped, leeway=0.0)
 
 
 def shadow_red(output: np.ndarray, target: np.ndarray, mesh: np.ndarray) -> tuple[float | None, float | None]:
