@@ -9,9 +9,7 @@ import pytest
 
 from gpu.kernels import softness as softness_module
 from gpu.kernels.softness import LEEWAY, READ_EVERY, SofteningPerTrack, soften_like_frame, softening, softness
-from gpu.options import SwapOptions
-from gpu.swappers.base import run_jobs
-from gpu.swappers.mesh3d import Mesh3dSwapper
+from mesh3d_still import swap_still
 from swapcast.benchmarks.pose_set import person_image
 from swapcast.benchmarks.realism_detail import too_sharp
 
@@ -90,24 +88,15 @@ def astronaut_onto_grace(engine):
     return source, engine.analyse_image(source)[0], target, engine.analyse_image(target)[0]
 
 
-def _swapped(source, source_face, target, target_face) -> np.ndarray:
-    swapper = Mesh3dSwapper()
-    registered = swapper.register(source, source_face)
-    frame = target.copy()
-    job = swapper.prepare(frame, target_face, registered, SwapOptions())
-    swapper.finish(frame, job, run_jobs(swapper.runner, [job])[0])
-    return frame
-
-
 def test_the_astronauts_photo_on_a_soft_picture_of_grace_hopper_is_softened_to_it(astronaut_onto_grace, monkeypatch):
     """Grace Hopper's photo out of focus (blurred by 2.5 px): the swapped face had the photo's
     crisp features in a soft head; on her sharp photo nothing changes."""
     source, source_face, sharp, face = astronaut_onto_grace
     soft = cv2.GaussianBlur(sharp, (0, 0), 2.5)
-    softened = _swapped(source, source_face, soft, face)
-    on_sharp = _swapped(source, source_face, sharp, face)
+    softened = swap_still(source, source_face, soft, face)
+    on_sharp = swap_still(source, source_face, sharp, face)
     monkeypatch.setattr(softness_module, "LEEWAY", np.inf)
-    crisp = _swapped(source, source_face, soft, face)
+    crisp = swap_still(source, source_face, soft, face)
     assert too_sharp(crisp, soft, face.mesh) > 1.5
     assert too_sharp(softened, soft, face.mesh) < LEEWAY + 0.2
-    np.testing.assert_array_equal(_swapped(source, source_face, sharp, face), on_sharp)
+    np.testing.assert_array_equal(swap_still(source, source_face, sharp, face), on_sharp)

@@ -77,6 +77,7 @@ from gpu.swappers.mesh3d_geometry import (
     vertex_normals,
 )
 from gpu.swappers.mesh3d_channels import albedo_from_reliable_channels, channel_reliability, from_reliable_channels
+from gpu.swappers.mesh3d_eye_light import EyeGainPerTrack, eye_gain, eyes_in_range, relight_eyes
 from gpu.swappers.mesh3d_eyewear import remove_eyewear
 from gpu.swappers.mesh3d_falloff import position_light
 from gpu.swappers.mesh3d_graph import LEVELS, build_mesh3d_swap_graph
@@ -100,6 +101,7 @@ TONE_RATIO_RANGE = (0.25, 4.0)  # the most the tone transfer scales a channel
 TONE_OUTLIER = (0.15, 0.4)  # |log lightness / its low pass| from which a pixel starts to / stops counting as skin
 # in the tone's low pass (glasses frames, a strand of hair, a deep wrinkle: not the skin's tone)
 ALBEDO_MAX = 2.0  # albedo is relative to the skin (1); brighter than twice the skin is clipped
+EYE_WHITE_MAX = 0.95 * ALBEDO_MAX  # an eye opening whose white is brighter is scaled down whole (see eyes_in_range)
 EYE_STILL_PX = 0.5  # crop pixels: an eye moved less than this into the source's eye shape is left as it is
 OPENING_EDGE = 0.5  # keep the openings from their own contour inwards: the fade to the source's lids lies inside, none of the target's lid rims shows
 MIN_SKIN_TEXELS = 32  # of the lighting atlas's skin texels, to fit a face's light on
@@ -400,6 +402,7 @@ class Mesh3dSwapper:
         self._neutral_lock = threading.Lock()
         self._grain = shared_tile()
         self._softening = SofteningPerTrack(MAX_TRACKS)
+        self._eye_gains = EyeGainPerTrack(MAX_TRACKS)
 
     def alignment(self, face: Face) -> np.ndarray:
         """Frame pixels -> aligned crop pixels for this face."""
@@ -425,7 +428,8 @@ class Mesh3dSwapper:
         reliability = channel_reliability(colours)
         shading = np.maximum(lighting.shading(_unit(atlas.interpolate(vertex_normals(points, mesh.triangles)))), 1e-3)
         shading = shading * position_light(albedo_from_reliable_channels(colours / shading, reliability), at, skin)[:, None]
-        albedo = np.clip(albedo_from_reliable_channels(colours / shading, reliability), 0.0, ALBEDO_MAX)
+        albedo = albedo_from_reliable_channels(colours / shading, reliability)
+        albedo = np.clip(eyes_in_range(albedo, _eye_texels(atlas.size), visibility, EYE_WHITE_MAX), 0.0, ALBEDO_MAX)
         visibility = visibility * (1.0 - _grazing_outliers(albedo, visibility))
         albedo_image = atlas.scatter(albedo)
         weight_image = atlas.scatter(visibility[:, None])[..., 0]
@@ -503,6 +507,11 @@ class Mesh3dSwapper:
             _tint_lips(shading, host_crop, target, uv, rendered, source)
             if closed_mouth:
                 _relight_closed_lips(shading, host_crop, target, moved, uv, rendered, source)
+            if options.eyes != "target":
+                reading = _eye_gain(host_crop, target, moved, uv, rendered, source, occluded, shading)
+                gain = self._eye_gains.gain(face.track_id, reading)
+                if gain is not None:
+                    relight_eyes(shading, gain, moved, rendered)
         mask, openings = self._mask(uv, rendered, holes, options.mouth_mask, options.feather)
         if occluded is not None:  # out of the pyramid too: no halo of the face's colour around an occluder
             mask, openings = mask * (1.0 - occluded), np.maximum(openings, occluded)
@@ -846,6 +855,38 @@ def _relight_closed_lips(shading: np.ndarray, crop: np.ndarray, target: np.ndarr
                         LipGeometry(target[:, :2] * 0.5 - 0.25), LipGeometry(moved[:, :2] * 0.5 - 0.25), rendered)
 
 
+def _eye_gain(crop: np.ndarray, target: np.ndarray, moved: np.ndarray, uv: np.ndarray, rendered: np.ndarray,
+              source: Mesh3dSource, occluded: np.ndarray | None, shading: np.ndarray) -> np.ndarray | None:
+    """The gain that gives the source's eyes drawn in the re-lit face (``shading``, S/2 x
+    S/2) the light of the target's own eyes (``mesh3d_eye_light``), None where none can be
+    read: the target's read in the crop where nothing is kept in front of it, the face's in
+    the ``moved`` mesh."""
+    albedo = source.albedo_image()
+    size = albedo.shape[0]
+    half = uv.shape[0]
+
+    def target_colour(points: np.ndarray) -> np.ndarray:
+        cols = np.clip(np.round(points[:, 0]).astype(np.int64), 0, crop.shape[1] - 1)
+        rows = np.clip(np.round(points[:, 1]).astype(np.int64), 0, crop.shape[0] - 1)
+        values = crop[rows, cols].astype(np.float32) / 255.0
+        if occluded is not None:
+            values[occluded[rows, cols] > 0.5] = np.nan
+        return values
+
+    def face_colour(points: np.ndarray) -> np.ndarray:
+        at = (points * 0.5 - 0.25).astype(np.float32).reshape(-1, 1, 2)
+        texel = cv2.remap(uv, at[..., 0], at[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE) * size - 0.5
+        colour = cv2.remap(albedo, texel[..., 0], texel[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        light = cv2.remap(shading, at[..., 0], at[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        values = (colour * light).reshape(-1, 3)
+        cols = np.clip(np.round(at[:, 0, 0]).astype(np.int64), 0, half - 1)
+        rows = np.clip(np.round(at[:, 0, 1]).astype(np.int64), 0, half - 1)
+        values[~rendered[rows, cols]] = np.nan
+        return values
+
+    return eye_gain(target_colour, face_colour, target, moved)
+
+
 def _masked_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
     """(the Gaussian low pass of ``image`` over ``weight``, that low pass of ``weight``)."""
     support = cv2.GaussianBlur(weight, (0, 0), sigma)
@@ -1092,6 +1133,13 @@ def _smooth_skin_chroma(albedo: np.ndarray) -> np.ndarray:
     kept = EYE_RED_OVER_SKIN * np.tanh(excess / EYE_RED_OVER_SKIN)  # a brown iris (~0.4) stays much as it is
     mixed = mixed + eyes * (excess - kept) * np.array([-2.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0], np.float32)  # lightness kept
     return np.clip(luminance * mixed, 0.0, ALBEDO_MAX).astype(np.float32)
+
+
+@lru_cache(maxsize=2)
+def _eye_texels(size: int) -> np.ndarray:
+    """(P,) per texel of the ``size`` atlas: how much it lies in an eye opening."""
+    eyes = np.maximum(uv_polygon_mask(size, LEFT_EYE_CONTOUR), uv_polygon_mask(size, RIGHT_EYE_CONTOUR))
+    return eyes[uv_atlas(size).texels]
 
 
 def _sample_crop(crop, at: np.ndarray) -> np.ndarray:

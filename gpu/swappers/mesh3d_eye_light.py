@@ -1,0 +1,158 @@
+"""The source's eyes take the target's light, not the skin's colour match, per frame.
+
+The re-lit face is the source's albedo times the target's light, scaled so that the
+source's skin comes out as the target's skin. That scale is the ratio of the two skins, and
+the eyes' whites are white in everyone: wherever the two skins differ in darkness the eyes
+took a gain that is not theirs. A dark-skinned photo onto a light-skinned target scaled its
+eyes by the skins' ratio (two to four times) and they glowed; a light-skinned photo onto a
+dark-skinned target dimmed them to grey.
+
+What light reaches the eyes, the target's own eyes tell: the lighter part of each open eye
+(its white, ``WHITE_PERCENTILE``) is read in the target crop and in the re-lit face. Where
+the face's whites are more than ``LEEWAY`` times lighter than the target's, or, as light as
+the target's or lighter, further from their colour than ``CHROMA_LEEWAY`` (darker, their
+lighter part is lids and shade, not white: taking the target's colour there cost a light
+photo's likeness on a dark-skinned target), its eye openings take the excess away, and
+their whites never come out lighter than ``WHITE_CEILING`` (or the target's own). How much
+white an eye shows and how deep it lies in shade differ from person to person, so only the
+excess is taken; darker whites are left (brightened, a photo's shaded eyes lit up their red
+rims, and the likeness went: Grace Hopper onto the tune half's brown-skinned astronaut,
+mean dlib distance to her 0.558 left, 0.633 brightened beyond twice). An eye that is shut, hidden or too small to read is not read. A video track's gain is
+smoothed over its frames and kept through frames where neither eye can be read (a blink:
+the eyes neither flicker with the gaze nor flash back to the skin's gain for a frame); a
+still with neither eye read is left as it was.
+
+At registration (``eyes_in_range``) an eye opening whose white lies above the albedo's range
+is scaled down whole rather than clipped channel by channel, which took its colour.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import cv2
+import numpy as np
+
+from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
+
+EYES = ((RIGHT_EYE_CONTOUR, 159, 145), (LEFT_EYE_CONTOUR, 386, 374))  # contour, upper and lower lid's middle
+INNER = 0.75  # the opening is read inside its contour shrunk to this about its centre (no lashes, lid rims)
+MIN_OPENING_PX = 3.0  # crop pixels: an eye opened less than this (either face) is not read ...
+MIN_PIXELS = 12  # ... nor one with fewer pixels than this inside
+WHITE_PERCENTILE = 75.0  # of an opening's lightness: its white (the sclera fills most of an open eye)
+LEEWAY = 2.0  # the face's eye whites may be this many times lighter than the target's (how much white an eye
+# shows, how deep it lies in shade, differ from person to person that much): only what is beyond is taken down
+CHROMA_LEEWAY = 1.15  # ... and each channel this far from the target's whites' colour
+WHITE_CEILING = 0.85  # nor may they come out lighter than this (or the target's own whites), per channel
+GAIN_RANGE = (0.3, 1.5)
+TRACK_SMOOTHING = 0.3  # of each frame's reading a video track's gain takes (log; about six frames' memory)
+EDGE_SIGMA = 0.75  # half-resolution pixels: the gain's fade across the opening's rim
+
+
+def eye_gain(target_colour, face_colour, target: np.ndarray, face: np.ndarray) -> np.ndarray | None:
+    """(3,) the gain that gives the face's eye whites the target's, or None where no
+    eye can be read in both. ``target`` and ``face`` are the two meshes (468, 2+) in crop
+    pixels; ``*_colour`` map (N, 2) crop points to (N, 3) colours (NaN: not seen there)."""
+    whites = []
+    for contour, upper, lower in EYES:
+        target_white = _white(target_colour, target, contour, upper, lower)
+        face_white = _white(face_colour, face, contour, upper, lower)
+        if target_white is not None and face_white is not None:
+            whites.append((target_white, face_white))
+    if not whites:
+        return None
+    log_ratio = np.mean([np.log(target_white / face_white) for target_white, face_white in whites], axis=0)
+    light = float(log_ratio.mean())
+    chroma = log_ratio - light
+    if light > 0.0:  # whites darker than the target's are not read for colour: their lighter part is lids and shade
+        chroma = np.zeros_like(chroma)
+    light = min(light + np.log(LEEWAY), 0.0)  # only taken down: brightening a photo's shaded eyes lit their red rims
+    chroma = np.sign(chroma) * np.maximum(np.abs(chroma) - np.log(CHROMA_LEEWAY), 0.0)
+    chroma = chroma - chroma.mean()  # the colour's correction leaves the lightness alone
+    gain = np.exp(light + chroma)
+    face_white = np.exp(np.mean([np.log(face_white) for _, face_white in whites], axis=0)) * gain
+    target_white = np.exp(np.mean([np.log(target_white) for target_white, _ in whites], axis=0))
+    ceiling = max(WHITE_CEILING, float(target_white.max()))
+    gain = gain * min(1.0, ceiling / float(face_white.max()))
+    return np.clip(gain, *GAIN_RANGE)
+
+
+def eyes_in_range(albedo: np.ndarray, eyes: np.ndarray, seen: np.ndarray, ceiling: float) -> np.ndarray:
+    """The per-texel albedo (P, 3), relative to the skin, with each eye opening (``eyes`` (P,)
+    weights) scaled as a whole so that its white fits under ``ceiling``: the albedo's range
+    ends there, and a dark-skinned photo's whites lie three to five times above its skin.
+    Clipped channel by channel they lost their colour and came out the skin's, only lighter
+    (peach glowing eyes); scaled whole they keep it and the iris keeps its contrast to them.
+    ``seen`` (P,): how well each texel was seen (the whites are read where it is > 0.3)."""
+    inside = (eyes > 0.5) & (seen > 0.3)
+    if inside.sum() < MIN_PIXELS:
+        return albedo
+    brightest = albedo[inside].max(1)
+    white = float(np.percentile(brightest, 100.0 - (100.0 - WHITE_PERCENTILE) / 2.0))
+    if white <= ceiling:
+        return albedo
+    return albedo * (1.0 + eyes * (ceiling / white - 1.0))[:, None]
+
+
+class EyeGainPerTrack:
+    """Each video track's eye gain, smoothed over its frames' readings and kept while none
+    can be read; a still (no track) takes its own reading."""
+
+    def __init__(self, max_tracks: int = 64) -> None:
+        self._gains: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max_tracks = max_tracks
+
+    def gain(self, track_id: int | None, reading: np.ndarray | None) -> np.ndarray | None:
+        """The gain for this frame of the track, with its ``reading`` (None: no eye read) taken in."""
+        if track_id is None or track_id < 0:
+            return reading
+        with self._lock:
+            known = self._gains.pop(track_id, None)
+            if known is not None and reading is not None:
+                reading = np.exp(np.log(known) + TRACK_SMOOTHING * (np.log(reading) - np.log(known)))
+            gain = known if reading is None else reading
+            if gain is not None:
+                self._gains[track_id] = gain
+                while len(self._gains) > self._max_tracks:
+                    self._gains.popitem(last=False)
+        return gain
+
+
+def relight_eyes(shading: np.ndarray, gain: np.ndarray, face: np.ndarray, drawn: np.ndarray) -> None:
+    """Multiply ``shading`` (H, W, 3, half resolution), in place, by ``gain`` inside the
+    face's eye openings (``face``: its mesh in crop pixels; ``drawn`` (H, W) bool: the
+    pixels the face covers), fading over their rims."""
+    height, width = shading.shape[:2]
+    weight = np.zeros((height, width), np.float32)
+    for contour, _, _ in EYES:
+        corners = face[list(contour), :2] * 0.5 - 0.25
+        cv2.fillPoly(weight, [np.round(corners * 16).astype(np.int32)], 1.0, cv2.LINE_AA, shift=4)
+    weight = cv2.GaussianBlur(weight, (0, 0), EDGE_SIGMA) * drawn
+    shading *= 1.0 + weight[..., None] * (np.asarray(gain, np.float32) - 1.0)
+
+
+def _white(colour_at, mesh: np.ndarray, contour: tuple[int, ...], upper: int, lower: int) -> float | None:
+    """(3,) the colour of one eye's white: the mean of the lightest part of the inside of its opening."""
+    if float(mesh[lower, 1] - mesh[upper, 1]) < MIN_OPENING_PX:
+        return None
+    corners = mesh[list(contour), :2]
+    centre = corners.mean(0)
+    inner = centre + (corners - centre) * INNER
+    x0, y0 = np.floor(inner.min(0)).astype(int)
+    x1, y1 = np.ceil(inner.max(0)).astype(int) + 1
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return None
+    inside = np.zeros((y1 - y0, x1 - x0), np.uint8)
+    cv2.fillPoly(inside, [np.round((inner - (x0, y0)) * 16).astype(np.int32)], 1, cv2.LINE_8, shift=4)
+    rows, cols = np.nonzero(inside)
+    if len(rows) < MIN_PIXELS:
+        return None
+    colours = colour_at(np.stack([cols + x0, rows + y0], 1).astype(np.float32))
+    colours = colours[np.isfinite(colours).all(1)]
+    if len(colours) < MIN_PIXELS:
+        return None
+    lightness = colours.mean(1)
+    white = colours[lightness >= np.percentile(lightness, WHITE_PERCENTILE)]
+    return np.maximum(white.mean(0), 1e-3)
