@@ -11,15 +11,18 @@ import cv2
 import numpy as np
 import pytest
 
-from gpu.models.canonical_mesh import canonical_mesh
+from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, canonical_mesh
 from streamer.media.images import read_image
 from gpu.analysis.landmarks import INNER_LIPS, OUTER_LIPS
+from swapcast.benchmarks.pose_set import head_model, person_image
 from swapcast.benchmarks.realism import edge_step, face_regions, shading_kept, strands_left, tone_difference
 from swapcast.benchmarks.realism_detail import detail_kept, grain, mouth_report, shadow_red, target_detail_left
 from swapcast.benchmarks.realism_fullres import face_tile
 from swapcast.benchmarks.realism_set import (
+    SKIN_TONES,
     SOURCE_VARIANTS,
     TARGET_VARIANTS,
+    _SOURCE_MAKERS,
     realism_sources,
     realism_targets,
 )
@@ -145,12 +148,30 @@ def test_sources_are_degraded_as_named_and_the_same_every_time():
     chroma = sepia / np.maximum(sepia.sum(2, keepdims=True), 1)
     assert chroma.reshape(-1, 3)[sepia.sum(2).reshape(-1) > 150].std(0).max() < 0.02  # one tint everywhere
     photo = sources["mirrored"].image
-    from swapcast.benchmarks.pose_set import head_model
 
     face_width = float(np.ptp(head_model(photo[:, ::-1]).points[:, 0]))
     assert sources["small80"].image.shape[1] == pytest.approx(photo.shape[1] * 80 / face_width, abs=2)  # the face 80 px wide
     cool = sources["cool_cast"].image.astype(float)
     assert cool[..., 2].mean() > photo[..., 2].mean() and cool[..., 0].mean() < photo[..., 0].mean()
+
+
+def test_a_darker_skin_keeps_the_eyes_and_the_faces_shading():
+    photo = person_image("astronaut")
+    mesh = head_model(photo).points[:, :2]
+    face = np.zeros(photo.shape[:2], np.uint8)
+    cv2.fillConvexPoly(face, cv2.convexHull(np.round(mesh).astype(np.int32)), 1)
+    eyes = np.zeros_like(face)
+    for contour in (LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR):
+        cv2.fillPoly(eyes, [np.round(mesh[list(contour)]).astype(np.int32)], 1)
+    skin = (face > 0) & (cv2.dilate(eyes, np.ones((9, 9), np.uint8)) == 0)
+    before = photo.astype(np.float32).mean(2)
+    for variant in SKIN_TONES:
+        darker = _SOURCE_MAKERS[variant](photo).astype(np.float32)
+        after = darker.mean(2)
+        assert after[skin].mean() < 0.6 * before[skin].mean()
+        assert np.percentile(after[eyes > 0], 90) > 0.9 * np.percentile(before[eyes > 0], 90)  # the whites stay white
+        assert np.corrcoef(np.log1p(before[skin]), np.log1p(after[skin]))[0, 1] > 0.9  # its light and detail kept
+        assert (darker[..., 0] / np.maximum(darker[..., 2], 1))[skin].mean() > (photo[..., 0] / np.maximum(photo[..., 2], 1))[skin].mean()
 
 
 def test_targets_carry_their_faces_ground_truth():

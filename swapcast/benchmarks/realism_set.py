@@ -5,17 +5,17 @@ Sources (each person's photo, degraded the ways uploads hurt a swap most):
 grey and sepia prints, colour casts (mild, and strong enough to crush a channel to black or
 clip it white: sodium street light, a red stage light), a face cut small out of a group photo (80-90 px wide,
 JPEG), hair strands drawn over the forehead and a cheek, a dark background with a hard side
-light, lowered lids (looking down, half closed), the photo and its mirror image.
+light, lowered lids (looking down, half closed), a darker skin, the photo and its mirror image.
 
-Targets: the other person frontal (as is or mirrored), under warm, cool and side light,
+Targets: the other person frontal (as is or mirrored), with a darker skin, under warm, cool and side light,
 soft as a webcam's picture (blurred and JPEG-compressed, or half resolution blown up),
 turned 30 degrees, a composited group photo (three heads, small, turned and lit warm or
 cool) and a clip of a small 3/4-view face moving (pan or zoom).
 
 The halves share no variant: ``tune`` has the photo, grey, a warm cast, sodium light, 90 px,
-one set of strands, light from the left, gaze down; ``held`` the mirror image, sepia, a cool
-cast, a red stage light, 80 px, other strands on the other side, light from the right,
-half-closed lids -- and the
+one set of strands, light from the left, gaze down, a deep brown skin; ``held`` the mirror
+image, sepia, a cool cast, a red stage light, 80 px, other strands on the other side, light
+from the right, half-closed lids, a dark skin of another tone and exposure -- and the
 targets likewise (see ``SOURCE_VARIANTS`` and ``TARGET_VARIANTS``). Everything is
 deterministic: the same set every run.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
+from gpu.models.canonical_mesh import INNER_LIP_CONTOUR, LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
 from swapcast.benchmarks.pose_set import (
     LARGE_CANVAS,
     PEOPLE,
@@ -44,14 +44,16 @@ from swapcast.benchmarks.pose_set import (
 
 HALVES = ("tune", "held")
 SOURCE_VARIANTS = {
-    "tune": ("photo", "grey", "warm_cast", "sodium", "small90", "hair_a", "dark_side_left", "gaze_down"),
-    "held": ("mirrored", "sepia", "cool_cast", "stage_red", "small80", "hair_b", "dark_side_right", "lids_half"),
+    "tune": ("photo", "grey", "warm_cast", "sodium", "small90", "hair_a", "dark_side_left", "gaze_down", "brown_skin"),
+    "held": ("mirrored", "sepia", "cool_cast", "stage_red", "small80", "hair_b", "dark_side_right", "lids_half", "dark_skin"),
 }
 TARGET_VARIANTS = {
-    "tune": ("frontal", "warm", "side_left", "soft", "yaw+30", "group_a"),
-    "held": ("mirrored", "cool", "side_right", "webcam", "yaw-30", "group_b"),
+    "tune": ("frontal", "warm", "side_left", "soft", "yaw+30", "group_a", "brown_skin"),
+    "held": ("mirrored", "cool", "side_right", "webcam", "yaw-30", "group_b", "dark_skin"),
 }
-FRONTAL_TARGETS = ("frontal", "mirrored", "warm", "cool", "side_left", "side_right", "soft", "webcam")
+FRONTAL_TARGETS = ("frontal", "mirrored", "warm", "cool", "side_left", "side_right", "soft", "webcam", "brown_skin", "dark_skin")
+# a darker skin's albedo per channel (linear light, of the photo's) and the camera's exposure for it
+SKIN_TONES = {"brown_skin": ((0.15, 0.1, 0.07), 1.6), "dark_skin": ((0.22, 0.13, 0.09), 1.2)}
 CLIP_FRAMES = 24
 
 
@@ -188,11 +190,7 @@ def _coloured_light(gains: tuple[float, float, float]) -> Callable[[np.ndarray],
     re-encoded to sRGB and clipped (a weak channel crushed to black, a strong one clipped)."""
 
     def make(photo: np.ndarray) -> np.ndarray:
-        values = photo.astype(np.float32) / 255.0
-        linear = np.where(values <= 0.04045, values / 12.92, ((values + 0.055) / 1.055) ** 2.4)
-        lit = np.clip(linear * np.array(gains, np.float32), 0.0, 1.0)
-        encoded = np.where(lit <= 0.0031308, 12.92 * lit, 1.055 * lit ** (1 / 2.4) - 0.055)
-        return (encoded * 255.0 + 0.5).astype(np.uint8)
+        return _to_srgb(_to_linear(photo) * np.array(gains, np.float32))
 
     return make
 
@@ -269,6 +267,59 @@ def _dark_side(from_right: bool) -> Callable[[np.ndarray], np.ndarray]:
     return make
 
 
+def _darker_skin(variant: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The person with a darker skin: the skin's albedo (face, ears, neck; also the hair, not the
+    eyes or teeth) scaled per channel in linear light by ``SKIN_TONES``, so its shading and
+    detail stay, and the picture exposed for it (a light background may clip)."""
+    albedo, exposure = SKIN_TONES[variant]
+
+    def make(photo: np.ndarray) -> np.ndarray:
+        mesh = _photo_mesh(photo)
+        skin = _skin_mask(photo, mesh)[..., None]
+        linear = _to_linear(photo) * (1.0 - skin + skin * np.array(albedo, np.float32)) * exposure
+        return _to_srgb(linear)
+
+    return make
+
+
+def _skin_mask(photo: np.ndarray, mesh: np.ndarray) -> np.ndarray:
+    """(H, W) float32 in [0, 1]: the face (its mesh's outline, grown a little), the head as the
+    pose set lifts it and, near it, what has the face's colour (the neck, the ears); not the
+    lighter half of each eye opening and of the mouth's inside (the whites, the teeth)."""
+    lab = cv2.cvtColor(photo, cv2.COLOR_RGB2LAB).astype(np.float32)
+    width, height = float(np.ptp(mesh[:, 0])), float(np.ptp(mesh[:, 1]))
+    face = np.zeros(photo.shape[:2], np.uint8)
+    cv2.fillConvexPoly(face, cv2.convexHull(np.round(mesh).astype(np.int32)), 1)
+    skin_ab = np.median(lab[face > 0][:, 1:], axis=0)
+    grow = max(3, int(0.06 * width)) | 1
+    face = cv2.dilate(face, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (grow, grow))).astype(np.float32)
+    near = np.zeros(photo.shape[:2], np.float32)
+    top, left = max(0, int(mesh[:, 1].min() - 0.3 * height)), max(0, int(mesh[:, 0].min() - 0.6 * width))
+    near[top:int(mesh[:, 1].max() + 0.8 * height), left:int(mesh[:, 0].max() + 0.6 * width)] = 1.0
+    coloured = (np.linalg.norm(lab[..., 1:] - skin_ab, axis=-1) < 14.0) & (lab[..., 0] > 60.0)
+    coloured = cv2.morphologyEx(coloured.astype(np.uint8), cv2.MORPH_OPEN, np.ones((5, 5), np.uint8)).astype(np.float32)
+    mask = np.maximum(np.maximum(_head_mask(photo), cv2.GaussianBlur(face, (0, 0), 2.0)), cv2.GaussianBlur(coloured * near, (0, 0), 1.5))
+    kept = np.zeros(photo.shape[:2], np.float32)
+    for contour in (LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR, INNER_LIP_CONTOUR):
+        inside = np.zeros(photo.shape[:2], np.uint8)
+        cv2.fillPoly(inside, [np.round(mesh[list(contour)]).astype(np.int32)], 1)
+        if inside.any():
+            lightness = lab[..., 0]
+            kept[(inside > 0) & (lightness > np.median(lightness[inside > 0]))] = 1.0
+    return mask * (1.0 - cv2.GaussianBlur(kept, (0, 0), 0.7))
+
+
+def _to_linear(image: np.ndarray) -> np.ndarray:
+    values = image.astype(np.float32) / 255.0
+    return np.where(values <= 0.04045, values / 12.92, ((values + 0.055) / 1.055) ** 2.4)
+
+
+def _to_srgb(linear: np.ndarray) -> np.ndarray:
+    linear = np.clip(linear, 0.0, 1.0)
+    encoded = np.where(linear <= 0.0031308, 12.92 * linear, 1.055 * linear ** (1 / 2.4) - 0.055)
+    return (encoded * 255.0 + 0.5).astype(np.uint8)
+
+
 def _side_light(image: np.ndarray, mesh: np.ndarray, from_right: bool, dark: float, bright: float) -> np.ndarray:
     """(H, W, 3) float32: ``image`` lit from one side across the face (a soft ramp over its width)."""
     left, right = float(mesh[:, 0].min()), float(mesh[:, 0].max())
@@ -320,6 +371,8 @@ _SOURCE_MAKERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "dark_side_right": _dark_side(from_right=True),
     "gaze_down": _lowered_lids(0.35, 0.25),
     "lids_half": _lowered_lids(0.5, 0.0),
+    "brown_skin": _darker_skin("brown_skin"),
+    "dark_skin": _darker_skin("dark_skin"),
 }
 
 
@@ -340,6 +393,8 @@ def _target(photo: np.ndarray, variant: str, seed: int) -> tuple[np.ndarray, tup
         return np.clip(lit + 0.5, 0, 255).astype(np.uint8), (TargetFace(mesh.copy(), 0.0),)
     if variant in ("soft", "webcam"):
         return _softened(photo, variant), (TargetFace(mesh.copy(), 0.0),)
+    if variant in SKIN_TONES:
+        return _darker_skin(variant)(photo), (TargetFace(mesh.copy(), 0.0),)
     if variant.startswith("yaw"):
         yaw = float(variant[3:])
         image, turned = render_pose_with_mesh(photo, yaw)
