@@ -17,8 +17,9 @@ their whites never come out lighter than ``WHITE_CEILING`` (or the target's own)
 white an eye shows and how deep it lies in shade differ from person to person, so only the
 excess is taken; darker whites are left (brightened, a photo's shaded eyes lit up their red
 rims, and the likeness went: Grace Hopper onto the tune half's brown-skinned astronaut,
-mean dlib distance to her 0.558 left, 0.633 brightened beyond twice). An eye that is shut, hidden or too small to read is not read. A video track's gain is
-smoothed over its frames and kept through frames where neither eye can be read (a blink:
+mean dlib distance to her 0.558 left, 0.633 brightened beyond twice). An eye that is shut, hidden or too small to read is not read. A video track's eyes are
+read every few frames, its gain smoothed over the readings and kept through readings where
+neither eye can be read (a blink:
 the eyes neither flicker with the gaze nor flash back to the skin's gain for a frame); a
 still with neither eye read is left as it was.
 
@@ -46,7 +47,8 @@ LEEWAY = 2.0  # the face's eye whites may be this many times lighter than the ta
 CHROMA_LEEWAY = 1.15  # ... and each channel this far from the target's whites' colour
 WHITE_CEILING = 0.85  # nor may they come out lighter than this (or the target's own whites), per channel
 GAIN_RANGE = (0.3, 1.5)
-TRACK_SMOOTHING = 0.3  # of each frame's reading a video track's gain takes (log; about six frames' memory)
+READ_EVERY = 3  # frames: how often a video track's eyes are read (a reading takes ~0.7 ms a face)
+TRACK_SMOOTHING = 0.4  # of each reading a video track's gain takes (log; about half a second's memory)
 EDGE_SIGMA = 0.75  # half-resolution pixels: the gain's fade across the opening's rim
 
 
@@ -54,12 +56,8 @@ def eye_gain(target_colour, face_colour, target: np.ndarray, face: np.ndarray) -
     """(3,) the gain that gives the face's eye whites the target's, or None where no
     eye can be read in both. ``target`` and ``face`` are the two meshes (468, 2+) in crop
     pixels; ``*_colour`` map (N, 2) crop points to (N, 3) colours (NaN: not seen there)."""
-    whites = []
-    for contour, upper, lower in EYES:
-        target_white = _white(target_colour, target, contour, upper, lower)
-        face_white = _white(face_colour, face, contour, upper, lower)
-        if target_white is not None and face_white is not None:
-            whites.append((target_white, face_white))
+    whites = [pair for pair in zip(_whites(target_colour, target), _whites(face_colour, face), strict=True)
+              if pair[0] is not None and pair[1] is not None]
     if not whites:
         return None
     log_ratio = np.mean([np.log(target_white / face_white) for target_white, face_white in whites], axis=0)
@@ -96,25 +94,38 @@ def eyes_in_range(albedo: np.ndarray, eyes: np.ndarray, seen: np.ndarray, ceilin
 
 
 class EyeGainPerTrack:
-    """Each video track's eye gain, smoothed over its frames' readings and kept while none
-    can be read; a still (no track) takes its own reading."""
+    """Each video track's eye gain, read every ``READ_EVERY`` frames, smoothed over its
+    readings and kept while none can be read; a still (no track) takes its own reading."""
 
     def __init__(self, max_tracks: int = 64) -> None:
-        self._gains: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._gains: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()  # track -> (gain, frames since read)
         self._lock = threading.Lock()
         self._max_tracks = max_tracks
+
+    def known(self, track_id: int | None) -> np.ndarray | None:
+        """The track's gain while no reading is due (counting this frame), else None."""
+        if track_id is None or track_id < 0:
+            return None
+        with self._lock:
+            entry = self._gains.get(track_id)
+            if entry is None or entry[1] + 1 >= READ_EVERY:
+                return None
+            self._gains[track_id] = (entry[0], entry[1] + 1)
+            self._gains.move_to_end(track_id)
+            return entry[0]
 
     def gain(self, track_id: int | None, reading: np.ndarray | None) -> np.ndarray | None:
         """The gain for this frame of the track, with its ``reading`` (None: no eye read) taken in."""
         if track_id is None or track_id < 0:
             return reading
         with self._lock:
-            known = self._gains.pop(track_id, None)
+            entry = self._gains.pop(track_id, None)
+            known = None if entry is None else entry[0]
             if known is not None and reading is not None:
                 reading = np.exp(np.log(known) + TRACK_SMOOTHING * (np.log(reading) - np.log(known)))
             gain = known if reading is None else reading
             if gain is not None:
-                self._gains[track_id] = gain
+                self._gains[track_id] = (gain, 0)
                 while len(self._gains) > self._max_tracks:
                     self._gains.popitem(last=False)
         return gain
@@ -125,16 +136,46 @@ def relight_eyes(shading: np.ndarray, gain: np.ndarray, face: np.ndarray, drawn:
     face's eye openings (``face``: its mesh in crop pixels; ``drawn`` (H, W) bool: the
     pixels the face covers), fading over their rims."""
     height, width = shading.shape[:2]
-    weight = np.zeros((height, width), np.float32)
-    for contour, _, _ in EYES:
-        corners = face[list(contour), :2] * 0.5 - 0.25
-        cv2.fillPoly(weight, [np.round(corners * 16).astype(np.int32)], 1.0, cv2.LINE_AA, shift=4)
-    weight = cv2.GaussianBlur(weight, (0, 0), EDGE_SIGMA) * drawn
-    shading *= 1.0 + weight[..., None] * (np.asarray(gain, np.float32) - 1.0)
+    corners = [face[list(contour), :2] * 0.5 - 0.25 for contour, _, _ in EYES]
+    reach = int(np.ceil(3.0 * EDGE_SIGMA)) + 1
+    x0, y0 = np.maximum(np.floor(np.min([c.min(0) for c in corners], 0)).astype(int) - reach, 0)
+    x1, y1 = np.minimum(np.ceil(np.max([c.max(0) for c in corners], 0)).astype(int) + reach + 1, (width, height))
+    if x1 <= x0 or y1 <= y0:
+        return
+    weight = np.zeros((y1 - y0, x1 - x0), np.float32)
+    for corner in corners:
+        cv2.fillPoly(weight, [np.round((corner - (x0, y0)) * 16).astype(np.int32)], 1.0, cv2.LINE_AA, shift=4)
+    weight = cv2.GaussianBlur(weight, (0, 0), EDGE_SIGMA) * drawn[y0:y1, x0:x1]
+    shading[y0:y1, x0:x1] *= 1.0 + weight[..., None] * (np.asarray(gain, np.float32) - 1.0)
 
 
-def _white(colour_at, mesh: np.ndarray, contour: tuple[int, ...], upper: int, lower: int) -> float | None:
-    """(3,) the colour of one eye's white: the mean of the lightest part of the inside of its opening."""
+def _whites(colour_at, mesh: np.ndarray) -> list[np.ndarray | None]:
+    """Per eye, (3,) the colour of its white (the mean of the lightest part of the inside of
+    its opening), None where it cannot be read; ``colour_at`` is asked once for both eyes."""
+    openings = [_inside(mesh, contour, upper, lower) for contour, upper, lower in EYES]
+    points = [p for p in openings if p is not None]
+    if not points:
+        return [None] * len(EYES)
+    colours = iter(np.split(colour_at(np.concatenate(points)), np.cumsum([len(p) for p in points])[:-1]))
+    whites = []
+    for opening in openings:
+        if opening is None:
+            whites.append(None)
+            continue
+        seen = next(colours)
+        seen = seen[np.isfinite(seen).all(1)]
+        if len(seen) < MIN_PIXELS:
+            whites.append(None)
+            continue
+        lightness = seen.mean(1)
+        rank = int(len(lightness) * WHITE_PERCENTILE / 100.0)
+        whites.append(np.maximum(seen[lightness >= np.partition(lightness, rank)[rank]].mean(0), 1e-3))
+    return whites
+
+
+def _inside(mesh: np.ndarray, contour: tuple[int, ...], upper: int, lower: int) -> np.ndarray | None:
+    """(N, 2) float32 the crop pixels inside one eye's opening (its contour shrunk by
+    ``INNER``), None where it is shut or too small."""
     if float(mesh[lower, 1] - mesh[upper, 1]) < MIN_OPENING_PX:
         return None
     corners = mesh[list(contour), :2]
@@ -149,10 +190,4 @@ def _white(colour_at, mesh: np.ndarray, contour: tuple[int, ...], upper: int, lo
     rows, cols = np.nonzero(inside)
     if len(rows) < MIN_PIXELS:
         return None
-    colours = colour_at(np.stack([cols + x0, rows + y0], 1).astype(np.float32))
-    colours = colours[np.isfinite(colours).all(1)]
-    if len(colours) < MIN_PIXELS:
-        return None
-    lightness = colours.mean(1)
-    white = colours[lightness >= np.percentile(lightness, WHITE_PERCENTILE)]
-    return np.maximum(white.mean(0), 1e-3)
+    return np.stack([cols + x0, rows + y0], 1).astype(np.float32)
