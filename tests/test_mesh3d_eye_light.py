@@ -145,16 +145,16 @@ def test_a_tracks_gain_is_read_every_few_frames_smoothed_and_kept_through_a_blin
     none, and the eyes must not flash back to the skin's gain for a frame."""
     gains = EyeGainPerTrack(max_tracks=2)
     assert gains.known(7) is None  # nothing read yet: read now
-    np.testing.assert_allclose(gains.gain(7, np.array([0.5, 0.5, 0.5])), 0.5)
+    np.testing.assert_allclose(gains.update(7, np.array([0.5, 0.5, 0.5])), 0.5)
     for _ in range(READ_EVERY - 1):  # between readings the track keeps its gain
         np.testing.assert_allclose(gains.known(7), 0.5)
     assert gains.known(7) is None  # a reading is due
-    moved = gains.gain(7, np.array([1.0, 1.0, 1.0]))
+    moved = gains.update(7, np.array([1.0, 1.0, 1.0]))
     np.testing.assert_allclose(moved, np.exp(np.log(0.5) * (1.0 - TRACK_SMOOTHING)))
-    np.testing.assert_allclose(gains.gain(7, None), moved)  # a blink keeps it
-    assert gains.known(None) is None and gains.gain(None, None) is None  # a still reads every time, alone
-    np.testing.assert_allclose(gains.gain(-1, np.array([0.8, 0.8, 0.8])), 0.8)
-    assert gains.gain(8, None) is None  # a new track with nothing read yet
-    gains.gain(8, np.array([0.9] * 3))
-    gains.gain(9, np.array([0.9] * 3))
-    assert gains.gain(7, None) is None  # the least recently seen track went
+    np.testing.assert_allclose(gains.update(7, None), moved)  # a blink keeps it
+    assert gains.known(None) is None and gains.update(None, None) is None  # a still reads every time, alone
+    np.testing.assert_allclose(gains.update(-1, np.array([0.8, 0.8, 0.8])), 0.8)
+    assert gains.update(8, None) is None  # a new track with nothing read yet
+    gains.update(8, np.array([0.9] * 3))
+    gains.update(9, np.array([0.9] * 3))
+    assert gains.update(7, None) is None  # the least recently seen track went

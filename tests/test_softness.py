@@ -45,16 +45,16 @@ def test_only_a_frame_softer_than_the_face_by_more_than_the_leeway_softens_it():
 
 def test_a_tracks_softening_is_read_every_few_frames_smoothed_and_a_still_takes_its_own():
     tracks = SofteningPerTrack(max_tracks=2)
-    assert tracks.known(None) is None and tracks.level(None, 1.5) == 1.5
+    assert tracks.known(None) is None and tracks.update(None, 1.5) == 1.5
     assert tracks.known(7) is None  # nothing known yet: read
-    assert tracks.level(7, 1.0) == 1.0
+    assert tracks.update(7, 1.0) == 1.0
     assert [tracks.known(7) for _ in range(READ_EVERY - 1)] == [1.0] * (READ_EVERY - 1)
     assert tracks.known(7) is None  # a reading is due
-    moved = tracks.level(7, 2.0)
+    moved = tracks.update(7, 2.0)
     assert 1.0 < moved < 1.5  # a jump in one reading moves the level part of the way
-    tracks.level(8, 0.0)
-    tracks.level(9, 0.0)  # track 7 is the least recently seen: forgotten
-    assert tracks.known(7) is None and tracks.level(7, 2.0) == 2.0
+    tracks.update(8, 0.0)
+    tracks.update(9, 0.0)  # track 7 is the least recently seen: forgotten
+    assert tracks.known(7) is None and tracks.update(7, 2.0) == 2.0
 
 
 def _face_crop() -> tuple[np.ndarray, np.ndarray]:

@@ -13,11 +13,10 @@ never had cannot be made here).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import cv2
 import numpy as np
+
+from gpu.tracking.readings import ReadingsPerTrack
 
 REBLUR = 1.0  # crop pixels: the known extra blur the edges are read under
 EDGE_SHARE = 0.04  # the strongest this share of the gradients in the face are its edges
@@ -72,39 +71,13 @@ def _gradient(image: np.ndarray) -> np.ndarray:
     return cv2.magnitude(dx, dy)
 
 
-class SofteningPerTrack:
+class SofteningPerTrack(ReadingsPerTrack[float]):
     """The softening of each video track's face, read every ``READ_EVERY`` frames and
     smoothed over its readings (a blur that changed with each frame's reading would pulse;
     the readings take ~0.8 ms a face); a still (no track) takes its own reading."""
 
     def __init__(self, max_tracks: int = 64) -> None:
-        self._levels: OrderedDict[int, tuple[float, int]] = OrderedDict()  # track -> (level, frames since read)
-        self._lock = threading.Lock()
-        self._max_tracks = max_tracks
-
-    def known(self, track_id: int | None) -> float | None:
-        """The track's level while no reading is due (counting this frame), else None."""
-        if track_id is None or track_id < 0:
-            return None
-        with self._lock:
-            level, frames = self._levels.get(track_id, (0.0, READ_EVERY))
-            if frames + 1 >= READ_EVERY:
-                return None
-            self._levels[track_id] = (level, frames + 1)
-            self._levels.move_to_end(track_id)
-            return level
-
-    def level(self, track_id: int | None, reading: float) -> float:
-        """The track's level with this frame's ``reading`` taken in."""
-        if track_id is None or track_id < 0:
-            return reading
-        with self._lock:
-            level = self._levels.pop(track_id, (reading, 0))[0]
-            level += TRACK_SMOOTHING * (reading - level)
-            self._levels[track_id] = (level, 0)
-            while len(self._levels) > self._max_tracks:
-                self._levels.popitem(last=False)
-        return level
+        super().__init__(READ_EVERY, lambda level, reading: level + TRACK_SMOOTHING * (reading - level), max_tracks)
 
 
 def soften_like_frame(swapped: np.ndarray, target_crop: np.ndarray, face: np.ndarray, crop_per_frame_pixel: float,
@@ -121,7 +94,7 @@ def soften_like_frame(swapped: np.ndarray, target_crop: np.ndarray, face: np.nda
         box = np.s_[rows[0]:rows[-1] + 1, columns[0]:columns[-1] + 1]  # the face's box: what the readings need
         reading = softening(softness(grey(target_crop[box]), region[box]), softness(grey(swapped[box]), region[box]),
                             LEEWAY * crop_per_frame_pixel)
-        sigma = tracks.level(track_id, reading)
+        sigma = tracks.update(track_id, reading)
     if sigma < MIN_BLUR:
         return swapped
     return cv2.GaussianBlur(swapped, (0, 0), sigma)

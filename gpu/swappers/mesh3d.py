@@ -511,7 +511,7 @@ class Mesh3dSwapper:
                 gain = self._eye_gains.known(face.track_id)
                 if gain is None:
                     reading = _eye_gain(host_crop, target, moved, uv, rendered, source, occluded, shading)
-                    gain = self._eye_gains.gain(face.track_id, reading)
+                    gain = self._eye_gains.update(face.track_id, reading)
                 if gain is not None:
                     relight_eyes(shading, gain, moved, rendered)
         mask, openings = self._mask(uv, rendered, holes, options.mouth_mask, options.feather)

@@ -29,13 +29,11 @@ is scaled down whole rather than clipped channel by channel, which took its colo
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import cv2
 import numpy as np
 
 from gpu.models.canonical_mesh import LEFT_EYE_CONTOUR, RIGHT_EYE_CONTOUR
+from gpu.tracking.readings import ReadingsPerTrack
 
 EYES = ((RIGHT_EYE_CONTOUR, 159, 145), (LEFT_EYE_CONTOUR, 386, 374))  # contour, upper and lower lid's middle
 INNER = 0.75  # the opening is read inside its contour shrunk to this about its centre (no lashes, lid rims)
@@ -93,42 +91,13 @@ def eyes_in_range(albedo: np.ndarray, eyes: np.ndarray, seen: np.ndarray, ceilin
     return albedo * (1.0 + eyes * (ceiling / white - 1.0))[:, None]
 
 
-class EyeGainPerTrack:
+class EyeGainPerTrack(ReadingsPerTrack[np.ndarray]):
     """Each video track's eye gain, read every ``READ_EVERY`` frames, smoothed over its
-    readings and kept while none can be read; a still (no track) takes its own reading."""
+    readings (in log) and kept while none can be read; a still (no track) takes its own reading."""
 
     def __init__(self, max_tracks: int = 64) -> None:
-        self._gains: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()  # track -> (gain, frames since read)
-        self._lock = threading.Lock()
-        self._max_tracks = max_tracks
-
-    def known(self, track_id: int | None) -> np.ndarray | None:
-        """The track's gain while no reading is due (counting this frame), else None."""
-        if track_id is None or track_id < 0:
-            return None
-        with self._lock:
-            entry = self._gains.get(track_id)
-            if entry is None or entry[1] + 1 >= READ_EVERY:
-                return None
-            self._gains[track_id] = (entry[0], entry[1] + 1)
-            self._gains.move_to_end(track_id)
-            return entry[0]
-
-    def gain(self, track_id: int | None, reading: np.ndarray | None) -> np.ndarray | None:
-        """The gain for this frame of the track, with its ``reading`` (None: no eye read) taken in."""
-        if track_id is None or track_id < 0:
-            return reading
-        with self._lock:
-            entry = self._gains.pop(track_id, None)
-            known = None if entry is None else entry[0]
-            if known is not None and reading is not None:
-                reading = np.exp(np.log(known) + TRACK_SMOOTHING * (np.log(reading) - np.log(known)))
-            gain = known if reading is None else reading
-            if gain is not None:
-                self._gains[track_id] = (gain, 0)
-                while len(self._gains) > self._max_tracks:
-                    self._gains.popitem(last=False)
-        return gain
+        super().__init__(READ_EVERY, lambda gain, reading: np.exp(np.log(gain) + TRACK_SMOOTHING * (np.log(reading) - np.log(gain))),
+                         max_tracks)
 
 
 def relight_eyes(shading: np.ndarray, gain: np.ndarray, face: np.ndarray, drawn: np.ndarray) -> None:
