@@ -75,8 +75,8 @@ def eye_gain(target_colour, face_colour, target: np.ndarray, face: np.ndarray) -
 
 
 def eyes_in_range(albedo: np.ndarray, eyes: np.ndarray, seen: np.ndarray, ceiling: float) -> np.ndarray:
-    """The per-texel albedo (P, 3), relative to the skin, with each eye opening (``eyes`` (P,)
-    weights) scaled as a whole so that its white fits under ``ceiling``: the albedo's range
+    """The per-texel albedo (P, 3), relative to the skin, with the eye openings (``eyes`` (P,)
+    weights) scaled as a whole so that their white fits under ``ceiling``: the albedo's range
     ends there, and a dark-skinned photo's whites lie three to five times above its skin.
     Clipped channel by channel they lost their colour and came out the skin's, only lighter
     (peach glowing eyes); scaled whole they keep it and the iris keeps its contrast to them.
