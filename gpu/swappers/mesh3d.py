@@ -839,7 +839,6 @@ def _relight_closed_lips(shading: np.ndarray, crop: np.ndarray, target: np.ndarr
     light across its lips (``mesh3d_lip_light``): the target read in its own lip geometry,
     the face in the ``moved`` mesh's."""
     albedo = source.albedo_image()
-    size = albedo.shape[0]
 
     def at(image: np.ndarray, points: np.ndarray) -> np.ndarray:
         coords = points.astype(np.float32).reshape(-1, 1, 2)
@@ -849,9 +848,7 @@ def _relight_closed_lips(shading: np.ndarray, crop: np.ndarray, target: np.ndarr
         return at(crop, points * 2.0 + 0.5).reshape(-1, 3).astype(np.float32).mean(1) + 1.0
 
     def face_lightness(points: np.ndarray) -> np.ndarray:
-        texel = at(uv, points) * size - 0.5
-        colour = cv2.remap(albedo, texel[..., 0], texel[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        return (colour * at(shading, points)).reshape(-1, 3).mean(1)
+        return _relit_face_at(points, uv, albedo, shading).mean(1)
 
     relight_closed_lips(shading, target_lightness, face_lightness,
                         LipGeometry(target[:, :2] * 0.5 - 0.25), LipGeometry(moved[:, :2] * 0.5 - 0.25), rendered)
@@ -864,7 +861,6 @@ def _eye_gain(crop: np.ndarray, target: np.ndarray, moved: np.ndarray, uv: np.nd
     read: the target's read in the crop where nothing is kept in front of it, the face's in
     the ``moved`` mesh."""
     albedo = source.albedo_image()
-    size = albedo.shape[0]
     half = uv.shape[0]
 
     def target_colour(points: np.ndarray) -> np.ndarray:
@@ -876,17 +872,24 @@ def _eye_gain(crop: np.ndarray, target: np.ndarray, moved: np.ndarray, uv: np.nd
         return values
 
     def face_colour(points: np.ndarray) -> np.ndarray:
-        at = (points * 0.5 - 0.25).astype(np.float32).reshape(-1, 1, 2)
-        texel = cv2.remap(uv, at[..., 0], at[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE) * size - 0.5
-        colour = cv2.remap(albedo, texel[..., 0], texel[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        light = cv2.remap(shading, at[..., 0], at[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        values = (colour * light).reshape(-1, 3)
-        cols = np.clip(np.round(at[:, 0, 0]).astype(np.int64), 0, half - 1)
-        rows = np.clip(np.round(at[:, 0, 1]).astype(np.int64), 0, half - 1)
+        at = (points * 0.5 - 0.25).astype(np.float32)  # half-resolution pixels
+        values = _relit_face_at(at, uv, albedo, shading)
+        cols = np.clip(np.round(at[:, 0]).astype(np.int64), 0, half - 1)
+        rows = np.clip(np.round(at[:, 1]).astype(np.int64), 0, half - 1)
         values[~rendered[rows, cols]] = np.nan
         return values
 
     return eye_gain(target_colour, face_colour, target, moved)
+
+
+def _relit_face_at(points: np.ndarray, uv: np.ndarray, albedo: np.ndarray, shading: np.ndarray) -> np.ndarray:
+    """(N, 3) the re-lit face (the albedo read through ``uv``, times ``shading``) at (N, 2)
+    half-resolution points, bilinear: what the graph draws there, read on the host."""
+    at = points.astype(np.float32).reshape(-1, 1, 2)
+    texel = cv2.remap(uv, at[..., 0], at[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE) * albedo.shape[0] - 0.5
+    colour = cv2.remap(albedo, texel[..., 0], texel[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    light = cv2.remap(shading, at[..., 0], at[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return (colour * light).reshape(-1, 3)
 
 
 def _masked_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:

@@ -17,11 +17,11 @@ their whites never come out lighter than ``WHITE_CEILING`` (or the target's own)
 white an eye shows and how deep it lies in shade differ from person to person, so only the
 excess is taken; darker whites are left (brightened, a photo's shaded eyes lit up their red
 rims, and the likeness went: Grace Hopper onto the tune half's brown-skinned astronaut,
-mean dlib distance to her 0.558 left, 0.633 brightened beyond twice). An eye that is shut, hidden or too small to read is not read. A video track's eyes are
-read every few frames, its gain smoothed over the readings and kept through readings where
-neither eye can be read (a blink:
-the eyes neither flicker with the gaze nor flash back to the skin's gain for a frame); a
-still with neither eye read is left as it was.
+mean dlib distance to her 0.558 left, 0.633 brightened beyond twice). An eye that is shut,
+hidden or too small to read is not read. A video track's eyes are read every few frames, its
+gain smoothed over the readings and kept through readings where neither eye can be read (a
+blink: the eyes neither flicker with the gaze nor flash back to the skin's gain for a frame);
+a still with neither eye read is left as it was.
 
 At registration (``eyes_in_range``) an eye opening whose white lies above the albedo's range
 is scaled down whole rather than clipped channel by channel, which took its colour.
@@ -58,7 +58,9 @@ def eye_gain(target_colour, face_colour, target: np.ndarray, face: np.ndarray) -
               if pair[0] is not None and pair[1] is not None]
     if not whites:
         return None
-    log_ratio = np.mean([np.log(target_white / face_white) for target_white, face_white in whites], axis=0)
+    target_log = np.mean([np.log(target_white) for target_white, _ in whites], axis=0)
+    face_log = np.mean([np.log(face_white) for _, face_white in whites], axis=0)
+    log_ratio = target_log - face_log
     light = float(log_ratio.mean())
     chroma = log_ratio - light
     if light > 0.0:  # whites darker than the target's are not read for colour: their lighter part is lids and shade
@@ -67,10 +69,8 @@ def eye_gain(target_colour, face_colour, target: np.ndarray, face: np.ndarray) -
     chroma = np.sign(chroma) * np.maximum(np.abs(chroma) - np.log(CHROMA_LEEWAY), 0.0)
     chroma = chroma - chroma.mean()  # the colour's correction leaves the lightness alone
     gain = np.exp(light + chroma)
-    face_white = np.exp(np.mean([np.log(face_white) for _, face_white in whites], axis=0)) * gain
-    target_white = np.exp(np.mean([np.log(target_white) for target_white, _ in whites], axis=0))
-    ceiling = max(WHITE_CEILING, float(target_white.max()))
-    gain = gain * min(1.0, ceiling / float(face_white.max()))
+    ceiling = max(WHITE_CEILING, float(np.exp(target_log).max()))
+    gain = gain * min(1.0, ceiling / float((np.exp(face_log) * gain).max()))
     return np.clip(gain, *GAIN_RANGE)
 
 
