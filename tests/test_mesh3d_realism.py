@@ -316,6 +316,90 @@ def test_a_smooth_face_on_a_grainy_photo_gets_the_photos_grain_but_not_its_wrink
     assert target_detail_left(grainy, grace_image, face.mesh) < target_detail_left(smooth, grace_image, face.mesh) + 0.02
 
 
+# -- the target's hard shadows ----------------------------------------------------------------------
+
+
+def _shadowed_skin(size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(RGB in [0, 1], skin weight) of skin with fine texture and thin dark lines (wrinkles,
+    a glasses frame), its left part in a hard cast shadow (a third of the light in linear
+    light: its colour kept)."""
+    rng = np.random.default_rng(1)
+    linear = np.array([0.55, 0.33, 0.22], np.float32) * (1.0 + rng.normal(0, 0.04, (size, size, 1))).astype(np.float32)
+    linear[::9, :] *= 0.6  # lines of wrinkles and a frame: too thin to be a light level
+    linear[:, : size // 2] *= 0.3
+    srgb = np.where(linear <= 0.0031308, 12.92 * linear, 1.055 * linear ** (1 / 2.4) - 0.055)
+    return srgb.astype(np.float32), np.ones((size, size), np.float32)
+
+
+def test_the_tones_low_pass_keeps_a_cast_shadows_edge_but_not_thin_lines():
+    target, skin = _shadowed_skin()
+    lightness = target.mean(2) + 1e-3
+    sigma = 4.0  # a tenth of a ~160 px face at a quarter of the crop
+    layers = mesh3d._light_layers(target, lightness, skin, sigma)
+    assert layers is not None and np.allclose(layers.sum(0), 1.0, atol=1e-5)
+    layered, _ = mesh3d._layered_low_pass(lightness[..., None], skin, sigma, layers)
+    plain, _ = mesh3d._masked_low_pass(lightness[..., None], skin, sigma)
+    assert layered.shape == plain.shape == (64, 64, 1)
+    error = lambda low, column: abs(low[:, column, 0].mean() / lightness[:, column].mean() - 1.0)  # noqa: E731
+    for column in (28, 29, 30, 33, 34, 35):  # 2-4 px either side of the edge (at 32)
+        assert error(layered, column) < 0.1
+    assert error(plain, 30) > 0.2  # a Gaussian lights the shadow's edge up
+    far_line = layered[9:55:9, 48, 0].mean() / layered[13:50:9, 48, 0].mean()
+    assert far_line > 0.9  # the thin lines are no level of their own: the low pass does not follow them
+
+
+def test_dark_things_not_coloured_like_skin_are_no_light_level():
+    """Sunglasses or a microphone (dark, grey) over evenly lit skin: one light level, so the
+    tone's low pass leaves them out as before instead of darkening the face round them."""
+    target, skin = _shadowed_skin()
+    target = target.copy()
+    lit = target[:, 32:]
+    target[:, :32] = lit[:, :32]  # evenly lit skin
+    cv2.ellipse(target, (20, 24), (10, 7), 0, 0, 360, (0.1, 0.11, 0.13), -1)
+    cv2.ellipse(target, (44, 24), (10, 7), 0, 0, 360, (0.1, 0.11, 0.13), -1)
+    lightness = target.mean(2) + 1e-3
+    layers = mesh3d._light_layers(target, lightness, skin, 4.0)
+    assert layers is None or float(layers[:, 24, 20].max()) == pytest.approx(float(layers[:, 50, 50].max()), abs=0.2)
+    coloured = mesh3d._skin_coloured(target, skin)
+    assert coloured[24, 20] < 0.1 and coloured[50, 50] > 0.9
+
+
+def _brim_shadow(image: np.ndarray, mesh: np.ndarray, edge: float = 0.38) -> np.ndarray:
+    """The face's upper part in a hat brim's shadow (a third of the light, linear), a soft edge."""
+    top, height = float(mesh[:, 1].min()), float(np.ptp(mesh[:, 1]))
+    rows = np.arange(image.shape[0], dtype=np.float32)[:, None, None]
+    gain = 0.3 + 0.7 * np.clip((rows - (top + edge * height)) / (0.04 * height), 0.0, 1.0)
+    values = image.astype(np.float32) / 255.0
+    linear = np.where(values <= 0.04045, values / 12.92, ((values + 0.055) / 1.055) ** 2.4) * gain
+    srgb = np.where(linear <= 0.0031308, 12.92 * linear, 1.055 * np.clip(linear, 0, 1) ** (1 / 2.4) - 0.055)
+    return np.clip(srgb * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
+def test_a_hat_brims_shadow_on_the_target_stays_on_the_swapped_face(engine, swapper, grace_image):
+    """The astronaut onto Grace Hopper with her upper face in a brim's shadow: the swapped
+    face is as dark above the shadow's edge against below it as her own face was (blurred
+    over, the upper face was lit under a dark brim: a mask)."""
+    from swapcast.benchmarks.pose_set import person_image
+
+    photo = person_image("astronaut")
+    source = swapper.register(photo, engine.analyse_image(photo)[0])
+    mesh = engine.analyse_image(grace_image)[0].mesh
+    target = _brim_shadow(grace_image, mesh)
+    swapped, face = _swap(engine, swapper, source, target)
+    regions = face_regions(face.mesh, target.shape)
+    top, height = float(face.mesh[:, 1].min()), float(np.ptp(face.mesh[:, 1]))
+    rows = np.arange(target.shape[0])[:, None]
+    edge = top + 0.38 * height
+    above = (regions.skin > 0) & (rows > edge - 0.16 * height) & (rows < edge - 0.04 * height)
+    below = (regions.skin > 0) & (rows > edge + 0.04 * height) & (rows < edge + 0.16 * height)
+    luma = lambda image, where: float(cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)[where].mean())  # noqa: E731
+    assert above.sum() > 200 and below.sum() > 200
+    step_target = luma(target, above) / luma(target, below)
+    step_swapped = luma(swapped, above) / luma(swapped, below)
+    assert step_target < 0.6
+    assert step_swapped < step_target + 0.12
+
+
 # -- several photos of one person --------------------------------------------------------------------
 
 

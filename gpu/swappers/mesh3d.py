@@ -97,6 +97,9 @@ TONE_SIGMA = 1 / 10  # of the face's width: the low pass whose colour and light 
 # 1/8 kept less of the target's shading once the blend stopped fading over a wide band: shading kept 0.75 -> 0.81
 # and tone 2.3 -> 2.0 on the tune half's astronaut -> Grace Hopper stills, identity unchanged)
 CHROMA_SIGMA_FACE = 1 / 12  # of the face's width: the low pass of the target's colour the face takes
+LIGHT_LAYER_STEP = 0.4  # log lightness: the target's light levels the tone's low pass keeps apart
+LIGHT_LAYER_CHROMA = (0.3, 0.6)  # log chromaticity (linear light) from the skin's: from / fully not the skin's colour
+LIGHT_LAYER_LEAN = 0.02  # a level's own skin support below ~this leans on the plain low pass
 TONE_RATIO_RANGE = (0.25, 4.0)  # the most the tone transfer scales a channel
 TONE_OUTLIER = (0.15, 0.4)  # |log lightness / its low pass| from which a pixel starts to / stops counting as skin
 # in the tone's low pass (glasses frames, a strand of hair, a deep wrinkle: not the skin's tone)
@@ -747,7 +750,10 @@ def _tone_ratio(crop: np.ndarray, uv: np.ndarray, rendered: np.ndarray, shading:
     - lightness: low-passed over the plain skin both faces show (a Gaussian of
       ``TONE_SIGMA`` of the face's ``width``), the face's is made the target's: its tone,
       its cheekbones' and nose's shading, the warmth or dimness of its light; everything
-      finer (features, wrinkles, pores) stays the source's;
+      finer (features, wrinkles, pores) stays the source's. The low pass does not average
+      across the target's light levels (``_light_layers``): a hat brim's, a window frame's
+      or a split light's hard shadow keeps its edge on the swapped face (blurred away, the
+      face was lit where the hair and ears round it were in shadow);
     - colour (chromaticity): the target's own at each spot, low-passed only over
       ``CHROMA_SIGMA`` of the face's width and over the whole face (its lips' red, its
       cheeks' flush): a grey, sepia or colour-cast source photo gives only lightness.
@@ -768,11 +774,11 @@ def _tone_ratio(crop: np.ndarray, uv: np.ndarray, rendered: np.ndarray, shading:
                      borderMode=cv2.BORDER_REPLICATE) * cv2.resize(shading, (quarter, quarter), interpolation=cv2.INTER_AREA)
     target_light, face_light = target.mean(2) + 1e-3, face.mean(2) + 1e-3
     sigma = TONE_SIGMA * width / 4.0
-    plain = _near_own_low_pass(target_light, skin, sigma) * _near_own_low_pass(face_light, skin, sigma)
+    layers = _light_layers(target, target_light, skin, sigma)
+    plain = _near_own_low_pass(target_light, skin, sigma, layers) * _near_own_low_pass(face_light, skin, sigma)
     weight = skin * plain
-    target_low, support = _masked_low_pass(target_light[..., None], weight, sigma)
-    face_low, _ = _masked_low_pass(face_light[..., None], weight, sigma)
-    light = target_low / np.maximum(face_low, 1e-3)
+    lows, support = _layered_low_pass(np.stack([target_light, face_light], axis=-1), weight, sigma, layers)
+    light = lows[..., :1] / np.maximum(lows[..., 1:], 1e-3)
     colour_sigma = CHROMA_SIGMA_FACE * width / 4.0
     colour_weight = skin * plain
     target_colour, colour_support = _masked_low_pass(target / target_light[..., None], colour_weight, colour_sigma)
@@ -899,11 +905,63 @@ def _masked_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float) -> tup
     return low, support
 
 
-def _near_own_low_pass(lightness: np.ndarray, weight: np.ndarray, sigma: float) -> np.ndarray:
+def _light_layers(target: np.ndarray, lightness: np.ndarray, skin: np.ndarray, sigma: float) -> np.ndarray | None:
+    """(L, H, W) soft memberships (summing to 1 per pixel) of the target's light levels (None
+    where no skin shows): the log lightness of what has the skin's colour in
+    linear light (a shadow dims skin and keeps its colour; sunglasses, a beard, a microphone
+    do not) filled over the rest, median-filtered (a cast shadow's edge stays a step;
+    glasses frames, strands and wrinkles, narrower than the window, go), cut into levels
+    ``LIGHT_LAYER_STEP`` apart."""
+    skin = skin * _skin_coloured(target, skin)
+    if float(skin.max(initial=0.0)) <= 0.5:
+        return None
+    logs = np.log(lightness).astype(np.float32)
+    filled, _ = _masked_low_pass(logs[..., None], skin, sigma)
+    guide = skin * logs + (1.0 - skin) * filled[..., 0]
+    guide = cv2.medianBlur(np.ascontiguousarray(guide, dtype=np.float32), 5)
+    # levels on a fixed lattice over all of the guide: a pixel's memberships change smoothly
+    # with its light, and a level no pixel belongs to changes nothing (no popping in video)
+    step = LIGHT_LAYER_STEP
+    centres = np.arange(np.floor(guide.min() / step), np.ceil(guide.max() / step) + 1) * step
+    return np.clip(1.0 - np.abs(guide[None] - centres[:, None, None]) / step, 0.0, 1.0).astype(np.float32)
+
+
+def _skin_coloured(target: np.ndarray, skin: np.ndarray) -> np.ndarray:
+    """(H, W) in [0, 1]: how near each pixel's chromaticity in linear light is to the skin's
+    (its median over ``skin``), whatever its lightness."""
+    linear = np.where(target <= 0.04045, target / 12.92, ((target + 0.055) / 1.055) ** 2.4) + 1e-4
+    chroma = np.log(linear / linear.sum(2, keepdims=True))
+    seen = skin > 0.5
+    if seen.sum() < 16:
+        return np.ones_like(skin)
+    distance = np.abs(chroma - np.median(chroma[seen], axis=0)).max(2)
+    return np.clip((LIGHT_LAYER_CHROMA[1] - distance) / (LIGHT_LAYER_CHROMA[1] - LIGHT_LAYER_CHROMA[0]), 0.0, 1.0)
+
+
+def _layered_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float, layers: np.ndarray | None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """``_masked_low_pass`` that does not average across the target's light levels (a
+    bilateral grid over ``layers``): a hat brim's or a window's hard shadow keeps its edge.
+    A level with little skin of its own near a pixel leans on the plain low pass."""
+    plain, support = _masked_low_pass(image, weight, sigma)
+    if layers is None:
+        return plain, support
+    low = np.zeros_like(plain)
+    for member in layers:
+        if not member.any():
+            continue
+        own, own_support = _masked_low_pass(image, weight * member, sigma)
+        lean = (LIGHT_LAYER_LEAN / (own_support + LIGHT_LAYER_LEAN))[..., None]
+        low += member[..., None] * (own + lean * (plain - own))
+    return low, support
+
+
+def _near_own_low_pass(lightness: np.ndarray, weight: np.ndarray, sigma: float, layers: np.ndarray | None = None
+                       ) -> np.ndarray:
     """(H, W) in [0, 1]: 1 where a pixel's ``lightness`` is near its low pass over ``weight``,
     0 far from it (a robust weight for the tone: dark frames, hair, glare)."""
     lightness = np.log(lightness)
-    low, _ = _masked_low_pass(lightness[..., None], weight, sigma)
+    low, _ = _layered_low_pass(lightness[..., None], weight, sigma, layers)
     deviation = np.abs(lightness - low[..., 0])
     return np.clip((TONE_OUTLIER[1] - deviation) / (TONE_OUTLIER[1] - TONE_OUTLIER[0]), 0.0, 1.0)
 
