@@ -23,6 +23,7 @@ from swapcast.benchmarks.realism_set import (
     SOURCE_VARIANTS,
     TARGET_VARIANTS,
     _SOURCE_MAKERS,
+    _to_linear,
     realism_sources,
     realism_targets,
 )
@@ -186,6 +187,25 @@ def test_targets_carry_their_faces_ground_truth():
     box = side.faces[0].box.astype(int)
     face = side.image[box[1]:box[3], box[0]:box[2]].astype(float).mean(2)
     assert face[:, -face.shape[1] // 4:].mean() < 0.7 * face[:, : face.shape[1] // 4].mean()  # lit from the left
+
+
+def test_a_cast_shadow_dims_one_side_of_a_hard_edge_and_keeps_the_skins_colour():
+    photo = person_image("astronaut")
+    for half, variant in (("tune", "brim_shadow"), ("held", "window_shadow")):
+        target = next(t for t in realism_targets(half, people=("astronaut",)) if t.variant == variant)
+        assert target.frontal
+        x0, y0, x1, y1 = target.faces[0].box.astype(int)
+        w, h = x1 - x0, y1 - y0
+        cheek = (slice(y0 + h * 2 // 3, y0 + h * 3 // 4), slice(x0 + w // 5, x0 + w * 2 // 5))
+        forehead = (slice(y0 + h // 6, y0 + h // 4), slice(x0 + w * 2 // 5, x0 + w * 3 // 5))
+        shaded = forehead if variant == "brim_shadow" else cheek  # the window's shadow lies on the left
+        lit = cheek if variant == "brim_shadow" else (cheek[0], slice(x0 + w * 3 // 5, x0 + w * 4 // 5))
+        ratio = target.image[shaded].astype(float).mean() / photo[shaded].astype(float).mean()
+        assert ratio < 0.7  # in the shadow
+        assert target.image[lit].astype(float).mean() == pytest.approx(photo[lit].astype(float).mean(), rel=0.05)
+        linear = lambda image: _to_linear(image[shaded]).reshape(-1, 3).mean(0)  # noqa: E731
+        chroma = lambda rgb: rgb / rgb.sum()  # noqa: E731
+        np.testing.assert_allclose(chroma(linear(target.image)), chroma(linear(photo)), atol=0.02)  # skin-coloured
 
 
 # -- a quick run -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ JPEG), hair strands drawn over the forehead and a cheek, a dark background with 
 light, lowered lids (looking down, half closed), a darker skin, the photo and its mirror image.
 
 Targets: the other person frontal (as is or mirrored), with a darker skin, under warm, cool and side light,
+in a hard cast shadow (a hat brim's over the upper face, a window frame's down one side),
 soft as a webcam's picture (blurred and JPEG-compressed, or half resolution blown up),
 turned 30 degrees, a composited group photo (three heads, small, turned and lit warm or
 cool) and a clip of a small 3/4-view face moving (pan or zoom).
@@ -16,8 +17,8 @@ The halves share no variant: ``tune`` has the photo, grey, a warm cast, sodium l
 one set of strands, light from the left, gaze down, a deep brown skin; ``held`` the mirror
 image, sepia, a cool cast, a red stage light, 80 px, other strands on the other side, light
 from the right, half-closed lids, a dark skin of another tone and exposure -- and the
-targets likewise (see ``SOURCE_VARIANTS`` and ``TARGET_VARIANTS``). Everything is
-deterministic: the same set every run.
+targets likewise (a brim's shadow to tune on, a window's to report on; see ``SOURCE_VARIANTS``
+and ``TARGET_VARIANTS``). Everything is deterministic: the same set every run.
 """
 
 from __future__ import annotations
@@ -48,10 +49,14 @@ SOURCE_VARIANTS = {
     "held": ("mirrored", "sepia", "cool_cast", "stage_red", "small80", "hair_b", "dark_side_right", "lids_half", "dark_skin"),
 }
 TARGET_VARIANTS = {
-    "tune": ("frontal", "warm", "side_left", "soft", "yaw+30", "group_a", "brown_skin"),
-    "held": ("mirrored", "cool", "side_right", "webcam", "yaw-30", "group_b", "dark_skin"),
+    "tune": ("frontal", "warm", "side_left", "soft", "yaw+30", "group_a", "brown_skin", "brim_shadow"),
+    "held": ("mirrored", "cool", "side_right", "webcam", "yaw-30", "group_b", "dark_skin", "window_shadow"),
 }
-FRONTAL_TARGETS = ("frontal", "mirrored", "warm", "cool", "side_left", "side_right", "soft", "webcam", "brown_skin", "dark_skin")
+FRONTAL_TARGETS = ("frontal", "mirrored", "warm", "cool", "side_left", "side_right", "soft", "webcam", "brown_skin",
+                   "dark_skin", "brim_shadow", "window_shadow")
+# a hard cast shadow: (the direction from its edge into the light, degrees with 90 down; a point of the edge as
+# fractions of the face's box; the light left in the shadow, linear; the edge's width, of the face's width)
+CAST_SHADOWS = {"brim_shadow": (90.0, (0.5, 0.38), 0.3, 0.03), "window_shadow": (-20.0, (0.45, 0.5), 0.25, 0.02)}
 # a darker skin's albedo per channel (linear light, of the photo's) and the camera's exposure for it
 SKIN_TONES = {"brown_skin": ((0.15, 0.1, 0.07), 1.6), "dark_skin": ((0.22, 0.13, 0.09), 1.2)}
 CLIP_FRAMES = 24
@@ -395,6 +400,8 @@ def _target(photo: np.ndarray, variant: str, seed: int) -> tuple[np.ndarray, tup
         return _softened(photo, variant), (TargetFace(mesh.copy(), 0.0),)
     if variant in SKIN_TONES:
         return _darker_skin(variant)(photo), (TargetFace(mesh.copy(), 0.0),)
+    if variant in CAST_SHADOWS:
+        return _cast_shadow(photo, mesh, *CAST_SHADOWS[variant]), (TargetFace(mesh.copy(), 0.0),)
     if variant.startswith("yaw"):
         yaw = float(variant[3:])
         image, turned = render_pose_with_mesh(photo, yaw)
@@ -402,6 +409,23 @@ def _target(photo: np.ndarray, variant: str, seed: int) -> tuple[np.ndarray, tup
     if variant in ("group_a", "group_b"):
         return _group(photo, variant, seed)
     raise ValueError(f"unknown target variant {variant!r}")
+
+
+def _cast_shadow(photo: np.ndarray, mesh: np.ndarray, towards_light: float, through: tuple[float, float], left: float,
+                 softness: float) -> np.ndarray:
+    """The photo with a hard shadow over part of the head and what is round it (a hat brim's
+    over the upper face, a window frame's down one side): beyond a straight edge through
+    ``through`` (fractions of the face's box) the light is scaled by ``left`` in linear
+    light, so the skin keeps its colour in the shadow; ``towards_light`` is the direction
+    (degrees, image axes: 90 is down) from the edge into the light."""
+    x0, y0 = mesh[:, :2].min(0)
+    width, height = float(np.ptp(mesh[:, 0])), float(np.ptp(mesh[:, 1]))
+    rows, cols = np.mgrid[: photo.shape[0], : photo.shape[1]].astype(np.float32)
+    theta = math.radians(towards_light)
+    cols, rows = cols - x0 - through[0] * width, rows - y0 - through[1] * height
+    into_light = cols * math.cos(theta) + rows * math.sin(theta)
+    light = left + (1.0 - left) * np.clip(0.5 + into_light / (2.0 * softness * width), 0.0, 1.0)
+    return _to_srgb(_to_linear(photo) * light[..., None])
 
 
 def _softened(photo: np.ndarray, variant: str) -> np.ndarray:
