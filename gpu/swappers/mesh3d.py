@@ -923,18 +923,22 @@ def _light_layers(target: np.ndarray, lightness: np.ndarray, skin: np.ndarray, s
     # with its light, and a level no pixel belongs to changes nothing (no popping in video)
     step = LIGHT_LAYER_STEP
     centres = np.arange(np.floor(guide.min() / step), np.ceil(guide.max() / step) + 1) * step
-    return np.clip(1.0 - np.abs(guide[None] - centres[:, None, None]) / step, 0.0, 1.0).astype(np.float32)
+    members = np.clip(1.0 - np.abs(guide[None] - centres.astype(np.float32)[:, None, None]) / step, 0.0, 1.0)
+    return np.ascontiguousarray(members[members.reshape(len(centres), -1).any(1)], dtype=np.float32)
 
 
 def _skin_coloured(target: np.ndarray, skin: np.ndarray) -> np.ndarray:
     """(H, W) in [0, 1]: how near each pixel's chromaticity in linear light is to the skin's
-    (its median over ``skin``), whatever its lightness."""
-    linear = np.where(target <= 0.04045, target / 12.92, ((target + 0.055) / 1.055) ** 2.4) + 1e-4
-    chroma = np.log(linear / linear.sum(2, keepdims=True))
-    seen = skin > 0.5
-    if seen.sum() < 16:
+    (its median over ``skin``, read on every other pixel), whatever its lightness. The
+    channels are handled one by one: NumPy reduces over a 3-long last axis slowly."""
+    linear = np.where(target <= 0.04045, target / 12.92, ((target + 0.055) / 1.055) ** 2.4).astype(np.float32) + 1e-4
+    red, green, blue = linear[..., 0], linear[..., 1], linear[..., 2]
+    chroma = cv2.log(linear / (red + green + blue)[..., None])
+    seen = skin[::2, ::2] > 0.5
+    if seen.sum() < 8:
         return np.ones_like(skin)
-    distance = np.abs(chroma - np.median(chroma[seen], axis=0)).max(2)
+    offset = np.abs(chroma - np.median(chroma[::2, ::2][seen], axis=0))
+    distance = np.maximum(np.maximum(offset[..., 0], offset[..., 1]), offset[..., 2])
     return np.clip((LIGHT_LAYER_CHROMA[1] - distance) / (LIGHT_LAYER_CHROMA[1] - LIGHT_LAYER_CHROMA[0]), 0.0, 1.0)
 
 
@@ -942,18 +946,28 @@ def _layered_low_pass(image: np.ndarray, weight: np.ndarray, sigma: float, layer
                       ) -> tuple[np.ndarray, np.ndarray]:
     """``_masked_low_pass`` that does not average across the target's light levels (a
     bilateral grid over ``layers``): a hat brim's or a window's hard shadow keeps its edge.
-    A level with little skin of its own near a pixel leans on the plain low pass."""
+    A level with little skin of its own near a pixel leans on the plain low pass. The
+    levels' sums are low-passed together (one image, a channel per sum) at half the
+    resolution: they are smooth, and each level's sharp outline is applied at full size.
+    The arithmetic runs on whole planes (NumPy is slow over short trailing axes)."""
     plain, support = _masked_low_pass(image, weight, sigma)
     if layers is None:
         return plain, support
-    low = np.zeros_like(plain)
-    for member in layers:
-        if not member.any():
-            continue
-        own, own_support = _masked_low_pass(image, weight * member, sigma)
-        lean = (LIGHT_LAYER_LEAN / (own_support + LIGHT_LAYER_LEAN))[..., None]
-        low += member[..., None] * (own + lean * (plain - own))
-    return low, support
+    height, width, channels = image.shape
+    levels = len(layers)
+    member_weights = weight[None] * layers  # (L, H, W)
+    planes = np.ascontiguousarray(image.transpose(2, 0, 1))  # (C, H, W)
+    sums = np.concatenate([(planes[None] * member_weights[:, None]).reshape(levels * channels, height, width), member_weights])
+    small = cv2.resize(np.ascontiguousarray(sums.transpose(1, 2, 0)), (max(width // 2, 1), max(height // 2, 1)),
+                       interpolation=cv2.INTER_AREA)
+    blurred = cv2.resize(cv2.GaussianBlur(small, (0, 0), sigma / 2.0), (width, height), interpolation=cv2.INTER_LINEAR)
+    blurred = np.ascontiguousarray(blurred.reshape(height, width, -1).transpose(2, 0, 1))
+    own_support = blurred[levels * channels:, None]  # (L, 1, H, W)
+    own = blurred[: levels * channels].reshape(levels, channels, height, width) / np.maximum(own_support, 1e-6)
+    lean = LIGHT_LAYER_LEAN / (own_support + LIGHT_LAYER_LEAN)
+    plain_planes = np.ascontiguousarray(plain.transpose(2, 0, 1))[None]
+    low = (layers[:, None] * (own + lean * (plain_planes - own))).sum(0)
+    return np.ascontiguousarray(low.transpose(1, 2, 0), dtype=np.float32), support
 
 
 def _near_own_low_pass(lightness: np.ndarray, weight: np.ndarray, sigma: float, layers: np.ndarray | None = None
