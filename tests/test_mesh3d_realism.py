@@ -17,7 +17,7 @@ from gpu.swappers.mesh3d import Mesh3dSource, Mesh3dSwapper, merge_sources
 from gpu.swappers.mesh3d_skin import _regions, skin_confidence
 from gpu.types import Face
 from swapcast.benchmarks.realism import face_regions, shading_kept, tone_difference
-from swapcast.benchmarks.realism_set import _SOURCE_MAKERS, _target
+from swapcast.benchmarks.realism_set import CAST_SHADOWS, _SOURCE_MAKERS, _cast_shadow, _target
 
 
 @pytest.fixture(scope="module")
@@ -364,17 +364,6 @@ def test_dark_things_not_coloured_like_skin_are_no_light_level():
     assert coloured[24, 20] < 0.1 and coloured[50, 50] > 0.9
 
 
-def _brim_shadow(image: np.ndarray, mesh: np.ndarray, edge: float = 0.38) -> np.ndarray:
-    """The face's upper part in a hat brim's shadow (a third of the light, linear), a soft edge."""
-    top, height = float(mesh[:, 1].min()), float(np.ptp(mesh[:, 1]))
-    rows = np.arange(image.shape[0], dtype=np.float32)[:, None, None]
-    gain = 0.3 + 0.7 * np.clip((rows - (top + edge * height)) / (0.04 * height), 0.0, 1.0)
-    values = image.astype(np.float32) / 255.0
-    linear = np.where(values <= 0.04045, values / 12.92, ((values + 0.055) / 1.055) ** 2.4) * gain
-    srgb = np.where(linear <= 0.0031308, 12.92 * linear, 1.055 * np.clip(linear, 0, 1) ** (1 / 2.4) - 0.055)
-    return np.clip(srgb * 255.0 + 0.5, 0, 255).astype(np.uint8)
-
-
 def test_a_hat_brims_shadow_on_the_target_stays_on_the_swapped_face(engine, swapper, grace_image):
     """The astronaut onto Grace Hopper with her upper face in a brim's shadow: the swapped
     face is as dark above the shadow's edge against below it as her own face was (blurred
@@ -384,7 +373,7 @@ def test_a_hat_brims_shadow_on_the_target_stays_on_the_swapped_face(engine, swap
     photo = person_image("astronaut")
     source = swapper.register(photo, engine.analyse_image(photo)[0])
     mesh = engine.analyse_image(grace_image)[0].mesh
-    target = _brim_shadow(grace_image, mesh)
+    target = _cast_shadow(grace_image, mesh, *CAST_SHADOWS["brim_shadow"])  # the edge at 0.38 of the face's height
     swapped, face = _swap(engine, swapper, source, target)
     regions = face_regions(face.mesh, target.shape)
     top, height = float(face.mesh[:, 1].min()), float(np.ptp(face.mesh[:, 1]))
